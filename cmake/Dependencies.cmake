@@ -1,0 +1,11 @@
+# Every dependency is a Debian package; scripts/setup.sh installs them.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(Threads REQUIRED)
+if(DEEPINFER_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(DEEPINFER_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,28 @@
+#pragma once
+// A typed, shaped, non-owning view of tensor bytes (usually inside a memory-mapped checkpoint).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace deepinfer {
+
+struct TensorView {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> bytes;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  template <typename T>
+  const T* data() const {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+};
+
+}  // namespace deepinfer
