@@ -1,31 +1,53 @@
-// deepinfer command line: dispatches to one subcommand per file (cli/cmd_*.cpp).
+// deepinfer command line: one subcommand per cli/cmd_*.cpp.
 #include <cstdio>
-#include <cstring>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "cli/commands.h"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: deepinfer <command> [options]\n"
-    "\n"
-    "DeepSeek V4 / V4.1 inference engine.\n"
-    "\n"
-    "commands:\n"
-    "  --version   print the version\n"
-    "\n"
-    "Run 'deepinfer <command> --help' for a command's options.\n";
+struct Command {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+constexpr Command kCommands[] = {
+    {"tokenize", "text <-> token ids with a model's tokenizer", deepinfer::cli::run_tokenize},
+    {"inspect", "describe a checkpoint folder: config, tensors, what is missing", deepinfer::cli::run_inspect},
+};
+
+void print_usage(std::FILE* out) {
+  std::fputs("usage: deepinfer <command> [options]\n\nDeepSeek V4 / V4.1 inference engine.\n\ncommands:\n", out);
+  for (const auto& command : kCommands)
+    std::fprintf(out, "  %-10.*s  %.*s\n", static_cast<int>(command.name.size()), command.name.data(),
+                 static_cast<int>(command.summary.size()), command.summary.data());
+  std::fputs("\nRun 'deepinfer <command> --help' for a command's options. 'deepinfer --version' prints the version.\n"
+             "Exit codes: 0 done, 1 the command failed (bad input or files), 2 bad command line.\n",
+             out);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    print_usage(stderr);
+    return deepinfer::cli::kExitUsage;
   }
-  if (std::string_view(argv[1]) == "--version") {
+  std::string_view name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return deepinfer::cli::kExitOk;
+  }
+  if (name == "--version") {
     std::printf("deepinfer %s\n", DEEPINFER_VERSION);
-    return 0;
+    return deepinfer::cli::kExitOk;
   }
-  std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n%s", argv[1], kUsage);
-  return 2;
+  for (const auto& command : kCommands)
+    if (command.name == name) return command.run(std::vector<std::string>(argv + 2, argv + argc));
+  std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return deepinfer::cli::kExitUsage;
 }

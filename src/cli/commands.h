@@ -1,0 +1,22 @@
+#pragma once
+// Each subcommand takes its arguments (after the subcommand name) and returns the process exit code.
+#include <string>
+#include <vector>
+
+namespace deepinfer::cli {
+
+// Exit codes scripts can rely on.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailure = 1,  // the command ran and failed: unreadable or corrupt input, bad data
+  kExitUsage = 2,    // the command line was wrong
+};
+
+int run_tokenize(const std::vector<std::string>& args);
+int run_inspect(const std::vector<std::string>& args);
+
+// The bundled assets folder: $DEEPINFER_ASSET_DIR, else the source tree's assets/ this binary was
+// built from, else ../assets next to the executable.
+std::string asset_dir();
+
+}  // namespace deepinfer::cli
