@@ -19,11 +19,13 @@ constexpr const char* kIndexFileName = "model.safetensors.index.json";
 // weight_map values come from a downloaded file; a shard name like "../../etc/x" must not make us
 // map files outside the checkpoint. Checked lexically, so symlinked shards (the Hugging Face cache
 // links snapshot files to blobs elsewhere) still work.
-void require_inside_folder(const std::string& shard, const std::string& tensor, const std::string& index_file) {
+// Returns the name normalized ("./a" and "a" are one shard).
+std::string shard_inside_folder(const std::string& shard, const std::string& tensor, const std::string& index_file) {
   const fs::path relative(shard);
   const fs::path normal = relative.lexically_normal();
   if (shard.empty() || relative.is_absolute() || relative.has_root_name() || *normal.begin() == "..")
     fail(index_file, ": tensor '", tensor, "' is mapped to shard '", shard, "', which is not inside the checkpoint folder");
+  return normal.generic_string();
 }
 
 std::vector<std::string> safetensors_files_in(const std::string& folder) {
@@ -80,9 +82,7 @@ void Checkpoint::open_indexed(const std::string& index_file) {
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string())
       fail(index_file, ": weight_map entry for tensor '", tensor, "' is a JSON ", shard.type_name(), ", expected a shard file name");
-    const auto& shard_name = shard.get_ref<const std::string&>();
-    require_inside_folder(shard_name, tensor, index_file);
-    shard_names.emplace(shard_name, tensor);
+    shard_names.emplace(shard_inside_folder(shard.get_ref<const std::string&>(), tensor, index_file), tensor);
   }
   for (const auto& [shard_name, tensor] : shard_names) {
     const fs::path shard_path = fs::path(path_) / shard_name;
@@ -96,7 +96,7 @@ void Checkpoint::open_indexed(const std::string& index_file) {
 
   auto name_of = [&](const SafetensorsFile* shard) { return std::next(shard_names.begin(), shard - shards_.data())->first; };
   for (const auto& [tensor, shard] : weight_map->items()) {
-    const auto& shard_name = shard.get_ref<const std::string&>();
+    const std::string shard_name = fs::path(shard.get_ref<const std::string&>()).lexically_normal().generic_string();
     const Tensor* found = find(tensor);
     if (found == nullptr)
       fail(index_file, ": says tensor '", tensor, "' is in shard '", shard_name, "', but that shard has no such tensor");

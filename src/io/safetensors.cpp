@@ -69,6 +69,8 @@ Header parse_header_json(std::string_view text, const std::string& origin) {
     header.root = json::parse(text.begin(), text.end(), on_event);
   } catch (const json::parse_error& e) {
     fail(origin, ": header is not valid JSON (at header byte ", e.byte, "): ", e.what());
+  } catch (const json::exception& e) {  // out_of_range for numbers beyond double, e.g. 1e400
+    fail(origin, ": header is not valid JSON: ", e.what());
   }
   if (!header.root.is_object()) fail(origin, ": header is a JSON ", header.root.type_name(), ", expected an object");
   return header;
