@@ -10,6 +10,8 @@ nlohmann::json parse_json(std::string_view text, std::string_view origin) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(origin, ": invalid JSON at byte ", e.byte, ": ", e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range for numbers beyond double, e.g. 1e400
+    fail(origin, ": invalid JSON: ", e.what());
   }
 }
 
