@@ -5,6 +5,8 @@
 // without Engram tables) are checked by tests/io/checkpoint_schema_test.cpp.
 #include "io/checkpoint_schema.h"
 
+#include <string>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -184,7 +186,7 @@ class SchemaBuilder {
     // V4.1 routes image-span tokens with a second bias; only multimodal checkpoints need it.
     if (c_.family == ModelFamily::V41) add(p + "gate.bias_vl", {experts}, kFloat32, true);
     for (int64_t e = 0; e < experts; ++e) {
-      std::string expert = str_cat(p, "experts.", e, ".");
+      std::string expert = p + "experts." + std::to_string(e) + ".";
       linear(expert + "w1", I, D, c_.quantization.expert_format, optional);
       linear(expert + "w2", D, I, c_.quantization.expert_format, optional);
       linear(expert + "w3", I, D, c_.quantization.expert_format, optional);

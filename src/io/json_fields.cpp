@@ -61,7 +61,8 @@ int64_t JsonFields::integer_value(std::string_view key, const nlohmann::json& va
     // transformers writes some integers as floats (e.g. 65536.0); accept exact integral values only.
     double raw = value.get<double>();
     if (!std::isfinite(raw) || raw != std::floor(raw)) fail_type(key, "an integer", value);
-    if (raw < static_cast<double>(min) || raw > static_cast<double>(max))
+    // Compare against 2^63 before converting: converting an out-of-range double is undefined.
+    if (raw < static_cast<double>(min) || raw > static_cast<double>(max) || raw >= 0x1p63 || raw < -0x1p63)
       fail_field(key, str_cat("= ", raw, " is outside [", min, ", ", max, "]"));
     result = static_cast<int64_t>(raw);
   } else {

@@ -303,6 +303,8 @@ const BadConfig kBadConfigs[] = {
     {"negative_width", "v4_flash.json", [](json& d) { d["q_lora_rank"] = -1; }, {"`q_lora_rank`", "-1"}},
     {"huge_unsigned", "v4_flash.json", [](json& d) { d["vocab_size"] = 18446744073709551615ull; },
      {"`vocab_size`", "above the maximum"}},
+    {"huge_float_layer_id", "v41_flash.json", [](json& d) { text(d)["kv_source_layer_ids"][0] = 9.3e18; },
+     {"`text_config.kv_source_layer_ids[0]`", "outside"}},
     {"v4_ratios_length", "v4_flash.json", [](json& d) { d["compress_ratios"].erase(43); },
      {"`compress_ratios`", "43 entries", "43 + 1"}},
     {"v41_ratios_length", "v41_flash.json", [](json& d) { text(d)["compress_ratios"].erase(40); },
