@@ -316,6 +316,9 @@ class Parser {
     }
     csa = t.integer("compress_rate_csa", 1, kMaxRatio).value_or(csa);
     hca = t.integer("compress_rate_hca", 1, kMaxRatio).value_or(hca);
+    // The ratio alone tells the layer kinds apart downstream (ModelConfig::attention_kind).
+    if (csa != 4) t.fail_field("compress_rates.compressed_sparse_attention", str_cat("= ", csa, " must be 4 (the reference ties CSA's overlapping compressor and indexer to ratio 4)"));
+    if (hca == 4) t.fail_field("compress_rates.heavily_compressed_attention", "= 4 would make HCA layers CSA layers");
     std::vector<int64_t> result;
     for (size_t i = 0; i < layer_types.size(); ++i) {
       const std::string& type = layer_types[i];
@@ -335,13 +338,16 @@ class Parser {
     return result;
   }
 
-  // V4's reference ties the overlapping compressor and the indexer to ratio 4 and the plain
-  // compressor to 128 (v4_arch §2.4.1); V4.1's compressor exists for ratios 1 and 2 (§2.10d).
+  // V4's reference ties the overlapping compressor and the indexer to ratio 4 (CSA); every other
+  // positive ratio is a plain heavily compressed layer (128 in the releases; small ratios such as 8
+  // appear in test models so that short prompts reach the compressor) (v4_arch §2.4.1). A ratio of 1
+  // would compress nothing. V4.1's compressor exists for ratios 1 and 2 (§2.10d).
   void check_ratio(const JsonFields& fields, const std::string& key, int64_t ratio) const {
-    bool ok = v41() ? (ratio == 0 || ratio == 1 || ratio == 2) : (ratio == 0 || ratio == 4 || ratio == 128);
+    bool ok = v41() ? (ratio == 0 || ratio == 1 || ratio == 2) : (ratio == 0 || ratio >= 2);
     if (!ok)
       fields.fail_field(key, str_cat("= ", ratio, " is not a ", v41() ? "V4.1" : "V4", " compress ratio (",
-                                     v41() ? "0, 1, 2" : "0, 4, 128", ")"));
+                                     v41() ? "0, 1, 2" : "0 for sliding window, 4 for CSA, another ratio >= 2 for HCA",
+                                     ")"));
   }
 
   void read_moe() {
