@@ -239,6 +239,14 @@ TEST(TokenizerAddedTokensTest, TokenizerConfigNamesBosAndEos) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TokenizerAddedTokensTest, FuzzSeedTokenizerMatchesTheLibrary) {
+  // Split String + MergedWithNext, Digits, ByteLevel and an lstrip token; ids from the library.
+  const Tokenizer tokenizer = Tokenizer::from_file(
+      std::string(DEEPINFER_ASSET_DIR) + "/../fuzz/corpus/fuzz_tokenizer_json/small_tokenizer.json");
+  EXPECT_EQ(tokenizer.encode("hello world <s> 12345"),
+            (std::vector<TokenId>{258, 111, 259, 111, 114, 108, 100, 260, 32, 49, 50, 51, 52, 53}));
+}
+
 // ---- decoding ----
 
 TEST(TokenizerDecodeTest, DecodesBytesAndSkipsSpecialTokens) {

@@ -41,13 +41,12 @@ BpeModel::BpeModel(BpeConfig config, std::string_view origin) {
   for (auto& [token, id] : config.vocab) {
     id_to_token_[id] = token;
     id_known_[id] = true;
-    vocab_.insert_or_assign(std::move(token), id);
+    vocab_.insert_or_assign(token, id);
   }
 
   const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::instance();
   for (int b = 0; b < 256; ++b) {
-    const auto it = vocab_.find(alphabet.spelling(static_cast<unsigned char>(b)));
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    byte_ids_[b] = vocab_.find(alphabet.spelling(static_cast<unsigned char>(b))).value_or(-1);
   }
 
   merges_.reserve(config.merges.size());
@@ -55,11 +54,9 @@ BpeModel::BpeModel(BpeConfig config, std::string_view origin) {
   for (std::size_t rank = 0; rank < config.merges.size(); ++rank) {
     const auto& [left, right] = config.merges[rank];
     const auto find_part = [&](const std::string& part) {
-      const auto it = vocab_.find(part);
-      if (it == vocab_.end()) {
-        fail(origin, ": model.merges[", rank, "]: token \"", part, "\" is not in the vocabulary");
-      }
-      return it->second;
+      const auto id = vocab_.find(part);
+      if (!id) fail(origin, ": model.merges[", rank, "]: token \"", part, "\" is not in the vocabulary");
+      return *id;
     };
     const int32_t left_id = find_part(left);
     const int32_t right_id = find_part(right);
@@ -69,18 +66,15 @@ BpeModel::BpeModel(BpeConfig config, std::string_view origin) {
   }
 
   if (config.unk_token) {
-    const auto it = vocab_.find(*config.unk_token);
-    if (it == vocab_.end()) fail(origin, ": model.unk_token \"", *config.unk_token, "\" is not in the vocabulary");
-    unk_id_ = it->second;
+    unk_id_ = vocab_.find(*config.unk_token);
+    if (!unk_id_) fail(origin, ": model.unk_token \"", *config.unk_token, "\" is not in the vocabulary");
   }
   fuse_unk_ = config.fuse_unk;
   ignore_merges_ = config.ignore_merges;
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  const auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  return vocab_.find(token);
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -128,8 +122,8 @@ void BpeModel::initial_symbols(std::string_view word, bool byte_level, std::vect
       const std::size_t start = pos;
       pos += utf8_length(static_cast<unsigned char>(word[pos]));
       const auto length = static_cast<uint32_t>(pos - start);
-      const auto it = vocab_.find(word.substr(start, length));
-      if (it != vocab_.end()) add_known(it->second, length); else add_unknown(length);
+      const auto id = vocab_.find(word.substr(start, length));
+      if (id) add_known(*id, length); else add_unknown(length);
     }
   }
   if (pending_unk) add(pending_unk->id, pending_unk->byte_length);
@@ -188,8 +182,8 @@ void BpeModel::encode_word(std::string_view word, bool byte_level, WordCache* ca
       ByteLevelAlphabet::instance().encode(word, spelled);
       whole = spelled;
     }
-    if (const auto it = vocab_.find(whole); it != vocab_.end()) {
-      ids.push_back(it->second);
+    if (const auto id = vocab_.find(whole)) {
+      ids.push_back(*id);
       return;
     }
   }

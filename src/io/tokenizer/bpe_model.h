@@ -6,10 +6,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "io/tokenizer/merge_table.h"
+#include "io/tokenizer/string_id_map.h"
 #include "io/tokenizer/word_cache.h"
 
 namespace deepinfer::tokenizer {
@@ -48,11 +48,7 @@ class BpeModel {
   void initial_symbols(std::string_view word, bool byte_level, std::vector<Symbol>& symbols) const;
   void merge_all(std::vector<Symbol>& symbols) const;
 
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> vocab_;
+  StringIdMap vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> id_known_;
   MergeTable merges_;

@@ -63,6 +63,50 @@ class Reader {
   std::string_view origin_;
 };
 
+// model.vocab entries and model.merges strings are taken out of the document while it is parsed:
+// 128K-entry objects in nlohmann's std::map DOM cost more than everything else in loading.
+struct LargeModelFields {
+  std::vector<std::pair<std::string, int32_t>> vocab;
+  std::vector<std::string> merges;
+};
+
+json parse_tokenizer_json(std::string_view text, std::string_view origin, LargeModelFields& large) {
+  std::string path[4];  // the key at depths 1..3
+  std::string vocab_key;
+  const auto in_model = [&](int depth, const char* field) {
+    return depth == 3 && path[1] == "model" && path[2] == field;
+  };
+  const json::parser_callback_t capture = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth <= 3) {
+      if (in_model(depth, "vocab")) {
+        vocab_key = parsed.get<std::string>();
+        return false;  // neither key nor value enters the document
+      }
+      path[depth] = parsed.get<std::string>();
+      for (int deeper = depth + 1; deeper < 4; ++deeper) path[deeper].clear();
+      return true;
+    }
+    if (event != json::parse_event_t::value) return true;
+    if (in_model(depth, "vocab")) {
+      if (!parsed.is_number_integer() || parsed.get<int64_t>() < 0 || parsed.get<int64_t>() > INT32_MAX) {
+        fail(origin, ": model.vocab[\"", vocab_key, "\"]: expected an integer id");
+      }
+      large.vocab.emplace_back(std::move(vocab_key), static_cast<int32_t>(parsed.get<int64_t>()));
+      return false;
+    }
+    if (in_model(depth, "merges") && parsed.is_string()) {
+      large.merges.push_back(std::move(parsed.get_ref<std::string&>()));
+      return false;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, capture);
+  } catch (const json::parse_error& e) {
+    fail(origin, ": invalid JSON at byte ", e.byte, ": ", e.what());
+  }
+}
+
 void check_normalizer(const Reader& reader, const json& normalizer, const std::string& where) {
   if (normalizer.is_null()) return;
   reader.object(normalizer, where);
@@ -142,7 +186,7 @@ void add_pre_tokenizer(const Reader& reader, const json& step, const std::string
   steps.push_back(std::move(result));
 }
 
-tokenizer::BpeConfig read_bpe(const Reader& reader, const json& model) {
+tokenizer::BpeConfig read_bpe(const Reader& reader, const json& model, LargeModelFields& large) {
   const std::string where = "model";
   reader.object(model, where);
   if (const json* type = reader.find(model, "type")) {
@@ -169,26 +213,26 @@ tokenizer::BpeConfig read_bpe(const Reader& reader, const json& model) {
 
   const json* vocab = reader.find(model, "vocab");
   if (!vocab || !vocab->is_object()) reader.error("model.vocab", "expected an object of token: id");
-  config.vocab.reserve(vocab->size());
-  for (const auto& [token, id] : vocab->items()) {
-    config.vocab.emplace_back(token, reader.id(id, "model.vocab[\"" + token + "\"]"));
-  }
+  config.vocab = std::move(large.vocab);
 
   const json* merges = reader.find(model, "merges");
   if (!merges || !merges->is_array()) reader.error("model.merges", "expected an array");
-  config.merges.reserve(merges->size());
+  // Like the library, all merges are "left right" strings or all are [left, right] pairs.
+  if (!large.merges.empty() && !merges->empty()) reader.error("model.merges", "mixes merge strings and pairs");
+  config.merges.reserve(large.merges.size() + merges->size());
   std::size_t index = 0;
+  for (const std::string& line : large.merges) {
+    const std::string merge_where = "model.merges[" + std::to_string(index++) + "]";
+    if (line.starts_with("#version")) continue;  // header line of merges.txt files
+    const std::size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      reader.error(merge_where, "expected \"left right\" with exactly one space");
+    }
+    config.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
   for (const json& merge : *merges) {
     const std::string merge_where = "model.merges[" + std::to_string(index++) + "]";
-    if (merge.is_string()) {
-      const auto& line = merge.get_ref<const std::string&>();
-      if (line.starts_with("#version")) continue;  // header line of merges.txt files
-      const std::size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        reader.error(merge_where, "expected \"left right\" with exactly one space");
-      }
-      config.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
-    } else if (merge.is_array() && merge.size() == 2) {
+    if (merge.is_array() && merge.size() == 2) {
       config.merges.emplace_back(reader.string(merge[0], merge_where + "[0]"),
                                  reader.string(merge[1], merge_where + "[1]"));
     } else {
@@ -253,7 +297,8 @@ std::optional<TokenId> lookup(const Tokenizer::Impl& impl, const std::string& co
 std::shared_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json_text, std::string_view origin,
                                                 const std::string* config_json,
                                                 const std::string& config_origin) {
-  const json root = parse_json(json_text, origin);
+  LargeModelFields large;
+  const json root = parse_tokenizer_json(json_text, origin, large);
   const Reader reader(origin);
   reader.object(root, "top level");
   for (const char* key : {"truncation", "padding"}) {
@@ -270,7 +315,7 @@ std::shared_ptr<Tokenizer::Impl> load_tokenizer(std::string_view json_text, std:
   const json* model = reader.find(root, "model");
   if (!model) reader.error("top level", "missing \"model\"");
 
-  auto impl = std::make_shared<Tokenizer::Impl>(std::string(origin), tokenizer::BpeModel(read_bpe(reader, *model), origin));
+  auto impl = std::make_shared<Tokenizer::Impl>(std::string(origin), tokenizer::BpeModel(read_bpe(reader, *model, large), origin));
   impl->pre_tokenizer = tokenizer::PreTokenizer(std::move(steps));
   impl->decoder = read_decoder(reader, root);
 
