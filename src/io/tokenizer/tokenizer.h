@@ -59,7 +59,8 @@ class IncrementalDetokenizer {
  private:
   std::shared_ptr<const Tokenizer::Impl> impl_;
   bool skip_special_tokens_;
-  std::string pending_;  // bytes not yet emitted
+  std::string pending_;   // bytes not yet emitted
+  bool started_ = false;  // some id has been shown (a decoder-less tokenizer joins with spaces)
 };
 
 }  // namespace deepinfer
