@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -24,5 +25,12 @@ struct TensorView {
     return reinterpret_cast<const T*>(bytes.data());
   }
 };
+
+// "[4, 16384]": shapes as every error message and listing spells them.
+inline std::string shape_string(std::span<const int64_t> shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
 
 }  // namespace deepinfer

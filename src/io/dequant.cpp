@@ -12,14 +12,6 @@
 namespace deepinfer {
 namespace {
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
-}
-
 int64_t ceil_div(int64_t numerator, int64_t denominator) { return (numerator + denominator - 1) / denominator; }
 
 // Element count, or an Error if a dimension is negative or the product overflows.

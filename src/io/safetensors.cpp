@@ -32,12 +32,6 @@ std::string describe_entry(std::string_view key) {
   return key == kMetadataKey ? std::string(kMetadataKey) : str_cat("tensor '", key, "'");
 }
 
-std::string format_shape(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 struct Header {
   json root;
   std::vector<std::string> keys_in_file_order;  // nlohmann's object is a sorted map
@@ -120,11 +114,11 @@ TensorInfo parse_tensor_entry(const std::string& name, const json& entry, std::s
       fail(dim_where, " = ", dim, " does not fit in int64");
     tensor.shape.push_back(static_cast<std::int64_t>(dim));
     if (__builtin_mul_overflow(numel, tensor.shape.back(), &numel))
-      fail(where, "element count of shape ", format_shape(tensor.shape), "... overflows int64");
+      fail(where, "element count of shape ", shape_string(tensor.shape), "... overflows int64");
   }
   std::uint64_t expected_bytes = 0;
   if (__builtin_mul_overflow(static_cast<std::uint64_t>(numel), dtype_size(tensor.dtype), &expected_bytes))
-    fail(where, "byte count of ", dtype_name(tensor.dtype), " shape ", format_shape(tensor.shape), " overflows");
+    fail(where, "byte count of ", dtype_name(tensor.dtype), " shape ", shape_string(tensor.shape), " overflows");
 
   const json& offsets = require_field(entry, "data_offsets", where);
   if (!offsets.is_array() || offsets.size() != 2)
@@ -137,7 +131,7 @@ TensorInfo parse_tensor_entry(const std::string& name, const json& entry, std::s
     fail(where, "data_offsets [", begin, ", ", end, "] end beyond the data region of ", data_region_bytes, " bytes");
   if (end - begin != expected_bytes)
     fail(where, "data_offsets [", begin, ", ", end, "] hold ", end - begin, " bytes but ", dtype_name(tensor.dtype),
-         " shape ", format_shape(tensor.shape), " needs ", expected_bytes, " bytes");
+         " shape ", shape_string(tensor.shape), " needs ", expected_bytes, " bytes");
   tensor.begin = static_cast<std::size_t>(begin);
   tensor.end = static_cast<std::size_t>(end);
   return tensor;

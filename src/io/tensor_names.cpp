@@ -34,6 +34,10 @@ constexpr std::array kPatterns = {
     TensorNamePattern{Layer, "attn.wq_b.weight", "self_attn.q_b_proj.weight", true},
     TensorNamePattern{Layer, "attn.wkv.weight", "self_attn.kv_proj.weight", true},
     TensorNamePattern{Layer, "attn.kv_norm.weight", "self_attn.kv_norm.weight"},
+    // transformers 5.17's save_pretrained reverses its rename rules in order, and the rule for the
+    // compressor's `norm` also rewrites the attention's `kv_norm`: files it writes hold
+    // `model.layers.L.attn.norm.weight` (seen in tests/data/golden/v4/tiny_bf16).
+    TensorNamePattern{Layer, "attn.kv_norm.weight", "attn.norm.weight", false, 0, 1, false},
     TensorNamePattern{Layer, "attn.wo_a.weight", "self_attn.o_a_proj.weight", true},
     TensorNamePattern{Layer, "attn.wo_b.weight", "self_attn.o_b_proj.weight", true},
     TensorNamePattern{Layer, "attn.attn_sink", "self_attn.sinks"},

@@ -113,6 +113,18 @@ TEST(TensorNames, V41TransformersNamesAreModelPrefixedCanonicalNames) {
   }
 }
 
+// transformers 5.17's save_pretrained output (tests/data/golden/v4/tiny_bf16): "model." + DeepSeek
+// names, except the attention's kv_norm, which its reversed rename rules spell `attn.norm`.
+TEST(TensorNames, SavePretrainedSpellingOfKvNorm) {
+  EXPECT_EQ(canonical_of("model.layers.3.attn.norm.weight"), "layers.3.attn.kv_norm.weight");
+  EXPECT_EQ(canonical_of("model.layers.3.attn.compressor.norm.weight"), "layers.3.attn.compressor.norm.weight");
+  EXPECT_EQ(canonical_of("model.hc_head.hc_fn"), "hc_head_fn");
+  // The alias is accepted but never produced.
+  auto location = transformers_tensor_location("layers.3.attn.kv_norm.weight");
+  ASSERT_TRUE(location.has_value());
+  EXPECT_EQ(location->name, "model.layers.3.self_attn.kv_norm.weight");
+}
+
 TEST(TensorNames, UnknownNamesAreRejected) {
   for (std::string_view name : {
            "", "layers", "layers.3", "layers.3.", "layers.x.attn.wq_a.weight", "layers.01.attn.wq_a.weight",

@@ -84,7 +84,7 @@ E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 
 def check_golden(folder, problems):
-    g = SafeTensors(os.path.join(folder, "golden.safetensors"))
+    g = SafeTensors(os.path.join(folder, "reference", "golden.safetensors"))
     ids = g.values("input_ids")
     prompt = g.values("greedy_prompt_ids")
     greedy = g.values("greedy_ids")

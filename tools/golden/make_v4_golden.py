@@ -848,7 +848,7 @@ def versions():
 
 
 def describe_checkpoint(folder):
-    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors") and f != "golden.safetensors")
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     names, dtypes = {}, {}
     for f in files:
         h, _ = read_safetensors_header(os.path.join(folder, f))
@@ -910,7 +910,9 @@ def bf16_fixture(name, flat, ids, prompt, greedy_steps, out_dir, args, full_voca
     meta["leak"] = leak
     meta["yarn"] = yarn_check(model, cfg, flat)
     entries = golden_entries(ids, prompt, result, full_logits, model, full_vocab=full_vocab)
-    write_safetensors(os.path.join(folder, "golden.safetensors"), entries, {"fixture": name})
+    os.makedirs(os.path.join(folder, "reference"), exist_ok=True)
+    # Outside the model folder's top level, so a checkpoint reader never mistakes it for a shard.
+    write_safetensors(os.path.join(folder, "reference", "golden.safetensors"), entries, {"fixture": name})
     meta["golden_tensors"] = {k: {"dtype": v[0], "shape": v[1]} for k, v in entries.items()}
     meta["checkpoint"] = describe_checkpoint(folder)
     meta["config_json_keys"] = sorted(json.load(open(os.path.join(folder, "config.json"))).keys())
@@ -1021,7 +1023,9 @@ def fp8_fixture(name, flat, ids, prompt, greedy_steps, out_dir, args):
         full_logits, leak = leak_numbers(model, cfg, ids, result["causal"], result["probe"])
     meta["leak"] = leak
     entries = golden_entries(ids, prompt, result, full_logits, model)
-    write_safetensors(os.path.join(folder, "golden.safetensors"), entries, {"fixture": name})
+    os.makedirs(os.path.join(folder, "reference"), exist_ok=True)
+    # Outside the model folder's top level, so a checkpoint reader never mistakes it for a shard.
+    write_safetensors(os.path.join(folder, "reference", "golden.safetensors"), entries, {"fixture": name})
     meta["golden_tensors"] = {k: {"dtype": v[0], "shape": v[1]} for k, v in entries.items()}
     meta["checkpoint"] = describe_checkpoint(folder)
     return meta, folder
@@ -1086,7 +1090,7 @@ def main():
             meta = fn()
             meta.update(common)
             meta["seconds"] = round(time.time() - t0, 1)
-            with open(os.path.join(args.out, name, "meta.json"), "w") as f:
+            with open(os.path.join(args.out, name, "reference", "meta.json"), "w") as f:
                 json.dump(meta, f, indent=1)
             print(f"[{name}] done in {time.time() - t0:.1f}s; leak max {meta.get('leak', {}).get('full_vs_causal_max_abs')}")
         except Exception:
