@@ -1,0 +1,40 @@
+#pragma once
+// The compute kernels the model layer runs on: one small interface, one implementation per
+// backend (kernels/cpu now; kernels/cuda later). Weights stay in their checkpoint encoding (BF16,
+// DeepSeek's block-scaled FP8 and group-scaled FP4) and are decoded inside the kernels, so no
+// dequantized copy of a model ever exists in memory.
+#include <cstdint>
+
+namespace deepinfer::kernels {
+
+enum class WeightEncoding {
+  F32,
+  BF16,
+  FP8_E4M3,  // with a scale per block_rows x block_cols tile
+  FP4_E2M1,  // two per byte, low nibble = even column; a scale per block_cols inputs of a row
+};
+
+enum class ScaleEncoding {
+  None,
+  E8M0,  // one byte: 2^(b - 127); 255 is NaN
+  F32,
+};
+
+// A [rows, cols] weight matrix (rows = output features), row-major, as stored: non-owning.
+struct WeightMatrix {
+  WeightEncoding encoding = WeightEncoding::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;            // logical columns (FP4 stores cols / 2 bytes a row)
+  const void* data = nullptr;  // may be unaligned (safetensors offsets are not aligned)
+  ScaleEncoding scale_encoding = ScaleEncoding::None;
+  const void* scales = nullptr;  // FP8: [ceil(rows / block_rows), ceil(cols / block_cols)]; FP4: [rows, cols / block_cols]
+  int64_t block_rows = 1;
+  int64_t block_cols = 1;
+};
+
+// y[t, r] = sum_c x[t, c] * W[r, c] for t < tokens; x is [tokens, cols], y is [tokens, rows], f32.
+// Batch invariance: each y[t, r] is reduced in one fixed order that depends on neither `tokens`
+// nor how the work is split across threads, so a row of logits is bit-identical alone or batched.
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y);
+
+}  // namespace deepinfer::kernels
