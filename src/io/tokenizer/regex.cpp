@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <optional>
@@ -89,9 +90,15 @@ void append_code_point(std::string& out, char32_t code_point) {
   out.append(buffer);
 }
 
-// Appends `ranges` as the body of a PCRE2 character class.
+// Appends `ranges` as the body of a PCRE2 character class. PCRE2 tests a character against the
+// ranges one by one in pattern order, so the widest (CJK, Hangul, ...) go first: most characters of
+// a text then find their range after a few comparisons.
 void append_class_body(std::string& out, std::span<const CodePointRange> ranges) {
-  for (const CodePointRange& range : ranges) {
+  std::vector<CodePointRange> widest_first(ranges.begin(), ranges.end());
+  std::stable_sort(widest_first.begin(), widest_first.end(), [](CodePointRange a, CodePointRange b) {
+    return a.last - a.first > b.last - b.first;
+  });
+  for (const CodePointRange& range : widest_first) {
     append_code_point(out, range.first);
     if (range.last == range.first) continue;
     if (range.last > range.first + 1) out.push_back('-');
