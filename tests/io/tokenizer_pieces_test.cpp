@@ -125,12 +125,104 @@ TEST(TokenizerRegexTest, EmptyMatchesFollowOniguruma) {
 TEST(TokenizerRegexTest, OnigurumaEscapesAreTranslated) {
   const tokenizer::Regex hex("\\h+", "test");  // Oniguruma: hex digits, not horizontal space
   EXPECT_EQ(matches(hex, "x 1aF g").size(), 1u);
-  const tokenizer::Regex word("\\w+", "test");  // Unicode word: marks included, '²' (No) excluded
+  const tokenizer::Regex word("\\w+", "test");  // the library's \w: marks and every number ('²'), not '-'
   using P = std::pair<std::size_t, std::size_t>;
-  EXPECT_EQ(matches(word, "e\xCC\x81x\xC2\xB2"), (std::vector<P>{{0, 4}}));
+  EXPECT_EQ(matches(word, "e\xCC\x81x\xC2\xB2-"), (std::vector<P>{{0, 6}}));
   const tokenizer::Regex space("\\s", "test");  // White_Space includes NEL and U+3000
   EXPECT_EQ(matches(space, "\xC2\x85" "a\xE3\x80\x80").size(), 2u);
   EXPECT_THROW(tokenizer::Regex("(unclosed", "test"), Error);
+}
+
+// Byte offsets of the matches of `pattern` in `text`.
+std::vector<std::pair<std::size_t, std::size_t>> matches(std::string_view pattern, std::string_view text) {
+  return matches(tokenizer::Regex(pattern, "test"), text);
+}
+
+std::string utf8_of(char32_t code_point) {
+  std::string out;
+  if (code_point < 0x80) {
+    out.push_back(static_cast<char>(code_point));
+  } else if (code_point < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (code_point >> 6)));
+    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
+  } else if (code_point < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (code_point >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((code_point >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (code_point >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((code_point >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((code_point >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
+  }
+  return out;
+}
+
+const std::string kMongolianVowelSeparator = "\xE1\xA0\x8E";  // U+180E: Cf, not White_Space
+const std::string kJellyfish = "\xF0\x9F\xAA\xBC";               // U+1FABC: So since Unicode 15
+const std::string kFingerprint = "\xF0\x9F\xAB\x86";             // U+1FAC6: So since Unicode 16
+
+TEST(TokenizerRegexTest, WhiteSpaceIsTheLibrarysNotPcre2s) {
+  using P = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(matches("\\s+", "a" + kMongolianVowelSeparator + " \xE3\x80\x80" "b"), (std::vector<P>{{4, 8}}));
+  EXPECT_EQ(matches("\\S+", "a" + kMongolianVowelSeparator + " "), (std::vector<P>{{0, 4}}));
+  EXPECT_EQ(matches("[\\s]+", kMongolianVowelSeparator + "\t\xC2\x85"), (std::vector<P>{{3, 6}}));
+}
+
+TEST(TokenizerRegexTest, SymbolsIncludeCharactersNewerThanPcre2) {
+  using P = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(matches("\\p{S}+", "x" + kJellyfish + kFingerprint + "y"), (std::vector<P>{{1, 9}}));
+  EXPECT_EQ(matches("\\P{S}+", "x" + kJellyfish), (std::vector<P>{{0, 1}}));
+  EXPECT_EQ(matches("\\p{^S}+", "x" + kJellyfish), (std::vector<P>{{0, 1}}));
+  EXPECT_EQ(matches("\\p{So}", kFingerprint), (std::vector<P>{{0, 4}}));
+  EXPECT_EQ(matches("\\p{ other_Symbol }", kFingerprint), (std::vector<P>{{0, 4}}));  // Oniguruma spelling
+}
+
+TEST(TokenizerRegexTest, NegatedClassOfPropertiesUsesTheNewData) {
+  // The DeepSeek V4 word rule: a new emoji is \p{S}, so it may not lead the word; U+180E may.
+  const std::string word_rule = "[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+";
+  using P = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(matches(word_rule, kJellyfish + "abc"), (std::vector<P>{{4, 7}}));
+  EXPECT_EQ(matches(word_rule, kFingerprint + "abc"), (std::vector<P>{{4, 7}}));
+  EXPECT_EQ(matches(word_rule, kMongolianVowelSeparator + "abc"), (std::vector<P>{{0, 6}}));
+  EXPECT_EQ(matches(word_rule, "\nabc"), (std::vector<P>{{1, 4}}));
+}
+
+TEST(TokenizerRegexTest, NegatedEscapesInsideClassesAreComplements) {
+  using P = std::pair<std::size_t, std::size_t>;
+  // [\S\n] : everything but white space, plus newline; U+180E is not white space.
+  EXPECT_EQ(matches("[\\S\\n]+", "a" + kMongolianVowelSeparator + "\nb c"), (std::vector<P>{{0, 6}, {7, 8}}));
+  EXPECT_EQ(matches("[^\\S]+", "a \xE3\x80\x80" + kMongolianVowelSeparator), (std::vector<P>{{1, 5}}));
+  EXPECT_EQ(matches("[x\\D]+", "1x2a" + kJellyfish + "3"), (std::vector<P>{{1, 2}, {3, 8}}));
+  EXPECT_EQ(matches("[\\P{L}]+", "ab" + kJellyfish + "1c"), (std::vector<P>{{2, 7}}));
+  // A set and its negation, in and out of a class, split every character the same way.
+  const tokenizer::Regex space("\\s", "test"), in_class_not_space("[\\S]", "test"),
+      doubly_negated("[^\\S]", "test"), not_letter("[^\\p{L}]", "test"), letter_complement("[\\P{L}]", "test");
+  for (char32_t code_point = 0; code_point <= 0x10FFFF; code_point += code_point < 0x3100 ? 1 : 97) {
+    if (code_point >= 0xD800 && code_point <= 0xDFFF) continue;
+    const std::string text = utf8_of(code_point);
+    const bool is_space = !matches(space, text).empty();
+    EXPECT_EQ(matches(in_class_not_space, text).empty(), is_space) << std::hex << static_cast<unsigned>(code_point);
+    EXPECT_EQ(matches(doubly_negated, text).empty(), !is_space) << std::hex << static_cast<unsigned>(code_point);
+    EXPECT_EQ(matches(not_letter, text), matches(letter_complement, text)) << std::hex << static_cast<unsigned>(code_point);
+  }
+}
+
+TEST(TokenizerRegexTest, OnigurumaEscapeFormsAndFallbacks) {
+  using P = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(matches("\\pL", "apLb"), (std::vector<P>{{1, 3}}));  // no brace: the letter p, as Oniguruma
+  EXPECT_EQ(matches("\\p{Han}+", "ab\xE4\xB8\xAD\xE6\x96\x87"), (std::vector<P>{{2, 8}}));  // PCRE2's scripts
+  EXPECT_NE(tokenizer::translate_oniguruma_pattern("\\p{Han}").find("\\p{Han}"), std::string::npos);
+  EXPECT_EQ(tokenizer::translate_oniguruma_pattern("\\p{L}").find("\\p"), std::string::npos);
+  EXPECT_EQ(tokenizer::translate_oniguruma_pattern("a\\\\s"), "a\\\\s");  // an escaped backslash, then 's'
+}
+
+TEST(TokenizerRegexTest, CaseInsensitiveGroupsStillWork) {
+  using P = std::pair<std::size_t, std::size_t>;
+  const std::string contractions = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|\\p{L}+";
+  EXPECT_EQ(matches(contractions, "IT'S we'RE"), (std::vector<P>{{0, 2}, {2, 4}, {5, 7}, {7, 10}}));
+  // Oniguruma folds case for properties too: (?i)\p{Lu} matches 'a' in the library.
+  EXPECT_EQ(matches("(?i:\\p{Lu})+", "aB1"), (std::vector<P>{{0, 2}}));
 }
 
 // ---- BPE ----

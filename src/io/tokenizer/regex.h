@@ -55,13 +55,15 @@ class Regex {
 
  private:
   Regex() = default;
-  void compile(std::string_view origin);
+  // `written_pattern` is what error messages show (the translated one can be tens of kilobytes).
+  void compile(std::string_view origin, std::string_view written_pattern);
   std::string pattern_;  // the PCRE2 pattern actually compiled
   void* code_ = nullptr; // pcre2_code_8
   bool jit_ = false;
 };
 
-// The Oniguruma pattern rewritten for PCRE2 (exposed for tests).
-std::string translate_oniguruma_pattern(std::string_view pattern, std::string_view origin);
+// The Oniguruma pattern rewritten for PCRE2 (exposed for tests): set escapes (\p{..}, \s, \d, \w,
+// \h and negations) become explicit classes from the library's own Unicode tables (unicode_tables.h).
+std::string translate_oniguruma_pattern(std::string_view pattern);
 
 }  // namespace deepinfer::tokenizer
