@@ -139,6 +139,21 @@ void decode_span(const WeightMatrix& w, int64_t row, int64_t first_col, int64_t 
   }
 }
 
+// Asks for the bytes of columns [first_col, first_col + count) of `row` ahead of their decode:
+// the row block reads several rows in short bursts, which the hardware prefetcher alone follows
+// too late to keep a core's DRAM bandwidth busy at decode (one token).
+void prefetch_span(const WeightMatrix& w, int64_t row, int64_t first_col, int64_t count) {
+  const auto* bytes = static_cast<const char*>(w.data);
+  int64_t begin = 0, end = 0;
+  switch (w.encoding) {
+    case WeightEncoding::F32: begin = (row * w.cols + first_col) * 4, end = begin + count * 4; break;
+    case WeightEncoding::BF16: begin = (row * w.cols + first_col) * 2, end = begin + count * 2; break;
+    case WeightEncoding::FP8_E4M3: begin = row * w.cols + first_col, end = begin + count; break;
+    case WeightEncoding::FP4_E2M1: begin = (row * w.cols + first_col) / 2, end = begin + (count + 1) / 2; break;
+  }
+  for (int64_t offset = begin; offset < end; offset += 64) _mm_prefetch(bytes + offset, _MM_HINT_T0);
+}
+
 // ---- the product of a decoded panel with the tokens -------------------------------------------
 
 // Lane sums in a fixed tree: (j, j+4), then (j, j+2), then (0, 1).
@@ -234,6 +249,11 @@ void linear_rows(const float* x, int64_t tokens, const WeightMatrix& w, float* y
     for (int64_t col0 = 0; col0 < w.cols; col0 += kPanelCols) {
       const int64_t width = std::min(kPanelCols, w.cols - col0);
       const int64_t padded = (width + 7) / 8 * 8;
+      const bool last_panel = col0 + kPanelCols >= w.cols;
+      const int64_t next_row0 = last_panel ? row0 + kRowBlock : row0;
+      const int64_t next_col0 = last_panel ? 0 : col0 + kPanelCols;
+      for (int64_t r = next_row0; r < std::min(next_row0 + kRowBlock, end_row); ++r)
+        prefetch_span(w, r, next_col0, std::min(kPanelCols, w.cols - next_col0));
       for (int i = 0; i < rows; ++i) {
         float* row_weights = weights + i * kPanelCols;
         decode_span(w, row0 + i, col0, width, row_weights);
