@@ -82,7 +82,9 @@ const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols)
   uint64_t state = 0x9E3779B97F4A7C15ull;
   for (int64_t i = 0; i + 8 <= one * count; i += 8) {
     uint64_t value = next_random(state);
-    if (encoding == WeightEncoding::BF16) value &= 0x3FFF3FFF3FFF3FFFull;  // finite bf16 values below 2
+    // bf16: sign and mantissa random, magnitudes 2^-15 to 2^-7 like trained weights. Random
+    // exponents would make most products subnormal, and those take microcode assists.
+    if (encoding == WeightEncoding::BF16) value = (value & 0x83FF83FF83FF83FFull) | 0x3800380038003800ull;
     if (encoding == WeightEncoding::FP8_E4M3) value &= 0xBFBFBFBFBFBFBFBFull;  // never the NaN code
     std::memcpy(copies.storage.get() + i, &value, 8);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // The one thread pool every CPU kernel runs on. A decode step calls it hundreds of times per
 // token, so a call allocates nothing, wakes the workers through a shared generation counter
-// (spinning briefly before sleeping on a condition variable), and the calling thread does a share.
+// (optionally spinning before sleeping on a condition variable), and the calling thread does a share.
 //
 // Partitioning is static and deterministic: parallel_for(count, fn) splits [0, count) into
 // min(size(), count) contiguous chunks whose bounds depend only on count and size(), and chunk 0
@@ -22,8 +22,9 @@ namespace deepinfer {
 class ThreadPool {
  public:
   // `threads` counts the caller: ThreadPool(1) starts no worker and runs everything inline.
-  // `spin_iterations` is how long an idle worker (and a waiting caller) polls before sleeping;
-  // 0 sleeps at once.
+  // `spin_iterations` is how many pause-loop polls an idle worker (and a waiting caller) makes
+  // before sleeping. The default, 0, sleeps at once: on the 2-CPU shared machine spinning made a
+  // call 40x slower (bench/thread_pool_bench.cpp, docs/BENCHMARKS.md); try it on dedicated cores.
   explicit ThreadPool(int threads, int spin_iterations = kDefaultSpinIterations);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -49,7 +50,7 @@ class ThreadPool {
     return {count * index / chunks, count * (index + 1) / chunks};
   }
 
-  static constexpr int kDefaultSpinIterations = 4000;
+  static constexpr int kDefaultSpinIterations = 0;
 
  private:
   using ChunkFunction = void (*)(void*, int64_t, int64_t);
