@@ -1,72 +1,73 @@
-// Portable linear kernel: decodes one weight row at a time into f32 and takes its dot product
-// with every token. Correct for every encoding; the vectorised, threaded path replaces its loops.
-#include <cstring>
-#include <vector>
+// kernels::linear on the CPU: checks the weight descriptor, then runs the fastest path this build
+// has on the process-wide thread pool.
+#include <algorithm>
 
-#include "core/float_formats.h"
-#include "kernels/kernels.h"
+#include "core/error.h"
+#include "kernels/cpu/linear_cpu.h"
 
-namespace deepinfer::kernels {
+namespace deepinfer::kernels::cpu {
 namespace {
 
-float scale_at(const WeightMatrix& w, int64_t index) {
-  switch (w.scale_encoding) {
-    case ScaleEncoding::None: return 1.0f;
-    case ScaleEncoding::E8M0: return e8m0_to_float(static_cast<const uint8_t*>(w.scales)[index]);
-    case ScaleEncoding::F32: {
-      float value;
-      std::memcpy(&value, static_cast<const char*>(w.scales) + index * sizeof(float), sizeof(float));
-      return value;
-    }
+const char* encoding_name(WeightEncoding encoding) {
+  switch (encoding) {
+    case WeightEncoding::F32: return "F32";
+    case WeightEncoding::BF16: return "BF16";
+    case WeightEncoding::FP8_E4M3: return "FP8_E4M3";
+    case WeightEncoding::FP4_E2M1: return "FP4_E2M1";
   }
-  return 1.0f;
+  return "unknown";
 }
 
-void decode_row(const WeightMatrix& w, int64_t row, float* out) {
-  const auto* bytes = static_cast<const uint8_t*>(w.data);
-  switch (w.encoding) {
-    case WeightEncoding::F32:
-      std::memcpy(out, bytes + row * w.cols * sizeof(float), w.cols * sizeof(float));
-      return;
-    case WeightEncoding::BF16:
-      for (int64_t c = 0; c < w.cols; ++c) {
-        uint16_t bits;
-        std::memcpy(&bits, bytes + (row * w.cols + c) * 2, 2);
-        out[c] = bf16_to_float(bits);
-      }
-      return;
-    case WeightEncoding::FP8_E4M3: {
-      const int64_t scale_cols = (w.cols + w.block_cols - 1) / w.block_cols;
-      const int64_t scale_row = row / w.block_rows;
-      for (int64_t c = 0; c < w.cols; ++c)
-        out[c] = e4m3fn_to_float(bytes[row * w.cols + c]) * scale_at(w, scale_row * scale_cols + c / w.block_cols);
-      return;
-    }
-    case WeightEncoding::FP4_E2M1: {
-      const int64_t groups = w.cols / w.block_cols;
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const uint8_t byte = bytes[row * (w.cols / 2) + c / 2];
-        const uint8_t nibble = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-        out[c] = e2m1_to_float(nibble) * scale_at(w, row * groups + c / w.block_cols);
-      }
-      return;
-    }
-  }
+// A descriptor the loader got wrong would otherwise read out of bounds, so it is an Error.
+void check_weight(const WeightMatrix& w) {
+  const char* name = encoding_name(w.encoding);
+  if (w.rows < 0 || w.cols < 0) fail("linear: ", name, " weight has negative shape [", w.rows, ", ", w.cols, "]");
+  if (w.rows > 0 && w.cols > 0 && w.data == nullptr) fail("linear: ", name, " weight has no data");
+  if (w.encoding != WeightEncoding::FP8_E4M3 && w.encoding != WeightEncoding::FP4_E2M1) return;
+  if (w.block_rows < 1 || w.block_cols < 1)
+    fail("linear: ", name, " weight has block size ", w.block_rows, "x", w.block_cols, "; both must be at least 1");
+  if (w.scale_encoding != ScaleEncoding::None && w.scales == nullptr) fail("linear: ", name, " weight has no scales");
+  if (w.encoding == WeightEncoding::FP4_E2M1 && (w.cols % 2 != 0 || w.cols % w.block_cols != 0))
+    fail("linear: FP4_E2M1 weight has ", w.cols, " columns; it needs an even number and a multiple of its group size ",
+         w.block_cols);
 }
 
 }  // namespace
 
-void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y) {
-  std::vector<float> row(static_cast<std::size_t>(weight.cols));
-  for (int64_t r = 0; r < weight.rows; ++r) {
-    decode_row(weight, r, row.data());
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* xt = x + t * weight.cols;
-      float sum = 0.0f;
-      for (int64_t c = 0; c < weight.cols; ++c) sum += xt[c] * row[c];
-      y[t * weight.rows + r] = sum;
-    }
+bool linear_path_available(LinearPath path) {
+#ifdef __AVX2__
+  (void)path;
+  return true;
+#else
+  return path == LinearPath::Portable;
+#endif
+}
+
+LinearPath default_linear_path() {
+  return linear_path_available(LinearPath::Avx2) ? LinearPath::Avx2 : LinearPath::Portable;
+}
+
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, ThreadPool& pool, LinearPath path) {
+  check_weight(weight);
+  if (tokens < 0) fail("linear: negative token count ", tokens);
+  if (!linear_path_available(path)) fail("linear: the AVX2 path is not compiled into this build");
+  if (tokens == 0 || weight.rows == 0) return;
+  if (weight.cols == 0) {
+    std::fill(y, y + tokens * weight.rows, 0.0f);
+    return;
   }
+#ifdef __AVX2__
+  if (path == LinearPath::Avx2) return linear_avx2(x, tokens, weight, y, pool);
+#endif
+  linear_portable(x, tokens, weight, y, pool);
+}
+
+}  // namespace deepinfer::kernels::cpu
+
+namespace deepinfer::kernels {
+
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y) {
+  cpu::linear(x, tokens, weight, y, default_thread_pool(), cpu::default_linear_path());
 }
 
 }  // namespace deepinfer::kernels

@@ -1,0 +1,200 @@
+// CPU linear kernels: GFLOP/s and effective weight GB/s for BF16, FP8 (128x128 tiles) and FP4
+// (groups of 32) at decode (1 token) and prefill (64 tokens) shapes, portable vs AVX2, one thread
+// vs all; plus a plain streaming-read loop as the memory-bandwidth reference, in the same binary.
+//
+// Weights rotate through enough copies to exceed 640 MB, more than the last-level cache, so each
+// call reads its weights from DRAM as a real model's decode step does.
+//
+//   build/bench/linear_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+
+namespace {
+
+using deepinfer::ThreadPool;
+using deepinfer::kernels::ScaleEncoding;
+using deepinfer::kernels::WeightEncoding;
+using deepinfer::kernels::WeightMatrix;
+using deepinfer::kernels::cpu::LinearPath;
+
+constexpr int64_t kColdBytes = int64_t{640} << 20;
+
+int all_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+ThreadPool& pool(int threads) {
+  static ThreadPool one(1);
+  static ThreadPool all(all_threads());
+  return threads == 1 ? one : all;
+}
+
+uint64_t next_random(uint64_t& state) {  // xorshift64: fast fill, values irrelevant to speed
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+struct Copies {
+  WeightEncoding encoding;
+  int64_t rows = 0, cols = 0;
+  int64_t data_bytes = 0, scale_bytes = 0;
+  std::vector<WeightMatrix> matrices;
+  std::unique_ptr<uint8_t[]> storage;
+};
+
+// Builds (once per configuration; the previous one is freed) copies of one random weight matrix.
+const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols) {
+  static Copies copies;
+  if (copies.storage && copies.encoding == encoding && copies.rows == rows && copies.cols == cols) return copies;
+  copies = Copies{};
+  copies.encoding = encoding;
+  copies.rows = rows;
+  copies.cols = cols;
+  int64_t scale_count = 0;
+  switch (encoding) {
+    case WeightEncoding::BF16: copies.data_bytes = rows * cols * 2; break;
+    case WeightEncoding::FP8_E4M3:
+      copies.data_bytes = rows * cols;
+      scale_count = ((rows + 127) / 128) * ((cols + 127) / 128);
+      break;
+    case WeightEncoding::FP4_E2M1:
+      copies.data_bytes = rows * cols / 2;
+      scale_count = rows * cols / 32;
+      break;
+    case WeightEncoding::F32: copies.data_bytes = rows * cols * 4; break;
+  }
+  copies.scale_bytes = scale_count;  // E8M0: one byte each
+  const int64_t one = copies.data_bytes + copies.scale_bytes + 64;
+  const int64_t count = (kColdBytes + one - 1) / one;
+  copies.storage.reset(new uint8_t[static_cast<std::size_t>(one * count)]);
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (int64_t i = 0; i + 8 <= one * count; i += 8) {
+    uint64_t value = next_random(state);
+    // bf16: sign and mantissa random, magnitudes 2^-15 to 2^-7 like trained weights. Random
+    // exponents would make most products subnormal, and those take microcode assists.
+    if (encoding == WeightEncoding::BF16) value = (value & 0x83FF83FF83FF83FFull) | 0x3800380038003800ull;
+    if (encoding == WeightEncoding::FP8_E4M3) value &= 0xBFBFBFBFBFBFBFBFull;  // never the NaN code
+    std::memcpy(copies.storage.get() + i, &value, 8);
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    uint8_t* base = copies.storage.get() + k * one + 1;  // unaligned, like safetensors data
+    WeightMatrix m;
+    m.encoding = encoding;
+    m.rows = rows;
+    m.cols = cols;
+    m.data = base;
+    if (scale_count > 0) {
+      uint8_t* scales = base + copies.data_bytes;
+      for (int64_t s = 0; s < scale_count; ++s) scales[s] = static_cast<uint8_t>(120 + s % 8);
+      m.scale_encoding = ScaleEncoding::E8M0;
+      m.scales = scales;
+      m.block_rows = encoding == WeightEncoding::FP8_E4M3 ? 128 : 1;
+      m.block_cols = encoding == WeightEncoding::FP8_E4M3 ? 128 : 32;
+    }
+    copies.matrices.push_back(m);
+  }
+  return copies;
+}
+
+void bench_linear(benchmark::State& state, WeightEncoding encoding, int64_t rows, int64_t cols, int64_t tokens,
+                  int threads, LinearPath path) {
+  const Copies& copies = weight_copies(encoding, rows, cols);
+  std::vector<float> x(static_cast<std::size_t>(tokens * cols));
+  uint64_t seed = 12345;
+  for (auto& value : x) value = static_cast<float>(next_random(seed) % 2001) / 1000.0f - 1.0f;
+  std::vector<float> y(static_cast<std::size_t>(tokens * rows));
+  ThreadPool& workers = pool(threads);
+  std::size_t next = 0;
+  for (auto _ : state) {
+    deepinfer::kernels::cpu::linear(x.data(), tokens, copies.matrices[next], y.data(), workers, path);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    next = (next + 1) % copies.matrices.size();
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(tokens * rows * cols) * iterations * 1e-9,
+                                                benchmark::Counter::kIsRate);
+  state.counters["weight_GBs"] = benchmark::Counter(
+      static_cast<double>(copies.data_bytes + copies.scale_bytes) * iterations * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["threads"] = workers.size();
+}
+
+// Streaming read of a 1 GiB buffer, split over the pool like the kernels split rows.
+void bench_memory_read(benchmark::State& state, int threads) {
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  static std::unique_ptr<float[]> buffer = [] {
+    std::unique_ptr<float[]> data(new float[kBytes / 4]);
+    for (int64_t i = 0; i < kBytes / 4; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(i & 1023);
+    return data;
+  }();
+  ThreadPool& workers = pool(threads);
+  const int64_t blocks = kBytes / 4096;  // 1024-float blocks
+  std::vector<float> partial(static_cast<std::size_t>(blocks), 0.0f);
+  for (auto _ : state) {
+    workers.parallel_for(blocks, [&](int64_t begin, int64_t end) {
+#ifdef __AVX2__
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t i = begin * 1024; i < end * 1024; i += 32)
+        for (int j = 0; j < 4; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(buffer.get() + i + j * 8));
+      __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+      float lanes[8];
+      _mm256_storeu_ps(lanes, sum);
+#else
+      float lanes[8] = {};
+      for (int64_t i = begin * 1024; i < end * 1024; i += 8)
+        for (int j = 0; j < 8; ++j) lanes[j] += buffer[static_cast<std::size_t>(i + j)];
+#endif
+      partial[static_cast<std::size_t>(begin)] = lanes[0] + lanes[7];
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["read_GBs"] = benchmark::Counter(static_cast<double>(kBytes) * static_cast<double>(state.iterations()) * 1e-9,
+                                                  benchmark::Counter::kIsRate);
+  state.counters["threads"] = workers.size();
+}
+
+void register_all() {
+  struct Shape { int64_t rows, cols, tokens; };
+  const Shape shapes[] = {{4096, 4096, 1}, {2048, 4096, 1}, {4096, 4096, 64}};
+  const std::pair<WeightEncoding, const char*> encodings[] = {
+      {WeightEncoding::BF16, "bf16"}, {WeightEncoding::FP8_E4M3, "fp8_128x128"}, {WeightEncoding::FP4_E2M1, "fp4_g32"}};
+  std::vector<std::pair<LinearPath, const char*>> paths = {{LinearPath::Portable, "portable"}};
+  if (deepinfer::kernels::cpu::linear_path_available(LinearPath::Avx2)) paths.push_back({LinearPath::Avx2, "avx2"});
+  for (int threads : {1, all_threads()}) {
+    benchmark::RegisterBenchmark(("memory_read/1GiB/threads:" + std::to_string(threads)).c_str(), bench_memory_read, threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    for (const auto& [encoding, encoding_name] : encodings)
+      for (const Shape& shape : shapes)
+        for (const auto& [path, path_name] : paths) {
+          const std::string name = std::string("linear/") + encoding_name + "/" + std::to_string(shape.rows) + "x" +
+                                   std::to_string(shape.cols) + "/tokens:" + std::to_string(shape.tokens) +
+                                   "/threads:" + std::to_string(threads) + "/" + path_name;
+          benchmark::RegisterBenchmark(name.c_str(), bench_linear, encoding, shape.rows, shape.cols, shape.tokens, threads, path)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

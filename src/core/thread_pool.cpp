@@ -1,0 +1,136 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace deepinfer {
+namespace {
+
+// True on pool workers and on a caller while it runs its own chunk: parallel_for from there runs
+// inline, so nested parallelism can never wait on a worker that is waiting on it.
+thread_local bool t_inside_pool = false;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads, int spin_iterations) : spin_iterations_(std::max(spin_iterations, 0)) {
+  if (threads < 1) fail("ThreadPool: thread count must be at least 1, got ", threads);
+  chunk_errors_.resize(static_cast<std::size_t>(threads));
+  workers_.reserve(static_cast<std::size_t>(threads - 1));
+  for (int index = 1; index < threads; ++index) workers_.emplace_back([this, index] { worker_loop(index); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard caller_lock(caller_mutex_);
+    stopping_ = true;
+    std::lock_guard wake_lock(wake_mutex_);
+    generation_.fetch_add(1);
+  }
+  wake_workers_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void ThreadPool::run_chunk(int index) {
+  const auto [begin, end] = chunk_bounds(job_count_, job_chunks_, index);
+  try {
+    job_function_(job_callable_, begin, end);
+  } catch (...) {
+    chunk_errors_[static_cast<std::size_t>(index)] = std::current_exception();
+  }
+}
+
+void ThreadPool::worker_loop(int index) {
+  t_inside_pool = true;
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t generation = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; generation == seen && spin < spin_iterations_; ++spin) {
+      cpu_relax();
+      generation = generation_.load(std::memory_order_acquire);
+    }
+    if (generation == seen) {
+      std::unique_lock lock(wake_mutex_);
+      // seq_cst pairs with the caller's bump-then-read: either it sees us asleep and notifies,
+      // or our re-check below sees its new generation.
+      sleeping_workers_.fetch_add(1);
+      wake_workers_.wait(lock, [&] { return generation_.load() != seen; });
+      sleeping_workers_.fetch_sub(1);
+      generation = generation_.load();
+    }
+    seen = generation;
+    if (stopping_) return;
+    if (index < job_chunks_) run_chunk(index);
+    if (pending_workers_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+      { std::lock_guard lock(wake_mutex_); }  // the caller is inside wait() or re-checks after us
+      wake_caller_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::run(int64_t count, void* callable, ChunkFunction function) {
+  if (count <= 0) return;
+  if (t_inside_pool || workers_.empty() || count == 1) {
+    function(callable, 0, count);
+    return;
+  }
+  std::lock_guard caller_lock(caller_mutex_);
+  job_callable_ = callable;
+  job_function_ = function;
+  job_count_ = count;
+  job_chunks_ = static_cast<int>(std::min<int64_t>(count, size()));
+  pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1);
+  if (sleeping_workers_.load() > 0) {
+    { std::lock_guard lock(wake_mutex_); }  // a worker between its check and its wait sees the bump
+    wake_workers_.notify_all();
+  }
+
+  t_inside_pool = true;
+  run_chunk(0);
+  t_inside_pool = false;
+
+  for (int spin = 0; pending_workers_.load(std::memory_order_acquire) != 0 && spin < spin_iterations_; ++spin)
+    cpu_relax();
+  if (pending_workers_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock lock(wake_mutex_);
+    caller_sleeping_.store(true);
+    wake_caller_.wait(lock, [&] { return pending_workers_.load() == 0; });
+    caller_sleeping_.store(false);
+  }
+
+  std::exception_ptr first_error;
+  for (int index = 0; index < job_chunks_; ++index) {
+    auto& error = chunk_errors_[static_cast<std::size_t>(index)];
+    if (error && !first_error) first_error = error;
+    error = nullptr;
+  }
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+int default_thread_count() {
+  if (const char* text = std::getenv("DEEPINFER_THREADS"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value < 1 || value > 4096)
+      fail("DEEPINFER_THREADS must be an integer from 1 to 4096, got '", text, "'");
+    return static_cast<int>(value);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool& default_thread_pool() {
+  static ThreadPool pool(default_thread_count());
+  return pool;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,89 @@
+#pragma once
+// The one thread pool every CPU kernel runs on. A decode step calls it hundreds of times per
+// token, so a call allocates nothing, wakes the workers through a shared generation counter
+// (optionally spinning before sleeping on a condition variable), and the calling thread does a share.
+//
+// Partitioning is static and deterministic: parallel_for(count, fn) splits [0, count) into
+// min(size(), count) contiguous chunks whose bounds depend only on count and size(), and chunk 0
+// runs on the caller. Kernels that must be bit-reproducible rely on their results not depending on
+// the split at all; the fixed split only makes runs repeatable for everyone else.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace deepinfer {
+
+class ThreadPool {
+ public:
+  // `threads` counts the caller: ThreadPool(1) starts no worker and runs everything inline.
+  // `spin_iterations` is how many pause-loop polls an idle worker (and a waiting caller) makes
+  // before sleeping. The default, 0, sleeps at once: on the 2-CPU shared machine spinning made a
+  // call 40x slower (bench/thread_pool_bench.cpp, docs/BENCHMARKS.md); try it on dedicated cores.
+  explicit ThreadPool(int threads, int spin_iterations = kDefaultSpinIterations);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, count) exactly once and returns when
+  // all are done. Called from inside a chunk (of any pool), it runs fn(0, count) inline on the
+  // calling thread. Calls from several outside threads at once are serialised. If chunks throw,
+  // every chunk still finishes and the exception of the lowest-numbered failing chunk is
+  // rethrown to the caller.
+  template <typename Fn>
+  void parallel_for(int64_t count, Fn&& fn) {
+    using Callable = std::remove_reference_t<Fn>;
+    run(count, const_cast<void*>(static_cast<const void*>(&fn)), [](void* callable, int64_t begin, int64_t end) {
+      (*static_cast<Callable*>(callable))(begin, end);
+    });
+  }
+
+  // Chunk `index` of `chunks` over [0, count): the split parallel_for uses.
+  static std::pair<int64_t, int64_t> chunk_bounds(int64_t count, int64_t chunks, int64_t index) {
+    return {count * index / chunks, count * (index + 1) / chunks};
+  }
+
+  static constexpr int kDefaultSpinIterations = 0;
+
+ private:
+  using ChunkFunction = void (*)(void*, int64_t, int64_t);
+  void run(int64_t count, void* callable, ChunkFunction function);
+  void run_chunk(int index);
+  void worker_loop(int index);
+
+  std::vector<std::thread> workers_;
+  const int spin_iterations_;
+
+  // The current job; written by the caller before the generation is bumped, read by workers after.
+  void* job_callable_ = nullptr;
+  ChunkFunction job_function_ = nullptr;
+  int64_t job_count_ = 0;
+  int job_chunks_ = 0;
+  std::vector<std::exception_ptr> chunk_errors_;  // one slot per chunk, sized once
+
+  std::atomic<uint64_t> generation_{0};  // bumped once per job; workers run when it changes
+  std::atomic<int> pending_workers_{0};  // workers that have not yet finished the current job
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  bool stopping_ = false;  // written before the final generation bump
+  std::mutex wake_mutex_;
+  std::condition_variable wake_workers_;
+  std::condition_variable wake_caller_;
+  std::mutex caller_mutex_;  // one outside caller at a time
+};
+
+// Threads for the default pool: DEEPINFER_THREADS when set (a positive integer, else it throws
+// deepinfer::Error naming the variable), otherwise std::thread::hardware_concurrency().
+int default_thread_count();
+
+// The process-wide pool, created on first use with default_thread_count() threads.
+ThreadPool& default_thread_pool();
+
+}  // namespace deepinfer

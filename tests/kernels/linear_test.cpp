@@ -1,0 +1,377 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/float_formats.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/kernels.h"
+
+namespace deepinfer::kernels {
+namespace {
+
+using cpu::LinearPath;
+
+std::vector<LinearPath> available_paths() {
+  std::vector<LinearPath> paths{LinearPath::Portable};
+  if (cpu::linear_path_available(LinearPath::Avx2)) paths.push_back(LinearPath::Avx2);
+  return paths;
+}
+
+const char* path_name(LinearPath path) { return path == LinearPath::Avx2 ? "avx2" : "portable"; }
+
+// A weight matrix with its bytes and scales stored `misalign` bytes past an aligned address, the
+// way safetensors offsets leave them.
+struct TestWeight {
+  WeightMatrix matrix;
+  std::vector<uint8_t> data_storage;
+  std::vector<uint8_t> scale_storage;
+  int misalign = 0;
+
+  uint8_t* data() { return data_storage.data() + misalign; }
+  uint8_t* scales() { return scale_storage.data() + misalign; }
+  int64_t scale_count() const {
+    const auto& m = matrix;
+    if (m.encoding == WeightEncoding::FP8_E4M3)
+      return ((m.rows + m.block_rows - 1) / m.block_rows) * ((m.cols + m.block_cols - 1) / m.block_cols);
+    if (m.encoding == WeightEncoding::FP4_E2M1) return m.rows * (m.cols / m.block_cols);
+    return 0;
+  }
+  void set_scale(int64_t index, float value) {  // F32 scales
+    std::memcpy(scales() + index * 4, &value, 4);
+  }
+};
+
+// Random weights of every encoding. FP8 bytes avoid the NaN codes unless a test writes them;
+// E8M0 scales stay near 1 so sums stay in range.
+TestWeight make_weight(WeightEncoding encoding, int64_t rows, int64_t cols, std::mt19937& rng, int misalign = 3,
+                       ScaleEncoding scale_encoding = ScaleEncoding::E8M0, int64_t block_rows = 128,
+                       int64_t block_cols = 128) {
+  TestWeight w;
+  w.misalign = misalign;
+  WeightMatrix& m = w.matrix;
+  m.encoding = encoding;
+  m.rows = rows;
+  m.cols = cols;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int64_t data_bytes = 0;
+  switch (encoding) {
+    case WeightEncoding::F32: data_bytes = rows * cols * 4; break;
+    case WeightEncoding::BF16: data_bytes = rows * cols * 2; break;
+    case WeightEncoding::FP8_E4M3: data_bytes = rows * cols; break;
+    case WeightEncoding::FP4_E2M1: data_bytes = rows * cols / 2; break;
+  }
+  w.data_storage.resize(static_cast<std::size_t>(data_bytes + misalign));
+  uint8_t* data = w.data();
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (encoding == WeightEncoding::F32) {
+      const float value = normal(rng);
+      std::memcpy(data + i * 4, &value, 4);
+    } else if (encoding == WeightEncoding::BF16) {
+      const uint16_t bits = float_to_bf16(normal(rng));
+      std::memcpy(data + i * 2, &bits, 2);
+    }
+  }
+  if (encoding == WeightEncoding::FP8_E4M3) {
+    for (int64_t i = 0; i < data_bytes; ++i) {
+      uint8_t b = static_cast<uint8_t>(byte(rng));
+      if ((b & 0x7F) == 0x7F) b ^= 0x01;  // not NaN
+      data[i] = b;
+    }
+  }
+  if (encoding == WeightEncoding::FP4_E2M1)
+    for (int64_t i = 0; i < data_bytes; ++i) data[i] = static_cast<uint8_t>(byte(rng));
+  m.data = data;
+
+  if (encoding == WeightEncoding::FP8_E4M3 || encoding == WeightEncoding::FP4_E2M1) {
+    m.block_rows = block_rows;
+    m.block_cols = block_cols;
+    m.scale_encoding = scale_encoding;
+    const int64_t count = w.scale_count();
+    w.scale_storage.resize(static_cast<std::size_t>(count * 4 + misalign));
+    std::uniform_int_distribution<int> exponent(121, 131);
+    std::uniform_real_distribution<float> f32_scale(0.001f, 0.1f);
+    for (int64_t i = 0; i < count; ++i) {
+      if (scale_encoding == ScaleEncoding::E8M0) w.scales()[i] = static_cast<uint8_t>(exponent(rng));
+      else w.set_scale(i, f32_scale(rng));
+    }
+    m.scales = w.scales();
+  }
+  return w;
+}
+
+// The weight as the scalar decoders of core/float_formats.h define it, in double.
+double reference_weight(const WeightMatrix& m, int64_t r, int64_t c) {
+  const auto* bytes = static_cast<const uint8_t*>(m.data);
+  auto scale = [&](int64_t index) -> double {
+    if (m.scale_encoding == ScaleEncoding::None) return 1.0;
+    if (m.scale_encoding == ScaleEncoding::E8M0) return e8m0_to_float(static_cast<const uint8_t*>(m.scales)[index]);
+    float value;
+    std::memcpy(&value, static_cast<const uint8_t*>(m.scales) + index * 4, 4);
+    return value;
+  };
+  switch (m.encoding) {
+    case WeightEncoding::F32: {
+      float value;
+      std::memcpy(&value, bytes + (r * m.cols + c) * 4, 4);
+      return value;
+    }
+    case WeightEncoding::BF16: {
+      uint16_t bits;
+      std::memcpy(&bits, bytes + (r * m.cols + c) * 2, 2);
+      return bf16_to_float(bits);
+    }
+    case WeightEncoding::FP8_E4M3: {
+      const int64_t scale_cols = (m.cols + m.block_cols - 1) / m.block_cols;
+      return double{e4m3fn_to_float(bytes[r * m.cols + c])} * scale((r / m.block_rows) * scale_cols + c / m.block_cols);
+    }
+    case WeightEncoding::FP4_E2M1: {
+      const uint8_t byte = bytes[r * m.cols / 2 + c / 2];
+      return double{e2m1_to_float(c % 2 ? byte >> 4 : byte & 0xF)} * scale(r * (m.cols / m.block_cols) + c / m.block_cols);
+    }
+  }
+  return 0.0;
+}
+
+std::vector<float> random_activations(int64_t tokens, int64_t cols, std::mt19937& rng, float spread = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<float> x(static_cast<std::size_t>(tokens * cols + 1));  // +1: tests can offset by one float
+  for (auto& value : x) value = normal(rng);
+  return x;
+}
+
+// |y - reference| <= 1e-5 * sum |x w| (+ a few subnormal ulps), NaN exactly where the reference
+// is NaN, infinities equal.
+void expect_matches_reference(const float* x, int64_t tokens, const WeightMatrix& m, const float* y,
+                              const std::string& what) {
+  int failures = 0;
+  for (int64_t t = 0; t < tokens && failures < 5; ++t) {
+    for (int64_t r = 0; r < m.rows && failures < 5; ++r) {
+      double sum = 0.0, magnitude = 0.0;
+      for (int64_t c = 0; c < m.cols; ++c) {
+        const double product = double{x[t * m.cols + c]} * reference_weight(m, r, c);
+        sum += product;
+        magnitude += std::fabs(product);
+      }
+      const float got = y[t * m.rows + r];
+      const auto expected = static_cast<float>(sum);
+      bool ok;
+      if (std::isnan(sum)) ok = std::isnan(got);
+      else if (std::isinf(expected)) ok = got == expected;
+      else ok = std::fabs(double{got} - sum) <= 1e-5 * magnitude + static_cast<double>(m.cols) * 1e-44;
+      if (!ok) {
+        ++failures;
+        ADD_FAILURE() << what << ": y[" << t << ", " << r << "] = " << got << ", reference " << sum;
+      }
+    }
+  }
+}
+
+std::vector<float> run_linear(const std::vector<float>& x_storage, int x_offset, int64_t tokens, const WeightMatrix& m,
+                              ThreadPool& pool, LinearPath path) {
+  std::vector<float> y(static_cast<std::size_t>(tokens * m.rows), -12345.0f);
+  cpu::linear(x_storage.data() + x_offset, tokens, m, y.data(), pool, path);
+  return y;
+}
+
+bool bitwise_equal(const float* a, const float* b, std::size_t count) { return std::memcmp(a, b, count * 4) == 0; }
+
+std::string describe(const WeightMatrix& m, LinearPath path, int64_t tokens) {
+  return str_cat(path_name(path), " enc=", static_cast<int>(m.encoding), " ", m.rows, "x", m.cols, " block ", m.block_rows,
+                 "x", m.block_cols, " tokens=", tokens);
+}
+
+ThreadPool& pool_of(int threads) {
+  static ThreadPool one(1), two(2), three(3);
+  return threads == 1 ? one : threads == 2 ? two : three;
+}
+
+TEST(Linear, DenseEncodingsMatchReferenceOnOddShapes) {
+  std::mt19937 rng(1);
+  for (auto encoding : {WeightEncoding::F32, WeightEncoding::BF16})
+    for (int64_t rows : {1, 5, 130})
+      for (int64_t cols : {7, 32, 200, 4096}) {
+        if (rows == 130 && cols == 4096) continue;  // keeps the suite fast; 5 x 4096 covers the long rows
+        TestWeight w = make_weight(encoding, rows, cols, rng, static_cast<int>(rows % 4) + 1);
+        const int64_t tokens = 3;
+        const auto x = random_activations(tokens, cols, rng);
+        for (auto path : available_paths()) {
+          const auto y = run_linear(x, 1, tokens, w.matrix, pool_of(2), path);
+          expect_matches_reference(x.data() + 1, tokens, w.matrix, y.data(), describe(w.matrix, path, tokens));
+        }
+      }
+}
+
+TEST(Linear, Fp8BlockScaledMatchesReferenceWithPartialTiles) {
+  std::mt19937 rng(2);
+  struct Case { int64_t rows, cols, block; ScaleEncoding scales; };
+  for (const Case& shape : {Case{1, 7, 128, ScaleEncoding::E8M0}, Case{5, 200, 128, ScaleEncoding::E8M0},
+                            Case{130, 200, 128, ScaleEncoding::F32}, Case{130, 200, 32, ScaleEncoding::E8M0},
+                            Case{37, 100, 32, ScaleEncoding::F32}, Case{5, 4096, 128, ScaleEncoding::E8M0},
+                            Case{9, 1000, 32, ScaleEncoding::E8M0}}) {
+    TestWeight w = make_weight(WeightEncoding::FP8_E4M3, shape.rows, shape.cols, rng, 1, shape.scales, shape.block,
+                               shape.block);
+    const int64_t tokens = 2;
+    const auto x = random_activations(tokens, shape.cols, rng);
+    for (auto path : available_paths()) {
+      const auto y = run_linear(x, 0, tokens, w.matrix, pool_of(3), path);
+      expect_matches_reference(x.data(), tokens, w.matrix, y.data(), describe(w.matrix, path, tokens));
+    }
+  }
+}
+
+TEST(Linear, Fp8DecodesEveryByte) {
+  // One row holding all 256 codes (NaN codes included) makes that row NaN; rows with every
+  // non-NaN code, subnormals included, must match exactly-decoded references.
+  std::mt19937 rng(3);
+  TestWeight w = make_weight(WeightEncoding::FP8_E4M3, 3, 256, rng, 2, ScaleEncoding::E8M0, 128, 128);
+  for (int c = 0; c < 256; ++c) {
+    w.data()[c] = static_cast<uint8_t>(c);
+    const auto code = static_cast<uint8_t>(c);
+    w.data()[256 + c] = (code & 0x7F) == 0x7F ? 0 : code;
+    w.data()[512 + c] = (code & 0x7F) < 8 ? code : 0;  // subnormals and zeros only
+  }
+  const auto x = random_activations(2, 256, rng);
+  for (auto path : available_paths()) {
+    const auto y = run_linear(x, 0, 2, w.matrix, pool_of(1), path);
+    EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[3])) << path_name(path);
+    expect_matches_reference(x.data(), 2, w.matrix, y.data(), describe(w.matrix, path, 2));
+  }
+}
+
+TEST(Linear, Fp4GroupScaledMatchesReference) {
+  std::mt19937 rng(4);
+  struct Case { int64_t rows, cols, group; ScaleEncoding scales; };
+  for (const Case& shape : {Case{1, 32, 32, ScaleEncoding::E8M0}, Case{5, 224, 32, ScaleEncoding::E8M0},
+                            Case{130, 200, 8, ScaleEncoding::E8M0}, Case{7, 4096, 32, ScaleEncoding::E8M0},
+                            Case{13, 96, 32, ScaleEncoding::F32}, Case{3, 42, 3, ScaleEncoding::E8M0},
+                            Case{6, 10, 10, ScaleEncoding::E8M0}}) {
+    TestWeight w = make_weight(WeightEncoding::FP4_E2M1, shape.rows, shape.cols, rng, 3, shape.scales, 1, shape.group);
+    const int64_t tokens = 3;
+    const auto x = random_activations(tokens, shape.cols, rng);
+    for (auto path : available_paths()) {
+      const auto y = run_linear(x, 1, tokens, w.matrix, pool_of(2), path);
+      expect_matches_reference(x.data() + 1, tokens, w.matrix, y.data(), describe(w.matrix, path, tokens));
+    }
+  }
+}
+
+TEST(Linear, ExtremeE8m0ScalesAndNanPropagation) {
+  // Row r uses scale byte kBytes[r] for all its blocks: 0 (2^-127, subnormal products), 127 (1),
+  // 254 (2^127, with small weights so the products stay finite) and 255 (NaN, whole row NaN).
+  constexpr uint8_t kBytes[4] = {0, 127, 254, 255};
+  std::mt19937 rng(5);
+  for (auto encoding : {WeightEncoding::FP8_E4M3, WeightEncoding::FP4_E2M1}) {
+    const int64_t cols = 96;
+    TestWeight w = make_weight(encoding, 4, cols, rng, 1, ScaleEncoding::E8M0, 1, 32);
+    const int64_t groups = cols / 32;
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t g = 0; g < groups; ++g) w.scales()[r * groups + g] = kBytes[r];
+    if (encoding == WeightEncoding::FP8_E4M3)  // |w| < 1 in rows 2: 2^127 * |w| * |x| stays finite
+      for (int64_t c = 0; c < cols; ++c) w.data()[2 * cols + c] &= 0xB7;
+    else
+      for (int64_t c = 0; c < cols / 2; ++c) w.data()[2 * cols / 2 + c] &= 0x33;
+    const auto x = random_activations(2, cols, rng, 1e-3f);
+    for (auto path : available_paths()) {
+      const auto y = run_linear(x, 0, 2, w.matrix, pool_of(1), path);
+      for (int64_t t = 0; t < 2; ++t) {
+        EXPECT_TRUE(std::isnan(y[t * 4 + 3])) << path_name(path);
+        EXPECT_TRUE(std::isfinite(y[t * 4 + 2])) << path_name(path);
+        EXPECT_NE(y[t * 4 + 0], 0.0f) << path_name(path) << ": 2^-127 scale lost";
+      }
+      expect_matches_reference(x.data(), 2, w.matrix, y.data(), describe(w.matrix, path, 2));
+    }
+  }
+}
+
+// y[t] with 37 tokens equals, bit for bit, y computed for token t alone, and the result does
+// not depend on the number of threads (which moves rows between threads and row blocks).
+TEST(Linear, BatchAndThreadInvariantBitForBit) {
+  std::mt19937 rng(6);
+  const int64_t rows = 130, cols = 1000, tokens = 37;
+  std::vector<TestWeight> weights;
+  weights.push_back(make_weight(WeightEncoding::F32, rows, cols, rng, 1));
+  weights.push_back(make_weight(WeightEncoding::BF16, rows, cols, rng, 1));
+  weights.push_back(make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 128, 128));
+  weights.push_back(make_weight(WeightEncoding::FP4_E2M1, rows, cols, rng, 1, ScaleEncoding::E8M0, 1, 40));
+  const auto x = random_activations(tokens, cols, rng);
+  for (auto& w : weights) {
+    for (auto path : available_paths()) {
+      const std::string what = describe(w.matrix, path, tokens);
+      const auto batched = run_linear(x, 0, tokens, w.matrix, pool_of(3), path);
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<float> x_alone(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        x_alone.push_back(0.0f);
+        const auto single = run_linear(x_alone, 0, 1, w.matrix, pool_of(1 + t % 3), path);
+        ASSERT_TRUE(bitwise_equal(single.data(), batched.data() + t * rows, rows)) << what << " token " << t;
+      }
+      for (int threads : {1, 2}) {
+        const auto other = run_linear(x, 0, tokens, w.matrix, pool_of(threads), path);
+        EXPECT_TRUE(bitwise_equal(other.data(), batched.data(), batched.size())) << what << " threads " << threads;
+      }
+      for (int64_t prefix : {2, 5}) {  // different token-block remainders
+        const auto part = run_linear(x, 0, prefix, w.matrix, pool_of(2), path);
+        EXPECT_TRUE(bitwise_equal(part.data(), batched.data(), part.size())) << what << " prefix " << prefix;
+      }
+      expect_matches_reference(x.data(), 3, w.matrix, batched.data(), what);
+    }
+  }
+}
+
+TEST(Linear, PublicEntryPointUsesTheDefaultPath) {
+  std::mt19937 rng(7);
+  TestWeight w = make_weight(WeightEncoding::BF16, 33, 70, rng);
+  const auto x = random_activations(4, 70, rng);
+  std::vector<float> y(4 * 33);
+  linear(x.data(), 4, w.matrix, y.data());
+  const auto direct = run_linear(x, 0, 4, w.matrix, pool_of(1), cpu::default_linear_path());
+  EXPECT_TRUE(bitwise_equal(y.data(), direct.data(), y.size()));
+  expect_matches_reference(x.data(), 4, w.matrix, y.data(), "public linear");
+}
+
+TEST(Linear, EmptyShapes) {
+  std::mt19937 rng(8);
+  TestWeight w = make_weight(WeightEncoding::BF16, 3, 0, rng);
+  std::vector<float> y(6, 1.0f);
+  float x = 0.0f;
+  cpu::linear(&x, 2, w.matrix, y.data(), pool_of(1), cpu::default_linear_path());
+  EXPECT_EQ(y, std::vector<float>(6, 0.0f));
+  cpu::linear(&x, 0, w.matrix, y.data(), pool_of(1), cpu::default_linear_path());
+}
+
+TEST(Linear, InconsistentDescriptorsThrow) {
+  std::mt19937 rng(9);
+  const auto x = random_activations(1, 64, rng);
+  std::vector<float> y(8);
+  auto expect_error = [&](WeightMatrix m, const char* fragment) {
+    try {
+      cpu::linear(x.data(), 1, m, y.data(), pool_of(1), LinearPath::Portable);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+  };
+  TestWeight fp4 = make_weight(WeightEncoding::FP4_E2M1, 2, 64, rng, 0, ScaleEncoding::E8M0, 1, 32);
+  WeightMatrix bad = fp4.matrix;
+  bad.block_cols = 48;
+  expect_error(bad, "multiple of its group size");
+  bad = fp4.matrix;
+  bad.scales = nullptr;
+  expect_error(bad, "no scales");
+  bad = fp4.matrix;
+  bad.block_cols = 0;
+  expect_error(bad, "block size");
+  bad = fp4.matrix;
+  bad.data = nullptr;
+  expect_error(bad, "no data");
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels
