@@ -145,7 +145,11 @@ TEST_P(FixtureTest, EveryChunkingGivesTheOneShotLogitsBitForBit) {
   const Golden golden(GetParam());
   const auto ids = golden.ids("input_ids");
   const std::vector<float> one_shot = run_chunked(model, ids, ids.size());
-  for (std::size_t chunk : {1, 2, 3, 5, 8, 13, 48}) {
+  // Every chunk size on tiny_bf16; two on the others, to keep the suite fast under sanitizers (a
+  // chunk of one re-decodes every weight once per token in the portable kernel).
+  const std::vector<std::size_t> chunks =
+      GetParam() == "tiny_bf16" ? std::vector<std::size_t>{1, 2, 3, 5, 8, 13, 48} : std::vector<std::size_t>{5, 13};
+  for (std::size_t chunk : chunks) {
     const std::vector<float> chunked = run_chunked(model, ids, chunk);
     ASSERT_EQ(chunked.size(), one_shot.size());
     EXPECT_EQ(std::memcmp(chunked.data(), one_shot.data(), one_shot.size() * sizeof(float)), 0) << "chunk " << chunk;
@@ -155,7 +159,7 @@ TEST_P(FixtureTest, EveryChunkingGivesTheOneShotLogitsBitForBit) {
   SequenceState sequence = model.new_sequence();
   const auto vocab = static_cast<std::size_t>(model.vocab_size());
   std::vector<float> decoded(ids.size() * vocab);
-  const std::size_t prefill = ids.size() / 2 + 1;
+  const std::size_t prefill = GetParam() == "tiny_bf16" ? ids.size() / 2 + 1 : ids.size() - 5;
   model.forward(sequence, std::span(ids).first(prefill), std::span(decoded).first(prefill * vocab));
   for (std::size_t t = prefill; t < ids.size(); ++t)
     model.forward(sequence, std::span(ids).subspan(t, 1), std::span(decoded).subspan(t * vocab, vocab));
