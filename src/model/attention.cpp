@@ -1,0 +1,157 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/ops.h"
+
+namespace deepinfer::model {
+
+AttentionWeights load_attention(const Weights& weights, const std::string& prefix, const ModelConfig& config,
+                                int64_t layer) {
+  const std::string attn = prefix + "attn.";
+  AttentionWeights out;
+  out.wq_a = weights.matrix(attn + "wq_a.weight");
+  out.wq_b = weights.matrix(attn + "wq_b.weight");
+  out.wkv = weights.matrix(attn + "wkv.weight");
+  out.wo_b = weights.matrix(attn + "wo_b.weight");
+  for (int64_t g = 0; g < config.o_groups; ++g)
+    out.wo_a_groups.push_back(weights.matrix_rows(attn + "wo_a.weight", g * config.o_lora_rank, config.o_lora_rank));
+  out.q_norm = weights.floats(attn + "q_norm.weight");
+  out.kv_norm = weights.floats(attn + "kv_norm.weight");
+  out.sink = weights.floats(attn + "attn_sink");
+  out.rope = RopeTable::for_layer(config, layer);
+  out.heads = config.num_heads;
+  out.head_dim = config.head_dim;
+  out.window = config.sliding_window;
+  out.ratio = config.compress_ratio(layer);
+  out.eps = static_cast<float>(config.rms_norm_eps);
+  const AttentionKind kind = config.attention_kind(layer);
+  if (kind != AttentionKind::SlidingWindow && kind != AttentionKind::CompressedSparse &&
+      kind != AttentionKind::HeavilyCompressed)
+    fail("layer ", layer, ": attention kind ", attention_kind_name(kind), " (V4.1) is not implemented");
+  if (out.ratio > 0) {
+    const bool sparse = kind == AttentionKind::CompressedSparse;
+    out.compressor = load_compressor(weights, attn + "compressor.", out.ratio, out.head_dim, /*overlap=*/sparse, out.eps);
+    if (sparse) out.indexer = load_indexer(weights, attn + "indexer.", config, out.ratio);
+  }
+  return out;
+}
+
+namespace {
+
+// One head's sink attention over `keys` (K = V): softmax over scaled logits plus the sink logit,
+// which takes probability mass but contributes no value.
+void attend_head(const float* q, const std::vector<const float*>& keys, int64_t d, float scale, float sink,
+                 std::vector<float>& logits, float* out) {
+  const std::size_t n = keys.size();
+  logits.resize(n);
+  float max_logit = sink;
+  for (std::size_t j = 0; j < n; ++j) {
+    logits[j] = dot(q, keys[j], d) * scale;
+    max_logit = std::fmax(max_logit, logits[j]);
+  }
+  float denominator = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) {
+    logits[j] = std::exp(logits[j] - max_logit);
+    denominator += logits[j];
+  }
+  denominator += std::exp(sink - max_logit);
+  std::fill(out, out + d, 0.0f);
+  for (std::size_t j = 0; j < n; ++j) {
+    const float p = logits[j] / denominator;
+    for (int64_t e = 0; e < d; ++e) out[e] += p * keys[j][e];
+  }
+}
+
+}  // namespace
+
+void attention_forward(const AttentionWeights& weights, AttentionState& state, const float* x, int64_t tokens,
+                       int64_t first_position, float* out, std::vector<std::vector<int64_t>>* selected) {
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const int64_t rank = weights.wq_a.rows;
+
+  // Low-rank query; q_residual also feeds the indexer.
+  std::vector<float> q_residual(static_cast<std::size_t>(tokens * rank));
+  kernels::linear(x, tokens, weights.wq_a, q_residual.data());
+  for (int64_t t = 0; t < tokens; ++t)
+    rms_norm(q_residual.data() + t * rank, rank, weights.q_norm.data(), weights.eps, q_residual.data() + t * rank);
+  std::vector<float> q(static_cast<std::size_t>(tokens * heads * d));
+  kernels::linear(q_residual.data(), tokens, weights.wq_b, q.data());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      float* head = q.data() + (t * heads + h) * d;
+      rms_norm(head, d, nullptr, weights.eps, head);
+      weights.rope.apply(head, d, first_position + t);
+    }
+
+  // The shared K = V head joins the window store.
+  std::vector<float> kv(static_cast<std::size_t>(tokens * d));
+  kernels::linear(x, tokens, weights.wkv, kv.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* row = kv.data() + t * d;
+    rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
+    weights.rope.apply(row, d, first_position + t);
+  }
+  const int64_t stored_rows = static_cast<int64_t>(state.window_kv.size()) / d;
+  if (state.window_first + stored_rows != first_position)
+    fail("attention fed position ", first_position, " after ", state.window_first + stored_rows, " tokens");
+  state.window_kv.insert(state.window_kv.end(), kv.begin(), kv.end());
+
+  std::vector<std::vector<int64_t>> picks;
+  if (weights.compressor) compress(*weights.compressor, weights.rope, state.compressor, x, tokens, first_position);
+  if (weights.indexer)
+    picks = index_select(*weights.indexer, weights.rope, state.indexer, x, q_residual.data(), tokens, first_position);
+
+  std::vector<float> attended(static_cast<std::size_t>(tokens * heads * d));
+  std::vector<const float*> keys;
+  std::vector<float> logits;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t position = first_position + t;
+    keys.clear();
+    for (int64_t p = std::max<int64_t>(0, position - weights.window + 1); p <= position; ++p)
+      keys.push_back(state.window_kv.data() + (p - state.window_first) * d);
+    if (weights.indexer) {
+      for (int64_t w : picks[t]) keys.push_back(state.compressor.entries.data() + w * d);
+    } else if (weights.compressor) {
+      const int64_t visible = (position + 1) / weights.ratio;
+      for (int64_t w = 0; w < visible; ++w) keys.push_back(state.compressor.entries.data() + w * d);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* head_out = attended.data() + (t * heads + h) * d;
+      attend_head(q.data() + (t * heads + h) * d, keys, d, scale, weights.sink[h], logits, head_out);
+      // K = V carried RoPE into the output; rotate back at the query position.
+      weights.rope.apply(head_out, d, position, /*inverse=*/true);
+    }
+  }
+  if (selected) *selected = std::move(picks);
+
+  // Keep only the window the next chunk's first query can still see.
+  const int64_t end = first_position + tokens;
+  const int64_t keep_from = std::max<int64_t>(state.window_first, end - (weights.window - 1));
+  if (keep_from > state.window_first) {
+    state.window_kv.erase(state.window_kv.begin(), state.window_kv.begin() + (keep_from - state.window_first) * d);
+    state.window_first = keep_from;
+  }
+
+  // Grouped low-rank output: group g's heads go through its own slice of wo_a, then wo_b mixes.
+  const int64_t groups = static_cast<int64_t>(weights.wo_a_groups.size());
+  const int64_t group_in = heads * d / groups;
+  const int64_t group_out = weights.wo_a_groups.front().rows;
+  std::vector<float> group_input(static_cast<std::size_t>(tokens * group_in));
+  std::vector<float> group_result(static_cast<std::size_t>(tokens * group_out));
+  std::vector<float> low_rank(static_cast<std::size_t>(tokens * groups * group_out));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t t = 0; t < tokens; ++t)
+      std::copy_n(attended.data() + t * heads * d + g * group_in, group_in, group_input.data() + t * group_in);
+    kernels::linear(group_input.data(), tokens, weights.wo_a_groups[g], group_result.data());
+    for (int64_t t = 0; t < tokens; ++t)
+      std::copy_n(group_result.data() + t * group_out, group_out, low_rank.data() + (t * groups + g) * group_out);
+  }
+  kernels::linear(low_rank.data(), tokens, weights.wo_b, out);
+}
+
+}  // namespace deepinfer::model

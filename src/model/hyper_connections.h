@@ -1,0 +1,50 @@
+#pragma once
+// Manifold-constrained hyper-connections (v4_arch.md §2.2): the residual is hc_mult streams; each
+// sublayer site mixes them into one input (pre), and writes its output back (post) on top of a
+// Sinkhorn-projected stream mixing (comb). The head collapses the streams with pre weights only.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "kernels/kernels.h"
+#include "model/weights.h"
+
+namespace deepinfer::model {
+
+struct HyperConnectionWeights {
+  kernels::WeightMatrix fn;  // [(2 + n) * n, n * D] (head: [n, n * D])
+  std::vector<float> base;   // [(2 + n) * n] (head: [n])
+  std::vector<float> scale;  // [3] (head: [1])
+};
+
+// site: "attn" or "ffn" under `prefix` ("layers.L."); the head's are model-level (hc_head_*).
+HyperConnectionWeights load_hyper_connection(const Weights& weights, const std::string& prefix, const std::string& site);
+HyperConnectionWeights load_hyper_head(const Weights& weights, const std::string& prefix);
+
+struct HyperConnectionShape {
+  int64_t streams = 0;  // hc_mult
+  int64_t hidden = 0;   // D
+  int64_t sinkhorn_iters = 0;
+  float hc_eps = 0;
+  float norm_eps = 0;
+  static HyperConnectionShape of(const ModelConfig& config);
+};
+
+// Per-token mixing weights of one site.
+struct HyperMix {
+  std::vector<float> post;  // [tokens, n]
+  std::vector<float> comb;  // [tokens, n, n]; comb[j][k]: weight of input stream j in output stream k
+};
+
+// streams: [tokens, n, D]. Writes the collapsed sublayer input [tokens, D] and returns post/comb.
+HyperMix hyper_pre(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
+                   int64_t tokens, float* collapsed);
+// streams[t, k] = post[t, k] * output[t] + sum_j comb[t, j, k] * streams[t, j], in place.
+void hyper_post(const HyperMix& mix, const HyperConnectionShape& shape, const float* output, int64_t tokens,
+                float* streams);
+// The final collapse before the model norm: [tokens, n, D] -> [tokens, D].
+void hyper_head(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
+                int64_t tokens, float* collapsed);
+
+}  // namespace deepinfer::model

@@ -1,0 +1,138 @@
+#include "model/model.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/float_formats.h"
+#include "model/ops.h"
+
+namespace deepinfer::model {
+namespace {
+
+// One embedding row in f32, decoded from the table's stored encoding.
+void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
+  const auto* bytes = static_cast<const std::byte*>(table.data);
+  switch (table.encoding) {
+    case kernels::WeightEncoding::F32: std::memcpy(out, bytes + row * table.cols * 4, table.cols * 4); return;
+    case kernels::WeightEncoding::BF16:
+      for (int64_t c = 0; c < table.cols; ++c) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + (row * table.cols + c) * 2, 2);
+        out[c] = bf16_to_float(bits);
+      }
+      return;
+    default: fail("embed.weight: only F32 and BF16 embedding tables are supported");
+  }
+}
+
+}  // namespace
+
+LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
+  return {load_hyper_connection(weights_, prefix, "attn"),
+          load_hyper_connection(weights_, prefix, "ffn"),
+          weights_.floats(prefix + "attn_norm.weight"),
+          weights_.floats(prefix + "ffn_norm.weight"),
+          load_attention(weights_, prefix, config_, layer),
+          load_moe(weights_, prefix, config_, layer)};
+}
+
+Model Model::load(const std::string& dir) {
+  ModelConfig config = load_model_config(dir);
+  if (config.family != ModelFamily::V4) fail(dir, ": only DeepSeek-V4 (model_type deepseek_v4) is implemented");
+  Weights weights = Weights::open(dir, config);
+  Model model(std::move(config), std::move(weights));
+  const ModelConfig& c = model.config_;
+  model.hc_shape_ = HyperConnectionShape::of(c);
+  model.embed_ = model.weights_.matrix("embed.weight");
+  model.head_ = model.weights_.matrix("head.weight");
+  model.norm_ = model.weights_.floats("norm.weight");
+  model.hc_head_ = load_hyper_head(model.weights_, "");
+  for (int64_t layer = 0; layer < c.num_layers; ++layer)
+    model.layers_.push_back(model.load_layer("layers." + std::to_string(layer) + ".", layer));
+  for (int64_t i = 0; i < c.num_mtp_layers; ++i) {
+    const std::string prefix = "mtp." + std::to_string(i) + ".";
+    if (!model.weights_.has(prefix + "e_proj.weight")) continue;  // a checkpoint may leave MTP out
+    const Weights& w = model.weights_;
+    model.mtp_.push_back(MtpWeights{model.load_layer(prefix, c.num_layers + i), w.matrix(prefix + "e_proj.weight"),
+                                    w.matrix(prefix + "h_proj.weight"), w.floats(prefix + "enorm.weight"),
+                                    w.floats(prefix + "hnorm.weight"), w.floats(prefix + "norm.weight"),
+                                    load_hyper_head(w, prefix)});
+  }
+  return model;
+}
+
+SequenceState Model::new_sequence() const {
+  SequenceState sequence;
+  sequence.layers.resize(static_cast<std::size_t>(config_.num_layers));
+  return sequence;
+}
+
+void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits, LogitRows rows,
+                    ForwardTrace* trace) const {
+  const int64_t count = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
+  const int64_t d_model = config_.hidden_size;
+  const int64_t n = config_.hc_mult;
+  const int64_t logit_rows = rows == LogitRows::All ? count : 1;
+  if (count == 0) return;
+  if (static_cast<int64_t>(logits.size()) != logit_rows * vocab)
+    fail("forward: logits hold ", logits.size(), " floats, expected ", logit_rows * vocab);
+  if (static_cast<int64_t>(sequence.layers.size()) != config_.num_layers)
+    fail("forward: the sequence state was not made by this model");
+  for (int32_t id : tokens)
+    if (id < 0 || id >= vocab) fail("forward: token id ", id, " outside the vocabulary of ", vocab);
+  const int64_t first_position = sequence.length;
+
+  std::vector<float> streams(static_cast<std::size_t>(count * n * d_model));
+  for (int64_t t = 0; t < count; ++t) {
+    float* token_streams = streams.data() + t * n * d_model;
+    embed_row(embed_, tokens[t], token_streams);
+    for (int64_t i = 1; i < n; ++i) std::copy_n(token_streams, d_model, token_streams + i * d_model);
+  }
+  if (trace) {
+    trace->layer_streams.assign(static_cast<std::size_t>(count * config_.num_layers * n * d_model), 0.0f);
+    trace->csa_topk.clear();
+    trace->routing.clear();
+  }
+
+  std::vector<float> sublayer_in(static_cast<std::size_t>(count * d_model));
+  std::vector<float> sublayer_out(static_cast<std::size_t>(count * d_model));
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = layers_[layer];
+    HyperMix mix = hyper_pre(w.attn_hc, hc_shape_, streams.data(), count, sublayer_in.data());
+    for (int64_t t = 0; t < count; ++t)
+      rms_norm(sublayer_in.data() + t * d_model, d_model, w.attn_norm.data(), eps, sublayer_in.data() + t * d_model);
+    std::vector<std::vector<int64_t>> picks;
+    attention_forward(w.attention, sequence.layers[layer], sublayer_in.data(), count, first_position,
+                      sublayer_out.data(), trace ? &picks : nullptr);
+    hyper_post(mix, hc_shape_, sublayer_out.data(), count, streams.data());
+
+    mix = hyper_pre(w.ffn_hc, hc_shape_, streams.data(), count, sublayer_in.data());
+    for (int64_t t = 0; t < count; ++t)
+      rms_norm(sublayer_in.data() + t * d_model, d_model, w.ffn_norm.data(), eps, sublayer_in.data() + t * d_model);
+    std::vector<Routing> routing;
+    moe_forward(w.moe, sublayer_in.data(), tokens.data(), count, sublayer_out.data(), trace ? &routing : nullptr);
+    hyper_post(mix, hc_shape_, sublayer_out.data(), count, streams.data());
+
+    if (trace) {
+      if (w.attention.indexer) trace->csa_topk.push_back(std::move(picks));
+      trace->routing.push_back(std::move(routing));
+      for (int64_t t = 0; t < count; ++t)
+        std::copy_n(streams.data() + t * n * d_model, n * d_model,
+                    trace->layer_streams.data() + (t * config_.num_layers + layer) * n * d_model);
+    }
+  }
+  sequence.length += count;
+
+  // Only the rows asked for go through the head.
+  const int64_t head_first = count - logit_rows;
+  std::vector<float> hidden(static_cast<std::size_t>(logit_rows * d_model));
+  hyper_head(hc_head_, hc_shape_, streams.data() + head_first * n * d_model, logit_rows, hidden.data());
+  for (int64_t t = 0; t < logit_rows; ++t)
+    rms_norm(hidden.data() + t * d_model, d_model, norm_.data(), eps, hidden.data() + t * d_model);
+  if (trace) trace->final_hidden = hidden;
+  kernels::linear(hidden.data(), logit_rows, head_, logits.data());
+}
+
+}  // namespace deepinfer::model

@@ -1,0 +1,77 @@
+#pragma once
+// The DeepSeek-V4 forward pass on CPU kernels: embedding, hc_mult residual streams through every
+// decoder layer (mHC-wrapped attention and MoE), the hyper-head collapse, final norm and LM head.
+// Sequences are incremental: forward() appends any number of tokens to a SequenceState (a whole
+// prompt, a chunk of one, or one token when decoding) and the logits do not depend on the chunking.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/attention.h"
+#include "model/hyper_connections.h"
+#include "model/moe.h"
+#include "model/sequence_state.h"
+#include "model/weights.h"
+
+namespace deepinfer::model {
+
+struct LayerWeights {
+  HyperConnectionWeights attn_hc, ffn_hc;
+  std::vector<float> attn_norm, ffn_norm;
+  AttentionWeights attention;
+  MoeWeights moe;
+};
+
+// The multi-token-prediction block (mtp.L.*): loaded and kept for speculative decoding; the
+// forward pass does not run it yet.
+struct MtpWeights {
+  LayerWeights block;
+  kernels::WeightMatrix e_proj, h_proj;
+  std::vector<float> enorm, hnorm, norm;
+  HyperConnectionWeights head;
+};
+
+// Optional per-call record of intermediate decisions and values (tests and debugging).
+struct ForwardTrace {
+  std::vector<float> layer_streams;               // [tokens, layers, hc, D]: output of each decoder layer
+  std::vector<float> final_hidden;                // [tokens, D]: the LM head's input
+  std::vector<std::vector<std::vector<int64_t>>> csa_topk;  // [csa layer][token]: ascending entry ids
+  std::vector<std::vector<Routing>> routing;      // [layer][token]
+};
+
+enum class LogitRows { All, Last };
+
+class Model {
+ public:
+  // Reads config.json and the checkpoint in `dir`; refuses an incomplete or mis-shaped checkpoint.
+  static Model load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  SequenceState new_sequence() const;
+
+  // Appends `tokens` to the sequence. rows == All: logits is [tokens, vocab], row i for tokens[i];
+  // rows == Last: logits is [vocab] for the last token only.
+  void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+               LogitRows rows = LogitRows::All, ForwardTrace* trace = nullptr) const;
+
+  const std::vector<MtpWeights>& mtp() const { return mtp_; }
+
+ private:
+  explicit Model(ModelConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
+  LayerWeights load_layer(const std::string& prefix, int64_t layer) const;
+
+  ModelConfig config_;
+  Weights weights_;
+  HyperConnectionShape hc_shape_;
+  kernels::WeightMatrix embed_, head_;
+  std::vector<float> norm_;
+  HyperConnectionWeights hc_head_;
+  std::vector<LayerWeights> layers_;
+  std::vector<MtpWeights> mtp_;
+};
+
+}  // namespace deepinfer::model

@@ -1,0 +1,145 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/ops.h"
+
+namespace deepinfer::model {
+namespace {
+
+ExpertWeights load_expert(const Weights& weights, const std::string& prefix) {
+  return {weights.matrix(prefix + "w1.weight"), weights.matrix(prefix + "w2.weight"), weights.matrix(prefix + "w3.weight")};
+}
+
+// The clamped SwiGLU hidden activation of one expert for `tokens` rows: [tokens, I].
+void swiglu(const ExpertWeights& expert, const float* x, int64_t tokens, float limit, std::vector<float>& gate,
+            std::vector<float>& up) {
+  const int64_t inner = expert.w1.rows;
+  gate.resize(static_cast<std::size_t>(tokens * inner));
+  up.resize(static_cast<std::size_t>(tokens * inner));
+  kernels::linear(x, tokens, expert.w1, gate.data());
+  kernels::linear(x, tokens, expert.w3, up.data());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    float g = gate[i];
+    float u = up[i];
+    if (limit > 0) {
+      g = std::fmin(g, limit);
+      u = std::clamp(u, -limit, limit);
+    }
+    gate[i] = silu(g) * u;
+  }
+}
+
+}  // namespace
+
+MoeWeights load_moe(const Weights& weights, const std::string& prefix, const ModelConfig& config, int64_t layer) {
+  const std::string ffn = prefix + "ffn.";
+  MoeWeights out;
+  out.gate = weights.matrix(ffn + "gate.weight");
+  if (config.is_hash_moe_layer(layer)) {
+    out.tid2eid = weights.integers(ffn + "gate.tid2eid");
+  } else {
+    out.bias = weights.floats(ffn + "gate.bias");
+  }
+  const int64_t experts = config.routed_experts_of(layer);
+  for (int64_t e = 0; e < experts; ++e)
+    out.experts.push_back(load_expert(weights, ffn + "experts." + std::to_string(e) + "."));
+  if (config.n_shared_experts > 0) out.shared.push_back(load_expert(weights, ffn + "shared_experts."));
+  out.scoring = config.scoring_func;
+  out.top_k = config.num_experts_per_tok;
+  out.routed_scaling = static_cast<float>(config.routed_scaling_factor);
+  out.swiglu_limit = static_cast<float>(config.swiglu_limit);
+  for (int32_t id : out.tid2eid)
+    if (id < 0 || id >= experts) fail(weights.path(), ": ", ffn, "gate.tid2eid names expert ", id, " of ", experts);
+  return out;
+}
+
+void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token_ids, int64_t tokens, float* out,
+                 std::vector<Routing>* routing) {
+  const int64_t experts = weights.gate.rows;
+  const int64_t model_dim = weights.gate.cols;
+  const int64_t k = weights.top_k;
+  std::vector<float> scores(static_cast<std::size_t>(tokens * experts));
+  kernels::linear(x, tokens, weights.gate, scores.data());
+
+  std::vector<Routing> decisions(static_cast<std::size_t>(tokens));
+  std::vector<int32_t> order(static_cast<std::size_t>(experts));
+  std::vector<float> biased(static_cast<std::size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* row = scores.data() + t * experts;
+    switch (weights.scoring) {
+      case ScoringFunc::SqrtSoftplus:
+        for (int64_t e = 0; e < experts; ++e) row[e] = std::sqrt(softplus(row[e]));
+        break;
+      case ScoringFunc::Sigmoid:
+        for (int64_t e = 0; e < experts; ++e) row[e] = sigmoid(row[e]);
+        break;
+      case ScoringFunc::Softmax: softmax(row, experts); break;
+    }
+    Routing& decision = decisions[t];
+    if (!weights.tid2eid.empty()) {
+      const int64_t table_rows = static_cast<int64_t>(weights.tid2eid.size()) / k;
+      if (token_ids[t] < 0 || token_ids[t] >= table_rows) fail("token id ", token_ids[t], " outside tid2eid's ", table_rows, " rows");
+      decision.experts.assign(weights.tid2eid.begin() + token_ids[t] * k, weights.tid2eid.begin() + (token_ids[t] + 1) * k);
+    } else {
+      // The bias steers only the choice; ties go to the lower expert id.
+      for (int64_t e = 0; e < experts; ++e) biased[e] = row[e] + weights.bias[e];
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        return biased[a] != biased[b] ? biased[a] > biased[b] : a < b;
+      });
+      decision.experts.assign(order.begin(), order.begin() + k);
+    }
+    std::sort(decision.experts.begin(), decision.experts.end());
+    float sum = 0.0f;
+    for (int32_t e : decision.experts) {
+      decision.weights.push_back(row[e]);
+      sum += row[e];
+    }
+    // DeepSeek's model.py renormalises the picked scores except under softmax scoring.
+    const bool renormalize = weights.scoring != ScoringFunc::Softmax;
+    for (float& w : decision.weights) w = (renormalize ? w / sum : w) * weights.routed_scaling;
+  }
+
+  // Each expert runs once over the tokens routed to it; a token's contributions are then summed
+  // in ascending expert order (fixed per token, independent of the batch).
+  std::vector<float> contributions(static_cast<std::size_t>(tokens * k * model_dim));
+  std::vector<float> rows, gate, up, down;
+  std::vector<std::pair<int64_t, int64_t>> members;  // (token, slot)
+  for (int64_t e = 0; e < experts; ++e) {
+    members.clear();
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t s = 0; s < k; ++s)
+        if (decisions[t].experts[s] == e) members.emplace_back(t, s);
+    if (members.empty()) continue;
+    const int64_t count = static_cast<int64_t>(members.size());
+    rows.resize(static_cast<std::size_t>(count * model_dim));
+    for (int64_t m = 0; m < count; ++m)
+      std::copy_n(x + members[m].first * model_dim, model_dim, rows.data() + m * model_dim);
+    swiglu(weights.experts[e], rows.data(), count, weights.swiglu_limit, gate, up);
+    down.resize(static_cast<std::size_t>(count * model_dim));
+    kernels::linear(gate.data(), count, weights.experts[e].w2, down.data());
+    for (int64_t m = 0; m < count; ++m) {
+      const auto [t, s] = members[m];
+      const float w = decisions[t].weights[s];
+      float* slot = contributions.data() + (t * k + s) * model_dim;
+      for (int64_t c = 0; c < model_dim; ++c) slot[c] = down[m * model_dim + c] * w;
+    }
+  }
+  std::fill(out, out + tokens * model_dim, 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t s = 0; s < k; ++s)
+      for (int64_t c = 0; c < model_dim; ++c) out[t * model_dim + c] += contributions[(t * k + s) * model_dim + c];
+  for (const ExpertWeights& shared : weights.shared) {
+    swiglu(shared, x, tokens, weights.swiglu_limit, gate, up);
+    down.resize(static_cast<std::size_t>(tokens * model_dim));
+    kernels::linear(gate.data(), tokens, shared.w2, down.data());
+    for (int64_t i = 0; i < tokens * model_dim; ++i) out[i] += down[i];
+  }
+  if (routing) *routing = std::move(decisions);
+}
+
+}  // namespace deepinfer::model

@@ -1,0 +1,51 @@
+#pragma once
+// Reads a V4 golden fixture (tests/data/golden/v4/<name>/reference/golden.safetensors).
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace deepinfer::model::testing {
+
+inline std::string fixture_dir(const std::string& name) {
+  return std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/v4/" + name;
+}
+
+class Golden {
+ public:
+  explicit Golden(const std::string& fixture)
+      : file_(SafetensorsFile::open(fixture_dir(fixture) + "/reference/golden.safetensors")) {}
+
+  bool has(const std::string& name) const { return file_.find(name) != nullptr; }
+  std::vector<int64_t> shape(const std::string& name) const { return file_.view(name).shape; }
+  std::vector<float> floats(const std::string& name) const {
+    const TensorView view = file_.view(name);
+    std::vector<float> out(static_cast<std::size_t>(view.numel()));
+    std::memcpy(out.data(), view.bytes.data(), out.size() * sizeof(float));
+    return out;
+  }
+  std::vector<int64_t> integers(const std::string& name) const {
+    const TensorView view = file_.view(name);
+    std::vector<int64_t> out(static_cast<std::size_t>(view.numel()));
+    std::memcpy(out.data(), view.bytes.data(), out.size() * sizeof(int64_t));
+    return out;
+  }
+  std::vector<int32_t> ids(const std::string& name) const {
+    std::vector<int32_t> out;
+    for (int64_t id : integers(name)) out.push_back(static_cast<int32_t>(id));
+    return out;
+  }
+
+ private:
+  SafetensorsFile file_;
+};
+
+inline float max_abs_diff(const float* a, const float* b, std::size_t n) {
+  float worst = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace deepinfer::model::testing
