@@ -9,6 +9,7 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer and sanitizer runtimes
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev
+  libutf8proc-dev                     # Unicode normalisation (Engram token map)
 )
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
