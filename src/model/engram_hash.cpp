@@ -104,7 +104,8 @@ std::vector<int64_t> EngramHasher::hash(EngramHashState& state, std::span<const 
   std::vector<int64_t> history(state.lookback_.begin(), state.lookback_.end());
   for (int32_t token : tokens) {
     const bool known = token >= 0 && static_cast<std::size_t>(token) < token_map_.compressed_ids.size();
-    history.push_back(known ? token_map_.compressed_ids[static_cast<std::size_t>(token)] : kEngramDead);
+    const int32_t compressed = known ? token_map_.compressed_ids[static_cast<std::size_t>(token)] : kNoCompressedId;
+    history.push_back(compressed == kNoCompressedId ? kEngramDead : compressed);
   }
 
   std::vector<int64_t> out(tokens.size() * layers * cols);

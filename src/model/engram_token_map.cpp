@@ -17,8 +17,15 @@ CompressedTokenMap build_compressed_token_map(const Tokenizer& tokenizer) {
   for (int64_t id = 0; id < vocab; ++id) {
     const auto token_id = static_cast<TokenId>(id);
     const std::optional<std::string> token = tokenizer.id_to_token(token_id);
+    if (!token) {
+      // A hole in the added-token ids. The Hugging Face library packs added tokens without holes
+      // (it renumbers them), so a hole must take no compressed id, or every later key would be
+      // numbered one higher than the reference's and the size would disagree.
+      map.compressed_ids[static_cast<std::size_t>(id)] = kNoCompressedId;
+      continue;
+    }
     std::string key;
-    if (token) {
+    {
       const TokenId one[] = {token_id};
       const std::string text = tokenizer.decode(one, /*skip_special_tokens=*/false);
       if (text.find(kReplacement) != std::string::npos) {

@@ -58,6 +58,10 @@ TEST(EngramTokenMap, EqualsTheLibraryMapOfTheV41Tokenizer) {
   int32_t largest = -1;
   for (int64_t id = 0; id < common; ++id) largest = std::max(largest, map.compressed_ids[static_cast<std::size_t>(id)]);
   EXPECT_EQ(std::to_string(largest + 1), fixture.metadata().at("compressed_size_of_prefix"));
+  // Holes in the file's added-token ids take no compressed id, so the whole map has the size the
+  // library (which packs added tokens) gives its whole vocabulary: the size the config must state.
+  EXPECT_EQ(std::to_string(map.compressed_vocab_size), fixture.metadata().at("compressed_size_full"));
+  EXPECT_EQ(map.compressed_ids[128815], kNoCompressedId);
   // Case, accents and leading space collapse; different words stay apart.
   const auto id_of = [&](const char* token) { return map.compressed_ids[static_cast<std::size_t>(*tokenizer.token_to_id(token))]; };
   EXPECT_EQ(id_of("The"), id_of("\u0120the"));

@@ -58,12 +58,23 @@ for (let id = 0; id < common; ++id) {
   map[id] = keyToNew.get(key);
 }
 
+// The size over the library's whole (packed) vocabulary: what transformers' reference checks
+// against engram_compressed_vocab_size. deepinfer's map skips the file's id holes, so its size
+// must equal this one even though its ids above the first hole differ.
+const allTexts = await tokenizer.decodeBatch(Array.from({ length }, (_, i) => [i]), false);
+const allKeys = new Set();
+for (let id = 0; id < length; ++id) {
+  const text = allTexts[id];
+  allKeys.add(text.includes('\ufffd') ? tokenizer.idToToken(id) : normalizer.normalizeString(text) || text);
+}
+
 const header = JSON.stringify({
   __metadata__: {
     source: 'tools/engram/make_token_map.mjs with npm tokenizers 0.23.2',
     tokenizer: tokenizerPath,
     library_length: String(length),
     compressed_size_of_prefix: String(keyToNew.size),
+    compressed_size_full: String(allKeys.size),
   },
   token_map: { dtype: 'I32', shape: [common], data_offsets: [0, common * 4] },
 });
@@ -74,4 +85,4 @@ size.writeBigUInt64LE(BigInt(headerBytes.length));
 const data = Buffer.from(map.buffer);  // little-endian on every platform this runs on
 fs.mkdirSync(outPath.substring(0, outPath.lastIndexOf('/')), { recursive: true });
 fs.writeFileSync(outPath, Buffer.concat([size, headerBytes, data]));
-console.log(`${outPath}: ${common} ids (library length ${length}), ${keyToNew.size} compressed ids`);
+console.log(`${outPath}: ${common} ids (library length ${length}), ${keyToNew.size} compressed ids in the prefix, ${allKeys.size} in all`);
