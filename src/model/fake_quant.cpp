@@ -6,15 +6,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/float_formats.h"
 
 namespace deepinfer::model {
 namespace {
 
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp4Max = 6.0f;
-constexpr float kE2m1Values[16] = {0.0f, 0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                   0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
 float block_amax(const float* x, int64_t n) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
@@ -49,15 +47,8 @@ uint8_t e4m3_encode(float x) {
   return sign | static_cast<uint8_t>(((unbiased + 7) << 3) | (steps - 8));
 }
 
-float e4m3_decode(uint8_t code) {
-  const int exponent = (code >> 3) & 0xF;
-  const int mantissa = code & 0x7;
-  float magnitude;
-  if (exponent == 0xF && mantissa == 0x7) magnitude = std::nanf("");
-  else if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -9);
-  else magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
-  return (code & 0x80) ? -magnitude : magnitude;
-}
+// Decoding is core/float_formats.h's (one table per format in the code base).
+float e4m3_decode(uint8_t code) { return e4m3fn_to_float(code); }
 
 uint8_t e2m1_encode(float x) {
   // Midpoints between grid values; at the "up" ones a tie rounds up (odd code below), at the
@@ -71,7 +62,7 @@ uint8_t e2m1_encode(float x) {
   return code | (std::signbit(x) ? 0x8 : 0x0);
 }
 
-float e2m1_decode(uint8_t code) { return kE2m1Values[code & 0xF]; }
+float e2m1_decode(uint8_t code) { return e2m1_to_float(code); }
 
 int64_t cache_block(CacheFormat format) {
   switch (format) {

@@ -21,6 +21,7 @@ int32_t pow2_ceil_exponent(float t);
 uint8_t e4m3_encode(float x);
 float e4m3_decode(uint8_t code);
 
+// (the reference decodes code 8 to +0, core to -0: the same value in every sum.)
 // A pre-scaled, pre-clamped value ([-6, 6]) -> e2m1 code (sign in bit 3). Round to nearest with
 // the reference's tie rule: ties at 0.25, 1.25, 2.5, 5 go down, at 0.75, 1.75, 3.5 go up.
 uint8_t e2m1_encode(float x);
