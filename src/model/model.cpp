@@ -126,11 +126,7 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
 #if DEEPINFER_HAS_ENGRAM
   // Hash ids [tokens, engram layers, cols], once per call for every Engram layer.
   std::vector<int64_t> hash_ids;
-  int64_t hash_cols = 0;
-  if (engram_) {
-    hash_ids = engram_->hash(*sequence.engram, tokens);
-    hash_cols = static_cast<int64_t>(hash_ids.size()) / (count * static_cast<int64_t>(config_.engram.layer_ids.size()));
-  }
+  if (engram_) hash_ids = engram_->hash(*sequence.engram, tokens);
 #endif
 
   std::vector<float> sublayer_in(static_cast<std::size_t>(count * d_model));
@@ -156,12 +152,7 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     const LayerWeights& w = layers_[layer];
     if (config_.is_engram_layer(layer)) {
 #if DEEPINFER_HAS_ENGRAM
-      std::vector<int64_t> layer_ids(static_cast<std::size_t>(count * hash_cols));
-      const auto engram_layers = static_cast<int64_t>(config_.engram.layer_ids.size());
-      for (int64_t t = 0; t < count; ++t)
-        std::copy_n(hash_ids.data() + (t * engram_layers + engram_index) * hash_cols, hash_cols,
-                    layer_ids.data() + t * hash_cols);
-      engram_->apply(static_cast<int>(engram_index), layer_ids, streams, count);
+      engram_->apply(static_cast<int>(engram_index), hash_ids, streams, count);
 #else
       fail("forward: layer ", layer, " is an Engram layer and this build has no Engram module");
 #endif
