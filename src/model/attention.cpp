@@ -5,8 +5,47 @@
 
 #include "core/error.h"
 #include "model/ops.h"
+#include "model/fake_quant.h"
 
 namespace deepinfer::model {
+
+namespace {
+
+// V4.1 CSA2 roles. Refuses schedules whose sharing the reference leaves undefined: a compressed
+// layer before any kv source, a kv source that is not an index source (its keys would never be
+// built), a layer reading a group of another ratio, a layer whose picks come from another group.
+void load_shared_branch(const Weights& weights, const std::string& attn, const ModelConfig& config, int64_t layer,
+                        AttentionWeights& out) {
+  const int64_t source = config.kv_source_of(layer);
+  const int64_t picker = config.index_source_of(layer);
+  if (source < 0) fail("config: layer ", layer, " has compress ratio ", out.ratio, " but no kv source at or before it");
+  if (config.compress_ratio(source) != out.ratio)
+    fail("config: layer ", layer, " (ratio ", out.ratio, ") reads kv source ", source, " of ratio ",
+         config.compress_ratio(source));
+  if (config.is_kv_source(layer) && !config.is_index_source(layer))
+    fail("config: kv source ", layer, " is not an index source, so its group would have no index keys");
+  if (picker < source)
+    fail("config: layer ", layer, " would reuse the top-k of layer ", picker, " from before its kv source ", source);
+  const int64_t candidates = config.candidate_source_layer_id;
+  if (candidates >= 0 && config.is_index_source(layer) && candidates < layer && config.kv_source_of(candidates) != source)
+    fail("config: index source ", layer, " filters by the candidate blocks of layer ", candidates,
+         ", which belongs to another kv group");
+  out.shared_compressed = true;
+  if (config.is_kv_source(layer)) {
+    out.latent_compressor = load_latent_compressor(weights, attn + "compressor.", out.ratio, out.head_dim, out.eps);
+    out.index_keys = load_index_keys(weights, attn + "indexer.");
+  }
+  if (config.is_index_source(layer)) out.index_queries = load_index_queries(weights, attn + "indexer.", config, layer);
+}
+
+}  // namespace
+
+AttentionState new_attention_state(const AttentionWeights& weights, const ModelConfig& config) {
+  AttentionState state;
+  state.window = QuantizedRows(weights.window_format, weights.head_dim);
+  if (weights.latent_compressor) state.group = new_group_state(weights.head_dim, config.index_head_dim);
+  return state;
+}
 
 AttentionWeights load_attention(const Weights& weights, const std::string& prefix, const ModelConfig& config,
                                 int64_t layer) {
@@ -27,10 +66,15 @@ AttentionWeights load_attention(const Weights& weights, const std::string& prefi
   out.window = config.sliding_window;
   out.ratio = config.compress_ratio(layer);
   out.eps = static_cast<float>(config.rms_norm_eps);
+  if (config.family == ModelFamily::V41) {
+    out.window_format = CacheFormat::Fp8Ue8m0x32;
+    if (out.ratio > 0) load_shared_branch(weights, attn, config, layer, out);
+    return out;
+  }
   const AttentionKind kind = config.attention_kind(layer);
   if (kind != AttentionKind::SlidingWindow && kind != AttentionKind::CompressedSparse &&
       kind != AttentionKind::HeavilyCompressed)
-    fail("layer ", layer, ": attention kind ", attention_kind_name(kind), " (V4.1) is not implemented");
+    fail("layer ", layer, ": attention kind ", attention_kind_name(kind), " is not a V4 kind");
   if (out.ratio > 0) {
     const bool sparse = kind == AttentionKind::CompressedSparse;
     out.compressor = load_compressor(weights, attn + "compressor.", out.ratio, out.head_dim, /*overlap=*/sparse, out.eps);
@@ -67,8 +111,9 @@ void attend_head(const float* q, const std::vector<const float*>& keys, int64_t 
 
 }  // namespace
 
-void attention_forward(const AttentionWeights& weights, AttentionState& state, const float* x, int64_t tokens,
-                       int64_t first_position, float* out, std::vector<std::vector<int64_t>>* selected) {
+void attention_forward(const AttentionWeights& weights, AttentionState& state, const GroupContext& shared,
+                       const float* x, int64_t tokens, int64_t first_position, float* out,
+                       std::vector<std::vector<int64_t>>* selected) {
   const int64_t heads = weights.heads;
   const int64_t d = weights.head_dim;
   const int64_t rank = weights.wq_a.rows;
@@ -87,23 +132,55 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
       weights.rope.apply(head, d, first_position + t);
     }
 
-  // The shared K = V head joins the window store.
+  // The shared K = V head joins the window store (in its cache format).
   std::vector<float> kv(static_cast<std::size_t>(tokens * d));
   kernels::linear(x, tokens, weights.wkv, kv.data());
+  if (state.window.width() != d) fail("attention state was not made for this layer");
+  if (state.window_first + state.window.size() != first_position)
+    fail("attention fed position ", first_position, " after ", state.window_first + state.window.size(), " tokens");
   for (int64_t t = 0; t < tokens; ++t) {
     float* row = kv.data() + t * d;
     rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
     weights.rope.apply(row, d, first_position + t);
+    state.window.append(row);
   }
-  const int64_t stored_rows = static_cast<int64_t>(state.window_kv.size()) / d;
-  if (state.window_first + stored_rows != first_position)
-    fail("attention fed position ", first_position, " after ", state.window_first + stored_rows, " tokens");
-  state.window_kv.insert(state.window_kv.end(), kv.begin(), kv.end());
+  // Every stored row the chunk's queries can see, decoded once.
+  std::vector<float> window(static_cast<std::size_t>(state.window.size() * d));
+  for (int64_t r = 0; r < state.window.size(); ++r) state.window.read(r, window.data() + r * d);
 
   std::vector<std::vector<int64_t>> picks;
-  if (weights.compressor) compress(*weights.compressor, weights.rope, state.compressor, x, tokens, first_position);
+  const float* entries = nullptr;  // f32 rows of the compressed entries attended
+  std::vector<float> decoded_entries;
+  if (weights.compressor) {
+    compress(*weights.compressor, weights.rope, state.compressor, x, tokens, first_position);
+    entries = state.compressor.entries.data();
+  }
   if (weights.indexer)
     picks = index_select(*weights.indexer, weights.rope, state.indexer, x, q_residual.data(), tokens, first_position);
+  if (weights.shared_compressed) {
+    if (!shared.group || !shared.selections) fail("CSA2 layer run without its group's state");
+    if (weights.latent_compressor) {
+      const Latents latents = compress_latents(*weights.latent_compressor, state.group.compressor, x, tokens, first_position);
+      publish_latents(latents, *weights.index_keys, weights.rope, weights.ratio, weights.eps, state.group);
+    }
+    if (weights.index_queries)
+      select_entries(*weights.index_queries, weights.rope, *shared.group, weights.ratio, x, q_residual.data(), tokens,
+                     first_position, *shared.selections);
+    // No index source yet in this call: the reference masks every compressed entry off.
+    if (shared.selections->picks) picks = *shared.selections->picks;
+    else picks.assign(static_cast<std::size_t>(tokens), {});
+    const int64_t count = shared.group->entries.size();
+    decoded_entries.resize(static_cast<std::size_t>(count * d));
+    std::vector<char> needed(static_cast<std::size_t>(count), 0);
+    for (const auto& token_picks : picks)
+      for (int64_t w : token_picks) {
+        if (w < 0 || w >= count) fail("CSA2 pick ", w, " outside the group's ", count, " entries");
+        needed[w] = 1;
+      }
+    for (int64_t w = 0; w < count; ++w)
+      if (needed[w]) shared.group->entries.read(w, decoded_entries.data() + w * d);
+    entries = decoded_entries.data();
+  }
 
   std::vector<float> attended(static_cast<std::size_t>(tokens * heads * d));
   std::vector<const float*> keys;
@@ -113,12 +190,12 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
     const int64_t position = first_position + t;
     keys.clear();
     for (int64_t p = std::max<int64_t>(0, position - weights.window + 1); p <= position; ++p)
-      keys.push_back(state.window_kv.data() + (p - state.window_first) * d);
-    if (weights.indexer) {
-      for (int64_t w : picks[t]) keys.push_back(state.compressor.entries.data() + w * d);
+      keys.push_back(window.data() + (p - state.window_first) * d);
+    if (weights.indexer || weights.shared_compressed) {
+      for (int64_t w : picks[t]) keys.push_back(entries + w * d);
     } else if (weights.compressor) {
       const int64_t visible = (position + 1) / weights.ratio;
-      for (int64_t w = 0; w < visible; ++w) keys.push_back(state.compressor.entries.data() + w * d);
+      for (int64_t w = 0; w < visible; ++w) keys.push_back(entries + w * d);
     }
     for (int64_t h = 0; h < heads; ++h) {
       float* head_out = attended.data() + (t * heads + h) * d;
@@ -133,7 +210,7 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
   const int64_t end = first_position + tokens;
   const int64_t keep_from = std::max<int64_t>(state.window_first, end - (weights.window - 1));
   if (keep_from > state.window_first) {
-    state.window_kv.erase(state.window_kv.begin(), state.window_kv.begin() + (keep_from - state.window_first) * d);
+    state.window.erase_front(keep_from - state.window_first);
     state.window_first = keep_from;
   }
 

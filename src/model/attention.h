@@ -1,8 +1,10 @@
 #pragma once
-// V4 attention (v4_arch.md §2.4): low-rank query with q-norm and a per-head unweighted RMS norm,
-// one shared K = V head, partial interleaved RoPE, learned per-head sinks, the sliding window
-// plus (ratio > 0 layers) compressed entries: all visible ones (HCA) or the indexer's top-k (CSA),
-// then the grouped low-rank output projection.
+// V4 / V4.1 attention (v4_arch.md §2.4, §2.10): low-rank query with q-norm and a per-head
+// unweighted RMS norm, one shared K = V head, partial interleaved RoPE, learned per-head sinks,
+// the sliding window plus (ratio > 0 layers) compressed entries, then the grouped low-rank output
+// projection. V4: the layer's own compressor, all visible entries (HCA) or its indexer's top-k
+// (CSA). V4.1 (CSA2): the entries of its group's kv source, picked by the latest index source
+// (shared_indexer.h); the window rows are stored FP8 (the reference's fake quantisation).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,7 +14,9 @@
 #include "kernels/kernels.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
+#include "model/quantized_rows.h"
 #include "model/rope.h"
+#include "model/shared_indexer.h"
 #include "model/weights.h"
 
 namespace deepinfer::model {
@@ -23,6 +27,13 @@ struct AttentionWeights {
   std::vector<float> q_norm, kv_norm, sink;
   std::optional<CompressorWeights> compressor;
   std::optional<IndexerWeights> indexer;
+  // V4.1: a kv source's compressor and index-key projection, an index source's query side; any
+  // ratio > 0 layer attends its group's picked entries.
+  std::optional<LatentCompressorWeights> latent_compressor;
+  std::optional<IndexKeyWeights> index_keys;
+  std::optional<IndexQueryWeights> index_queries;
+  bool shared_compressed = false;
+  CacheFormat window_format = CacheFormat::F32;
   RopeTable rope;
   int64_t heads = 0, head_dim = 0, window = 0, ratio = 0;
   float eps = 0;
@@ -33,15 +44,25 @@ AttentionWeights load_attention(const Weights& weights, const std::string& prefi
                                 int64_t layer);
 
 struct AttentionState {
-  std::vector<float> window_kv;  // rows for positions [window_first, window_first + rows)
+  QuantizedRows window;  // K = V rows for positions [window_first, window_first + rows)
   int64_t window_first = 0;
-  CompressorState compressor;
-  IndexerState indexer;
+  CompressorState compressor;  // V4
+  IndexerState indexer;        // V4 CSA
+  CompressedGroupState group;  // V4.1 kv source: the group's shared entries and index keys
+};
+
+AttentionState new_attention_state(const AttentionWeights& weights, const ModelConfig& config);
+
+// What a V4.1 layer shares with the rest of its group during one forward call.
+struct GroupContext {
+  CompressedGroupState* group = nullptr;  // the kv source's state (null: no source yet)
+  ChunkSelections* selections = nullptr;
 };
 
 // x: [tokens, D] normed sublayer input at positions first_position...; out: [tokens, D].
-// selected (optional): receives the indexer's per-token choice on CSA layers.
-void attention_forward(const AttentionWeights& weights, AttentionState& state, const float* x, int64_t tokens,
-                       int64_t first_position, float* out, std::vector<std::vector<int64_t>>* selected);
+// selected (optional): receives the per-token compressed entries attended on CSA / CSA2 layers.
+void attention_forward(const AttentionWeights& weights, AttentionState& state, const GroupContext& shared,
+                       const float* x, int64_t tokens, int64_t first_position, float* out,
+                       std::vector<std::vector<int64_t>>* selected);
 
 }  // namespace deepinfer::model

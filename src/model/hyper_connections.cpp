@@ -44,18 +44,18 @@ HyperConnectionWeights load_hyper_head(const Weights& weights, const std::string
           weights.floats(prefix + "hc_head_scale")};
 }
 
-HyperMix hyper_pre(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
-                   int64_t tokens, float* collapsed) {
+HyperMix hyper_mix(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
+                   int64_t tokens) {
   const int64_t n = shape.streams;
   const int64_t mixes = (2 + n) * n;
   const std::vector<float> logits = mix_logits(weights.fn, shape, streams, tokens);
   HyperMix mix{std::vector<float>(static_cast<std::size_t>(tokens * n)),
+               std::vector<float>(static_cast<std::size_t>(tokens * n)),
                std::vector<float>(static_cast<std::size_t>(tokens * n * n))};
-  std::vector<float> pre(static_cast<std::size_t>(n));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = logits.data() + t * mixes;
     for (int64_t i = 0; i < n; ++i) {
-      pre[i] = sigmoid(row[i] * weights.scale[0] + weights.base[i]) + shape.hc_eps;
+      mix.pre[t * n + i] = sigmoid(row[i] * weights.scale[0] + weights.base[i]) + shape.hc_eps;
       mix.post[t * n + i] = 2.0f * sigmoid(row[n + i] * weights.scale[1] + weights.base[n + i]);
     }
     float* comb = mix.comb.data() + t * n * n;
@@ -85,9 +85,28 @@ HyperMix hyper_pre(const HyperConnectionWeights& weights, const HyperConnectionS
       normalize_rows();
       normalize_columns();
     }
-    collapse(streams + t * n * shape.hidden, pre.data(), shape, collapsed + t * shape.hidden);
   }
   return mix;
+}
+
+void hyper_collapse(const float* pre, const HyperConnectionShape& shape, const float* streams, int64_t tokens,
+                    float* collapsed) {
+  const int64_t n = shape.streams;
+  for (int64_t t = 0; t < tokens; ++t)
+    collapse(streams + t * n * shape.hidden, pre + t * n, shape, collapsed + t * shape.hidden);
+}
+
+HyperMix hyper_pre(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
+                   int64_t tokens, float* collapsed) {
+  HyperMix mix = hyper_mix(weights, shape, streams, tokens);
+  hyper_collapse(mix.pre.data(), shape, streams, tokens, collapsed);
+  return mix;
+}
+
+std::vector<float> one_hot_pre(const HyperConnectionShape& shape, int64_t tokens) {
+  std::vector<float> pre(static_cast<std::size_t>(tokens * shape.streams), 0.0f);
+  for (int64_t t = 0; t < tokens; ++t) pre[t * shape.streams] = 1.0f;
+  return pre;
 }
 
 void hyper_post(const HyperMix& mix, const HyperConnectionShape& shape, const float* output, int64_t tokens,

@@ -33,17 +33,27 @@ struct HyperConnectionShape {
 
 // Per-token mixing weights of one site.
 struct HyperMix {
+  std::vector<float> pre;   // [tokens, n]
   std::vector<float> post;  // [tokens, n]
   std::vector<float> comb;  // [tokens, n, n]; comb[j][k]: weight of input stream j in output stream k
 };
 
-// streams: [tokens, n, D]. Writes the collapsed sublayer input [tokens, D] and returns post/comb.
+// streams: [tokens, n, D] -> the site's pre / post / comb, without collapsing.
+HyperMix hyper_mix(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
+                   int64_t tokens);
+// collapsed[t] = sum_i pre[t, i] * streams[t, i].
+void hyper_collapse(const float* pre, const HyperConnectionShape& shape, const float* streams, int64_t tokens,
+                    float* collapsed);
+// V4: the site collapses with its own pre. Writes the collapsed sublayer input [tokens, D].
 HyperMix hyper_pre(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
                    int64_t tokens, float* collapsed);
 // streams[t, k] = post[t, k] * output[t] + sum_j comb[t, j, k] * streams[t, j], in place.
 void hyper_post(const HyperMix& mix, const HyperConnectionShape& shape, const float* output, int64_t tokens,
                 float* streams);
-// The final collapse before the model norm: [tokens, n, D] -> [tokens, D].
+// V4.1 (single pass): a site collapses with the pre of the site before it (the first site with
+// a one-hot pre on stream 0), and the model collapses with the last FFN site's pre; no hyper-head.
+std::vector<float> one_hot_pre(const HyperConnectionShape& shape, int64_t tokens);
+// V4: the final collapse before the model norm: [tokens, n, D] -> [tokens, D].
 void hyper_head(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
                 int64_t tokens, float* collapsed);
 

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "model/ops.h"
+#include "io/tokenizer/tokenizer.h"
 
 namespace deepinfer::model {
 namespace {
@@ -38,32 +39,45 @@ LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
 
 Model Model::load(const std::string& dir) {
   ModelConfig config = load_model_config(dir);
-  if (config.family != ModelFamily::V4) fail(dir, ": only DeepSeek-V4 (model_type deepseek_v4) is implemented");
+  if (config.family != ModelFamily::V4 && config.family != ModelFamily::V41)
+    fail(dir, ": unknown model family");
   Weights weights = Weights::open(dir, config);
   Model model(std::move(config), std::move(weights));
   const ModelConfig& c = model.config_;
+  const bool v41 = c.family == ModelFamily::V41;
   model.hc_shape_ = HyperConnectionShape::of(c);
   model.embed_ = model.weights_.matrix("embed.weight");
   model.head_ = model.weights_.matrix("head.weight");
   model.norm_ = model.weights_.floats("norm.weight");
-  model.hc_head_ = load_hyper_head(model.weights_, "");
+  if (!v41) model.hc_head_ = load_hyper_head(model.weights_, "");
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
     model.layers_.push_back(model.load_layer("layers." + std::to_string(layer) + ".", layer));
   for (int64_t i = 0; i < c.num_mtp_layers; ++i) {
     const std::string prefix = "mtp." + std::to_string(i) + ".";
-    if (!model.weights_.has(prefix + "e_proj.weight")) continue;  // a checkpoint may leave MTP out
     const Weights& w = model.weights_;
-    model.mtp_.push_back(MtpWeights{model.load_layer(prefix, c.num_layers + i), w.matrix(prefix + "e_proj.weight"),
-                                    w.matrix(prefix + "h_proj.weight"), w.floats(prefix + "enorm.weight"),
-                                    w.floats(prefix + "hnorm.weight"), w.floats(prefix + "norm.weight"),
-                                    load_hyper_head(w, prefix)});
+    // A checkpoint may leave MTP out (transformers drops mtp.* when it saves).
+    if (!w.has(prefix + (v41 ? "attn_norm.weight" : "e_proj.weight"))) continue;
+    MtpWeights mtp{model.load_layer(prefix, c.num_layers + i), {}, {}, {}, {}, {}, {}};
+    if (!v41) {
+      mtp.e_proj = w.matrix(prefix + "e_proj.weight");
+      mtp.h_proj = w.matrix(prefix + "h_proj.weight");
+      mtp.enorm = w.floats(prefix + "enorm.weight");
+      mtp.hnorm = w.floats(prefix + "hnorm.weight");
+      mtp.norm = w.floats(prefix + "norm.weight");
+      mtp.head = load_hyper_head(w, prefix);
+    }
+    model.mtp_.push_back(std::move(mtp));
   }
+  // Engram hashes compressed token ids, which come from the checkpoint's own tokenizer.
+  if (!c.engram.layer_ids.empty())
+    model.engram_.emplace(Engram::load(c, model.weights_, Tokenizer::from_file(dir)));
   return model;
 }
 
 SequenceState Model::new_sequence() const {
   SequenceState sequence;
-  sequence.layers.resize(static_cast<std::size_t>(config_.num_layers));
+  for (const LayerWeights& layer : layers_) sequence.layers.push_back(new_attention_state(layer.attention, config_));
+  if (engram_) sequence.engram.emplace(engram_->new_state());
   return sequence;
 }
 
@@ -79,9 +93,14 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     fail("forward: logits hold ", logits.size(), " floats, expected ", logit_rows * vocab);
   if (static_cast<int64_t>(sequence.layers.size()) != config_.num_layers)
     fail("forward: the sequence state was not made by this model");
-  for (int32_t id : tokens)
+  for (int32_t id : tokens) {
     if (id < 0 || id >= vocab) fail("forward: token id ", id, " outside the vocabulary of ", vocab);
+    if (config_.image_token_id && id == *config_.image_token_id)
+      fail("forward: token ", id, " is the image token (image_token_id); deepinfer runs text only, images are not supported");
+  }
   const int64_t first_position = sequence.length;
+  // V4.1: each site collapses with the pre of the site before it (single-pass mHC).
+  const bool single_pass = config_.family == ModelFamily::V41;
 
   std::vector<float> streams(static_cast<std::size_t>(count * n * d_model));
   for (int64_t t = 0; t < count; ++t) {
@@ -94,29 +113,53 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     trace->csa_topk.clear();
     trace->routing.clear();
   }
+  // Hash ids [tokens, engram layers, cols], once per call for every Engram layer.
+  std::vector<int64_t> hash_ids;
+  if (engram_) hash_ids = engram_->hash(*sequence.engram, tokens);
 
   std::vector<float> sublayer_in(static_cast<std::size_t>(count * d_model));
   std::vector<float> sublayer_out(static_cast<std::size_t>(count * d_model));
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> carried_pre = single_pass ? one_hot_pre(hc_shape_, count) : std::vector<float>{};
+  auto enter_site = [&](const HyperConnectionWeights& hc, const std::vector<float>& norm) {
+    HyperMix mix;
+    if (single_pass) {
+      mix = hyper_mix(hc, hc_shape_, streams.data(), count);
+      hyper_collapse(carried_pre.data(), hc_shape_, streams.data(), count, sublayer_in.data());
+      carried_pre = mix.pre;
+    } else {
+      mix = hyper_pre(hc, hc_shape_, streams.data(), count, sublayer_in.data());
+    }
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    for (int64_t t = 0; t < count; ++t)
+      rms_norm(sublayer_in.data() + t * d_model, d_model, norm.data(), eps, sublayer_in.data() + t * d_model);
+    return mix;
+  };
+  ChunkSelections selections;  // V4.1: the group's picks and candidate blocks of this call
+  int64_t engram_index = 0;
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
     const LayerWeights& w = layers_[layer];
-    HyperMix mix = hyper_pre(w.attn_hc, hc_shape_, streams.data(), count, sublayer_in.data());
-    for (int64_t t = 0; t < count; ++t)
-      rms_norm(sublayer_in.data() + t * d_model, d_model, w.attn_norm.data(), eps, sublayer_in.data() + t * d_model);
+    if (config_.is_engram_layer(layer)) {
+      engram_->apply(static_cast<int>(engram_index), hash_ids, streams, count);
+      ++engram_index;
+    }
+    HyperMix mix = enter_site(w.attn_hc, w.attn_norm);
+    GroupContext group;
+    if (w.attention.shared_compressed) {
+      group.group = &sequence.layers[config_.kv_source_of(layer)].group;
+      group.selections = &selections;
+    }
     std::vector<std::vector<int64_t>> picks;
-    attention_forward(w.attention, sequence.layers[layer], sublayer_in.data(), count, first_position,
+    attention_forward(w.attention, sequence.layers[layer], group, sublayer_in.data(), count, first_position,
                       sublayer_out.data(), trace ? &picks : nullptr);
     hyper_post(mix, hc_shape_, sublayer_out.data(), count, streams.data());
 
-    mix = hyper_pre(w.ffn_hc, hc_shape_, streams.data(), count, sublayer_in.data());
-    for (int64_t t = 0; t < count; ++t)
-      rms_norm(sublayer_in.data() + t * d_model, d_model, w.ffn_norm.data(), eps, sublayer_in.data() + t * d_model);
+    mix = enter_site(w.ffn_hc, w.ffn_norm);
     std::vector<Routing> routing;
     moe_forward(w.moe, sublayer_in.data(), tokens.data(), count, sublayer_out.data(), trace ? &routing : nullptr);
     hyper_post(mix, hc_shape_, sublayer_out.data(), count, streams.data());
 
     if (trace) {
-      if (w.attention.indexer) trace->csa_topk.push_back(std::move(picks));
+      if (w.attention.indexer || w.attention.shared_compressed) trace->csa_topk.push_back(std::move(picks));
       trace->routing.push_back(std::move(routing));
       for (int64_t t = 0; t < count; ++t)
         std::copy_n(streams.data() + t * n * d_model, n * d_model,
@@ -128,7 +171,12 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
   // Only the rows asked for go through the head.
   const int64_t head_first = count - logit_rows;
   std::vector<float> hidden(static_cast<std::size_t>(logit_rows * d_model));
-  hyper_head(hc_head_, hc_shape_, streams.data() + head_first * n * d_model, logit_rows, hidden.data());
+  if (single_pass)
+    hyper_collapse(carried_pre.data() + head_first * n, hc_shape_, streams.data() + head_first * n * d_model,
+                   logit_rows, hidden.data());
+  else
+    hyper_head(hc_head_, hc_shape_, streams.data() + head_first * n * d_model, logit_rows, hidden.data());
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   for (int64_t t = 0; t < logit_rows; ++t)
     rms_norm(hidden.data() + t * d_model, d_model, norm_.data(), eps, hidden.data() + t * d_model);
   if (trace) trace->final_hidden = hidden;

@@ -1,6 +1,8 @@
 #pragma once
-// The DeepSeek-V4 forward pass on CPU kernels: embedding, hc_mult residual streams through every
-// decoder layer (mHC-wrapped attention and MoE), the hyper-head collapse, final norm and LM head.
+// The DeepSeek-V4 / V4.1 forward pass on CPU kernels: embedding, hc_mult residual streams through
+// every decoder layer (mHC-wrapped attention and MoE; V4.1: Engram before its layers, single-pass
+// mHC, CSA2 shared compressed attention), the final collapse, norm and LM head. The family comes
+// from the config (ModelConfig::family); one code path, the deltas switched by it.
 // Sequences are incremental: forward() appends any number of tokens to a SequenceState (a whole
 // prompt, a chunk of one, or one token when decoding) and the logits do not depend on the chunking.
 #include <cstdint>
@@ -25,8 +27,9 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
-// The multi-token-prediction block (mtp.L.*): loaded and kept for speculative decoding; the
-// forward pass does not run it yet.
+// The multi-token-prediction block (mtp.L.*; V4.1: the DSpark draft layers): loaded and kept for
+// speculative decoding; the forward pass does not run it yet. The V4 extras (e_proj ... head)
+// stay empty for V4.1, whose draft-layer extras are not specified yet.
 struct MtpWeights {
   LayerWeights block;
   kernels::WeightMatrix e_proj, h_proj;
@@ -38,7 +41,7 @@ struct MtpWeights {
 struct ForwardTrace {
   std::vector<float> layer_streams;               // [tokens, layers, hc, D]: output of each decoder layer
   std::vector<float> final_hidden;                // [tokens, D]: the LM head's input
-  std::vector<std::vector<std::vector<int64_t>>> csa_topk;  // [csa layer][token]: ascending entry ids
+  std::vector<std::vector<std::vector<int64_t>>> csa_topk;  // [CSA / CSA2 layer][token]: ascending entry ids
   std::vector<std::vector<Routing>> routing;      // [layer][token]
 };
 
@@ -46,7 +49,8 @@ enum class LogitRows { All, Last };
 
 class Model {
  public:
-  // Reads config.json and the checkpoint in `dir`; refuses an incomplete or mis-shaped checkpoint.
+  // Reads config.json and the checkpoint in `dir` (V4.1 with Engram: its tokenizer.json too);
+  // refuses an incomplete or mis-shaped checkpoint and a CSA2 schedule it cannot run.
   static Model load(const std::string& dir);
 
   const ModelConfig& config() const { return config_; }
@@ -54,7 +58,7 @@ class Model {
   SequenceState new_sequence() const;
 
   // Appends `tokens` to the sequence. rows == All: logits is [tokens, vocab], row i for tokens[i];
-  // rows == Last: logits is [vocab] for the last token only.
+  // rows == Last: logits is [vocab] for the last token only. Refuses image_token_id (text only).
   void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
                LogitRows rows = LogitRows::All, ForwardTrace* trace = nullptr) const;
 
@@ -69,9 +73,10 @@ class Model {
   HyperConnectionShape hc_shape_;
   kernels::WeightMatrix embed_, head_;
   std::vector<float> norm_;
-  HyperConnectionWeights hc_head_;
+  HyperConnectionWeights hc_head_;  // V4 only
   std::vector<LayerWeights> layers_;
   std::vector<MtpWeights> mtp_;
+  std::optional<Engram> engram_;  // V4.1 models with Engram layers
 };
 
 }  // namespace deepinfer::model

@@ -50,6 +50,15 @@ MoeWeights load_moe(const Weights& weights, const std::string& prefix, const Mod
   if (config.n_shared_experts > 0) out.shared.push_back(load_expert(weights, ffn + "shared_experts."));
   out.scoring = config.scoring_func;
   out.top_k = config.num_experts_per_tok;
+  if (config.is_mtp_layer(layer) && config.dspark) out.top_k = config.dspark->num_experts_per_tok;
+  out.gate_temperature = static_cast<float>(config.gate_temperature);
+  if (config.family == ModelFamily::V41) {
+    out.renormalize = config.norm_topk_prob && out.top_k > 1;
+    out.renormalize_eps = 1e-20f;
+    out.weight_before_down = true;
+  } else {
+    out.renormalize = config.scoring_func != ScoringFunc::Softmax;
+  }
   out.routed_scaling = static_cast<float>(config.routed_scaling_factor);
   out.swiglu_limit = static_cast<float>(config.swiglu_limit);
   for (int32_t id : out.tid2eid)
@@ -70,6 +79,8 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
   std::vector<float> biased(static_cast<std::size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
     float* row = scores.data() + t * experts;
+    if (weights.gate_temperature != 1.0f)
+      for (int64_t e = 0; e < experts; ++e) row[e] /= weights.gate_temperature;
     switch (weights.scoring) {
       case ScoringFunc::SqrtSoftplus:
         for (int64_t e = 0; e < experts; ++e) row[e] = std::sqrt(softplus(row[e]));
@@ -99,9 +110,8 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
       decision.weights.push_back(row[e]);
       sum += row[e];
     }
-    // DeepSeek's model.py renormalises the picked scores except under softmax scoring.
-    const bool renormalize = weights.scoring != ScoringFunc::Softmax;
-    for (float& w : decision.weights) w = (renormalize ? w / sum : w) * weights.routed_scaling;
+    for (float& w : decision.weights)
+      w = (weights.renormalize ? w / (sum + weights.renormalize_eps) : w) * weights.routed_scaling;
   }
 
   // Each expert runs once over the tokens routed to it; a token's contributions are then summed
@@ -120,11 +130,17 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
     for (int64_t m = 0; m < count; ++m)
       std::copy_n(x + members[m].first * model_dim, model_dim, rows.data() + m * model_dim);
     swiglu(weights.experts[e], rows.data(), count, weights.swiglu_limit, gate, up);
+    const int64_t inner = weights.experts[e].w1.rows;
+    if (weights.weight_before_down)
+      for (int64_t m = 0; m < count; ++m) {
+        const float w = decisions[members[m].first].weights[members[m].second];
+        for (int64_t i = 0; i < inner; ++i) gate[m * inner + i] *= w;
+      }
     down.resize(static_cast<std::size_t>(count * model_dim));
     kernels::linear(gate.data(), count, weights.experts[e].w2, down.data());
     for (int64_t m = 0; m < count; ++m) {
       const auto [t, s] = members[m];
-      const float w = decisions[t].weights[s];
+      const float w = weights.weight_before_down ? 1.0f : decisions[t].weights[s];  // x1 is exact
       float* slot = contributions.data() + (t * k + s) * model_dim;
       for (int64_t c = 0; c < model_dim; ++c) slot[c] = down[m * model_dim + c] * w;
     }

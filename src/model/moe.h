@@ -27,6 +27,13 @@ struct MoeWeights {
   int64_t top_k = 0;
   float routed_scaling = 1;
   float swiglu_limit = 0;  // <= 0: no clamp
+  float gate_temperature = 1;  // router logits are divided by it (V4.1 gate_temp)
+  // V4: renormalise the picked scores unless scoring is softmax (model.py), no epsilon, weight
+  // applied to the expert's output. V4.1: renormalise when norm_topk_prob and top_k > 1, sum +
+  // 1e-20, weight applied to the SwiGLU activation before w2 (the reference's order).
+  bool renormalize = true;
+  float renormalize_eps = 0;
+  bool weight_before_down = false;
 };
 
 MoeWeights load_moe(const Weights& weights, const std::string& prefix, const ModelConfig& config, int64_t layer);
