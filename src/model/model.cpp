@@ -1,6 +1,8 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/float_formats.h"
@@ -24,6 +26,29 @@ void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
       return;
     default: fail("embed.weight: only F32 and BF16 embedding tables are supported");
   }
+}
+
+// Why decoder window replay cannot run on `c` ("" when it can). The conditions the published
+// implementations check (v4_arch.md §4.3): the layers after the midpoint must own nothing but
+// their window, reading the midpoint's ratio-1 compressed KV and index keys for every position,
+// and no Engram layer may sit among them.
+std::string why_replay_is_invalid(const ModelConfig& c) {
+  if (c.family != ModelFamily::V41) return "it needs a V4.1 (deepseek_v41) model";
+  const int64_t layers = c.num_layers;
+  if (layers % 2 != 0) return "num_hidden_layers " + std::to_string(layers) + " is odd";
+  const int64_t midpoint = layers / 2;
+  if (!c.is_kv_source(midpoint) || c.compress_ratio(midpoint) != 1)
+    return "the midpoint layer " + std::to_string(midpoint) + " is not a ratio-1 kv source";
+  for (int64_t layer = midpoint + 1; layer < layers; ++layer) {
+    if (c.compress_ratio(layer) != 1)
+      return "layer " + std::to_string(layer) + " after the midpoint has compress ratio " +
+             std::to_string(c.compress_ratio(layer)) + ", not 1";
+    if (c.is_kv_source(layer)) return "layer " + std::to_string(layer) + " after the midpoint is a kv source";
+  }
+  for (int64_t layer = 0; layer < layers; ++layer)
+    if (c.is_engram_layer(layer) && layer >= midpoint)
+      return "Engram layer " + std::to_string(layer) + " is not below the midpoint " + std::to_string(midpoint);
+  return "";
 }
 
 }  // namespace
@@ -71,6 +96,8 @@ Model Model::load(const std::string& dir) {
   // Engram hashes compressed token ids, which come from the checkpoint's own tokenizer.
   if (!c.engram.layer_ids.empty())
     model.engram_.emplace(Engram::load(c, model.weights_, Tokenizer::from_file(dir)));
+  model.replay_refusal_ = why_replay_is_invalid(c);
+  if (model.replay_refusal_.empty()) model.first_replayed_layer_ = c.num_layers / 2 + 1;
   return model;
 }
 
@@ -81,17 +108,20 @@ SequenceState Model::new_sequence() const {
   return sequence;
 }
 
-void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits, LogitRows rows,
-                    ForwardTrace* trace) const {
+void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+                    const ForwardOptions& options) const {
   const int64_t count = static_cast<int64_t>(tokens.size());
   const int64_t vocab = config_.vocab_size;
   const int64_t d_model = config_.hidden_size;
   const int64_t n = config_.hc_mult;
-  const int64_t logit_rows = rows == LogitRows::All ? count : 1;
+  const int64_t num_layers = config_.num_layers;
+  const LogitRows rows = options.rows;
+  ForwardTrace* trace = options.trace;
+  const int64_t logit_rows = rows == LogitRows::All ? count : rows == LogitRows::Last ? 1 : 0;
   if (count == 0) return;
   if (static_cast<int64_t>(logits.size()) != logit_rows * vocab)
     fail("forward: logits hold ", logits.size(), " floats, expected ", logit_rows * vocab);
-  if (static_cast<int64_t>(sequence.layers.size()) != config_.num_layers)
+  if (static_cast<int64_t>(sequence.layers.size()) != num_layers)
     fail("forward: the sequence state was not made by this model");
   for (int32_t id : tokens) {
     if (id < 0 || id >= vocab) fail("forward: token id ", id, " outside the vocabulary of ", vocab);
@@ -99,6 +129,23 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
       fail("forward: token ", id, " is the image token (image_token_id); deepinfer runs text only, images are not supported");
   }
   const int64_t first_position = sequence.length;
+  const int64_t end_position = first_position + count;
+
+  // Decoder window replay: rows [0, skipped) of this call stop after the last kv source.
+  int64_t skipped = 0;
+  if (options.decoder_window_replay) {
+    if (first_replayed_layer_ < 0) fail("forward: decoder window replay is not valid for this model: ", replay_refusal_);
+    const int64_t prompt_end = options.prompt_end < 0 ? end_position : options.prompt_end;
+    if (prompt_end < end_position)
+      fail("forward: decoder window replay: prompt_end ", prompt_end, " is before the end of this call (", end_position, ")");
+    skipped = std::clamp<int64_t>(prompt_end - config_.sliding_window - first_position, 0, count);
+    if (rows == LogitRows::All && skipped > 0)
+      fail("forward: decoder window replay skips the decoder layers for the first ", skipped,
+           " rows of this call, which have no logits; ask for LogitRows::Last or None");
+    if (rows == LogitRows::Last && skipped == count)
+      fail("forward: decoder window replay: the last row of this call (position ", end_position - 1,
+           ") is before the prompt's trailing window and has no logits; ask for LogitRows::None");
+  }
   // V4.1: each site collapses with the pre of the site before it (single-pass mHC).
   const bool single_pass = config_.family == ModelFamily::V41;
 
@@ -109,7 +156,7 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     for (int64_t i = 1; i < n; ++i) std::copy_n(token_streams, d_model, token_streams + i * d_model);
   }
   if (trace) {
-    trace->layer_streams.assign(static_cast<std::size_t>(count * config_.num_layers * n * d_model), 0.0f);
+    trace->layer_streams.assign(static_cast<std::size_t>(count * num_layers * n * d_model), 0.0f);
     trace->csa_topk.clear();
     trace->routing.clear();
   }
@@ -117,27 +164,61 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
   std::vector<int64_t> hash_ids;
   if (engram_) hash_ids = engram_->hash(*sequence.engram, tokens);
 
+  // The rows still running: all of them, then (replay) only rows [skipped, count) after the cut.
+  int64_t active = count;
+  int64_t active_first = 0;  // index in the call of the first active row
   std::vector<float> sublayer_in(static_cast<std::size_t>(count * d_model));
   std::vector<float> sublayer_out(static_cast<std::size_t>(count * d_model));
   std::vector<float> carried_pre = single_pass ? one_hot_pre(hc_shape_, count) : std::vector<float>{};
   auto enter_site = [&](const HyperConnectionWeights& hc, const std::vector<float>& norm) {
     HyperMix mix;
     if (single_pass) {
-      mix = hyper_mix(hc, hc_shape_, streams.data(), count);
-      hyper_collapse(carried_pre.data(), hc_shape_, streams.data(), count, sublayer_in.data());
+      mix = hyper_mix(hc, hc_shape_, streams.data(), active);
+      hyper_collapse(carried_pre.data(), hc_shape_, streams.data(), active, sublayer_in.data());
       carried_pre = mix.pre;
     } else {
-      mix = hyper_pre(hc, hc_shape_, streams.data(), count, sublayer_in.data());
+      mix = hyper_pre(hc, hc_shape_, streams.data(), active, sublayer_in.data());
     }
     const float eps = static_cast<float>(config_.rms_norm_eps);
-    for (int64_t t = 0; t < count; ++t)
+    for (int64_t t = 0; t < active; ++t)
       rms_norm(sublayer_in.data() + t * d_model, d_model, norm.data(), eps, sublayer_in.data() + t * d_model);
     return mix;
   };
   ChunkSelections selections;  // V4.1: the group's picks and candidate blocks of this call
   int64_t engram_index = 0;
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    if (skipped > 0 && layer == first_replayed_layer_) {
+      // Drop the skipped rows from everything per row. The decoder layers' windows restart at the
+      // first kept position: rows below it were never computed, so kept rows see no key below it.
+      const auto drop = [&](auto& rows_vector, int64_t width) {
+        rows_vector.erase(rows_vector.begin(), rows_vector.begin() + skipped * width);
+      };
+      drop(streams, n * d_model);
+      drop(carried_pre, n);
+      if (selections.picks) drop(*selections.picks, 1);
+      if (selections.candidate_blocks) drop(*selections.candidate_blocks, 1);
+      active -= skipped;
+      active_first = skipped;
+      for (int64_t later = layer; later < num_layers; ++later) {
+        AttentionState& state = sequence.layers[later];
+        state.window.erase_front(state.window.size());
+        state.window_first = first_position + skipped;
+      }
+      if (trace) {
+        for (int64_t t = 0; t < skipped; ++t)
+          for (int64_t later = layer; later < num_layers; ++later)
+            std::fill_n(trace->layer_streams.data() + (t * num_layers + later) * n * d_model, n * d_model,
+                        std::numeric_limits<float>::quiet_NaN());
+      }
+    }
     const LayerWeights& w = layers_[layer];
+    if (active == 0) {  // the whole call lies before the prompt's trailing window
+      if (trace) {
+        if (w.attention.shared_compressed) trace->csa_topk.emplace_back(static_cast<std::size_t>(count));
+        trace->routing.emplace_back(static_cast<std::size_t>(count));
+      }
+      continue;
+    }
     if (config_.is_engram_layer(layer)) {
       engram_->apply(static_cast<int>(engram_index), hash_ids, streams, count);
       ++engram_index;
@@ -149,27 +230,34 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
       group.selections = &selections;
     }
     std::vector<std::vector<int64_t>> picks;
-    attention_forward(w.attention, sequence.layers[layer], group, sublayer_in.data(), count, first_position,
-                      sublayer_out.data(), trace ? &picks : nullptr);
-    hyper_post(mix, hc_shape_, sublayer_out.data(), count, streams.data());
+    attention_forward(w.attention, sequence.layers[layer], group, sublayer_in.data(), active,
+                      first_position + active_first, sublayer_out.data(), trace ? &picks : nullptr);
+    hyper_post(mix, hc_shape_, sublayer_out.data(), active, streams.data());
 
     mix = enter_site(w.ffn_hc, w.ffn_norm);
     std::vector<Routing> routing;
-    moe_forward(w.moe, sublayer_in.data(), tokens.data(), count, sublayer_out.data(), trace ? &routing : nullptr);
-    hyper_post(mix, hc_shape_, sublayer_out.data(), count, streams.data());
+    moe_forward(w.moe, sublayer_in.data(), tokens.data() + active_first, active, sublayer_out.data(),
+                trace ? &routing : nullptr);
+    hyper_post(mix, hc_shape_, sublayer_out.data(), active, streams.data());
 
     if (trace) {
+      // Per-token records stay indexed by the call's rows; skipped rows get empty entries.
+      if (active_first > 0) {
+        picks.insert(picks.begin(), static_cast<std::size_t>(active_first), {});
+        routing.insert(routing.begin(), static_cast<std::size_t>(active_first), Routing{});
+      }
       if (w.attention.indexer || w.attention.shared_compressed) trace->csa_topk.push_back(std::move(picks));
       trace->routing.push_back(std::move(routing));
-      for (int64_t t = 0; t < count; ++t)
+      for (int64_t t = 0; t < active; ++t)
         std::copy_n(streams.data() + t * n * d_model, n * d_model,
-                    trace->layer_streams.data() + (t * config_.num_layers + layer) * n * d_model);
+                    trace->layer_streams.data() + ((active_first + t) * num_layers + layer) * n * d_model);
     }
   }
   sequence.length += count;
+  if (logit_rows == 0) return;
 
-  // Only the rows asked for go through the head.
-  const int64_t head_first = count - logit_rows;
+  // Only the rows asked for go through the head (with replay: active rows only, checked above).
+  const int64_t head_first = active - logit_rows;
   std::vector<float> hidden(static_cast<std::size_t>(logit_rows * d_model));
   if (single_pass)
     hyper_collapse(carried_pre.data() + head_first * n, hc_shape_, streams.data() + head_first * n * d_model,

@@ -40,12 +40,30 @@ struct MtpWeights {
 // Optional per-call record of intermediate decisions and values (tests and debugging).
 struct ForwardTrace {
   std::vector<float> layer_streams;               // [tokens, layers, hc, D]: output of each decoder layer
+                                                  // (NaN where window replay skipped the layer)
   std::vector<float> final_hidden;                // [tokens, D]: the LM head's input
   std::vector<std::vector<std::vector<int64_t>>> csa_topk;  // [CSA / CSA2 layer][token]: ascending entry ids
-  std::vector<std::vector<Routing>> routing;      // [layer][token]
+  std::vector<std::vector<Routing>> routing;      // [layer][token] (empty where replay skipped the layer)
 };
 
-enum class LogitRows { All, Last };
+// Which rows go through the LM head. None: logits must be empty (a prefill chunk whose logits
+// nobody reads).
+enum class LogitRows { All, Last, None };
+
+// How one forward call runs; the defaults are the exact forward pass.
+struct ForwardOptions {
+  LogitRows rows = LogitRows::All;
+  // V4.1 decoder-side window replay (docs/MODELS.md; opt-in because it is an approximation): the
+  // layers after the last kv source run only on the prompt's last `sliding_window` positions,
+  // [prompt_end - sliding_window, prompt_end); rows before that skip them and have no logits.
+  // Refused (Error) on a config that does not satisfy the mode's validity conditions.
+  bool decoder_window_replay = false;
+  // With replay: the absolute position where the prompt ends. -1: the end of this call (the call is
+  // the whole prompt or its last chunk). A chunked prefill passes the same value on every chunk and
+  // then matches a one-shot replayed prefill bit for bit.
+  int64_t prompt_end = -1;
+  ForwardTrace* trace = nullptr;
+};
 
 class Model {
  public:
@@ -58,9 +76,19 @@ class Model {
   SequenceState new_sequence() const;
 
   // Appends `tokens` to the sequence. rows == All: logits is [tokens, vocab], row i for tokens[i];
-  // rows == Last: logits is [vocab] for the last token only. Refuses image_token_id (text only).
+  // rows == Last: logits is [vocab] for the last token only; rows == None: logits is empty.
+  // Refuses image_token_id (text only).
   void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
-               LogitRows rows = LogitRows::All, ForwardTrace* trace = nullptr) const;
+               const ForwardOptions& options) const;
+  void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+               LogitRows rows = LogitRows::All, ForwardTrace* trace = nullptr) const {
+    forward(sequence, tokens, logits, ForwardOptions{.rows = rows, .trace = trace});
+  }
+
+  // The first layer that decoder window replay runs on the trailing window only (the one after the
+  // last kv source); -1 when the config does not allow the mode (replay_refusal() says why).
+  int64_t first_replayed_layer() const { return first_replayed_layer_; }
+  const std::string& replay_refusal() const { return replay_refusal_; }
 
   const std::vector<MtpWeights>& mtp() const { return mtp_; }
 
@@ -77,6 +105,8 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::vector<MtpWeights> mtp_;
   std::optional<Engram> engram_;  // V4.1 models with Engram layers
+  int64_t first_replayed_layer_ = -1;
+  std::string replay_refusal_;
 };
 
 }  // namespace deepinfer::model
