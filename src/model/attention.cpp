@@ -189,7 +189,10 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t position = first_position + t;
     keys.clear();
-    for (int64_t p = std::max<int64_t>(0, position - weights.window + 1); p <= position; ++p)
+    // The store starts no later than the window, except after decoder window replay restarted it
+    // at the prompt's trailing window (model.h): then keys start there.
+    const int64_t oldest = std::max({int64_t{0}, position - weights.window + 1, state.window_first});
+    for (int64_t p = oldest; p <= position; ++p)
       keys.push_back(window.data() + (p - state.window_first) * d);
     if (weights.indexer || weights.shared_compressed) {
       for (int64_t w : picks[t]) keys.push_back(entries + w * d);
