@@ -170,8 +170,11 @@ TEST(WindowReplayTest, LastRowLogitsDifferByAMeasuredAmountAndDecodeRuns) {
   const Difference prefill_difference = compare(exact.last_logits, replayed.last_logits);
   // The kept rows lost the window keys below the trailing window: the logits must move.
   EXPECT_GT(prefill_difference.max_abs, 0.0f);
-  std::printf("[ replay   ] 8-layer synthetic, 48-token prompt, window %lld: last-row max |diff| %.3g, argmax %s\n",
-              static_cast<long long>(model.config().sliding_window), prefill_difference.max_abs,
+  float largest = 0;
+  for (float v : exact.last_logits) largest = std::max(largest, std::fabs(v));
+  std::printf("[ replay   ] 8-layer synthetic, 48-token prompt, window %lld: last-row max |diff| %.3g (max |logit| %.3g), "
+              "argmax %s\n",
+              static_cast<long long>(model.config().sliding_window), prefill_difference.max_abs, largest,
               prefill_difference.argmax_agrees ? "agrees" : "differs");
 
   // Decode continues from the replayed state with the same (exact) step as after an exact prefill.
