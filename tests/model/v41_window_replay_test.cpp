@@ -79,7 +79,7 @@ std::vector<float> decoded(const QuantizedRows& rows) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 struct Difference {
@@ -212,7 +212,7 @@ TEST(WindowReplayTest, ChunkedReplayMatchesOneShotReplay) {
   std::vector<float> one_shot_next(vocab);
   model.forward(one_shot.sequence, next, one_shot_next, LogitRows::Last);
 
-  for (std::size_t chunk : {3u, 13u, 35u}) {
+  for (std::size_t chunk : {5u, 13u, 35u}) {
     SequenceState sequence = model.new_sequence();
     std::vector<float> last(vocab);
     for (std::size_t begin = 0; begin < ids.size(); begin += chunk) {
