@@ -211,6 +211,10 @@ class SchemaBuilder {
     const int64_t D = c_.hidden_size;
     if (c_.quantization.dense_format == WeightFormat::BF16) {
       add(p + "embed.weight", {rows, e.head_dim}, kFloat, true);
+      // transformers' Engram embedding always owns its `scale` parameter, so save_pretrained
+      // writes it in float checkpoints too, where it is unused (the float rows are exact).
+      add(p + "embed.scale", {rows, ceil_div(e.head_dim, 32)}, kFloat, true);
+      out_.back().is_scale = true;
     } else {
       add(p + "embed.weight", {rows, e.head_dim}, {DType::F8_E4M3}, true);
       add_scale(p + "embed.scale", {rows, ceil_div(e.head_dim, 32)}, true);

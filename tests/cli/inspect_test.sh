@@ -9,6 +9,13 @@ expect_eq "--json" "$("$DEEPINFER" inspect "$golden/tiny_fp8" --json | grep -c '
 expect_eq "--tensors lists canonical names" \
   "$("$DEEPINFER" inspect "$golden/tiny_bf16" --tensors | grep -c 'model.layers.0.attn.norm.weight -> layers.0.attn.kv_norm.weight')" "1"
 
+expect_eq "V4.1 is told from V4 by its config" \
+  "$("$DEEPINFER" inspect "$DEEPINFER_TEST_DATA_DIR/golden/v41/tiny_fp8" | sed -n 2p)" "V4.1 family, custom size (deepseek_v41)"
+expect_eq "V4.1 layer roles" \
+  "$("$DEEPINFER" inspect "$DEEPINFER_TEST_DATA_DIR/golden/v41/tiny_fp8" | grep -c 'CSA2 full, 3 CSA2 reuse, 1 CSA2 reindex); 2 Engram')" "1"
+expect_eq "V4.1 FP8 32x32" \
+  "$("$DEEPINFER" inspect "$DEEPINFER_TEST_DATA_DIR/golden/v41/tiny_fp8" | grep -c 'FP8 e4m3, 32x32 blocks')" "1"
+
 broken=$(mktemp -d)
 trap 'rm -rf "$broken"' EXIT
 cp "$golden/tiny_fp8/config.json" "$golden/tiny_fp8/model.safetensors.index.json" "$broken/"

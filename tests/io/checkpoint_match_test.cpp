@@ -14,7 +14,7 @@ namespace {
 
 using test::TempDir;
 
-const std::string kGolden = std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/v4/";
+const std::string kGolden = std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/";
 const std::string kConfigs = std::string(DEEPINFER_TEST_DATA_DIR) + "/configs/";
 
 CheckpointMatch match_folder(const std::string& folder) {
@@ -28,7 +28,7 @@ bool any_contains(const std::vector<std::string>& items, const std::string& part
 // The reference's own files (save_pretrained's spelling, and DeepSeek's release format with
 // FP8/FP4 weights) hold exactly the tensors the schema asks for.
 TEST(CheckpointMatch, GoldenFixturesAreComplete) {
-  for (const char* fixture : {"tiny_bf16", "tiny_fp8", "real_vocab"}) {
+  for (const char* fixture : {"v4/tiny_bf16", "v4/tiny_fp8", "v4/real_vocab", "v41/tiny_bf16", "v41/tiny_fp8"}) {
     SCOPED_TRACE(fixture);
     CheckpointMatch match = match_folder(kGolden + fixture);
     EXPECT_TRUE(match.missing.empty()) << match.missing.front();
@@ -40,7 +40,8 @@ TEST(CheckpointMatch, GoldenFixturesAreComplete) {
 
 // The same architecture stored in BF16 and in FP8/FP4 has the same logical parameter count.
 TEST(CheckpointMatch, QuantizedAndBf16CountTheSameParameters) {
-  EXPECT_EQ(match_folder(kGolden + "tiny_bf16").parameters, match_folder(kGolden + "tiny_fp8").parameters);
+  EXPECT_EQ(match_folder(kGolden + "v4/tiny_bf16").parameters, match_folder(kGolden + "v4/tiny_fp8").parameters);
+  EXPECT_EQ(match_folder(kGolden + "v41/tiny_bf16").parameters, match_folder(kGolden + "v41/tiny_fp8").parameters);
 }
 
 class SchemaCheckpoint : public ::testing::Test {
