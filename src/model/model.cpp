@@ -28,29 +28,6 @@ void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
   }
 }
 
-// Why decoder window replay cannot run on `c` ("" when it can). The conditions the published
-// implementations check (v4_arch.md §4.3): the layers after the midpoint must own nothing but
-// their window, reading the midpoint's ratio-1 compressed KV and index keys for every position,
-// and no Engram layer may sit among them.
-std::string why_replay_is_invalid(const ModelConfig& c) {
-  if (c.family != ModelFamily::V41) return "it needs a V4.1 (deepseek_v41) model";
-  const int64_t layers = c.num_layers;
-  if (layers % 2 != 0) return "num_hidden_layers " + std::to_string(layers) + " is odd";
-  const int64_t midpoint = layers / 2;
-  if (!c.is_kv_source(midpoint) || c.compress_ratio(midpoint) != 1)
-    return "the midpoint layer " + std::to_string(midpoint) + " is not a ratio-1 kv source";
-  for (int64_t layer = midpoint + 1; layer < layers; ++layer) {
-    if (c.compress_ratio(layer) != 1)
-      return "layer " + std::to_string(layer) + " after the midpoint has compress ratio " +
-             std::to_string(c.compress_ratio(layer)) + ", not 1";
-    if (c.is_kv_source(layer)) return "layer " + std::to_string(layer) + " after the midpoint is a kv source";
-  }
-  for (int64_t layer = 0; layer < layers; ++layer)
-    if (c.is_engram_layer(layer) && layer >= midpoint)
-      return "Engram layer " + std::to_string(layer) + " is not below the midpoint " + std::to_string(midpoint);
-  return "";
-}
-
 }  // namespace
 
 LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
@@ -96,9 +73,31 @@ Model Model::load(const std::string& dir) {
   // Engram hashes compressed token ids, which come from the checkpoint's own tokenizer.
   if (!c.engram.layer_ids.empty())
     model.engram_.emplace(Engram::load(c, model.weights_, Tokenizer::from_file(dir)));
-  model.replay_refusal_ = why_replay_is_invalid(c);
+  model.replay_refusal_ = decoder_window_replay_refusal(c);
   if (model.replay_refusal_.empty()) model.first_replayed_layer_ = c.num_layers / 2 + 1;
   return model;
+}
+
+// The conditions the published implementations check (v4_arch.md §4.3): the layers after the
+// midpoint must own nothing but their window, reading the midpoint's ratio-1 compressed KV and
+// index keys for every position, and no Engram layer may sit among them.
+std::string decoder_window_replay_refusal(const ModelConfig& c) {
+  if (c.family != ModelFamily::V41) return "it needs a V4.1 (deepseek_v41) model";
+  const int64_t layers = c.num_layers;
+  if (layers % 2 != 0) return "num_hidden_layers " + std::to_string(layers) + " is odd";
+  const int64_t midpoint = layers / 2;
+  if (!c.is_kv_source(midpoint) || c.compress_ratio(midpoint) != 1)
+    return "the midpoint layer " + std::to_string(midpoint) + " is not a ratio-1 kv source";
+  for (int64_t layer = midpoint + 1; layer < layers; ++layer) {
+    if (c.compress_ratio(layer) != 1)
+      return "layer " + std::to_string(layer) + " after the midpoint has compress ratio " +
+             std::to_string(c.compress_ratio(layer)) + ", not 1";
+    if (c.is_kv_source(layer)) return "layer " + std::to_string(layer) + " after the midpoint is a kv source";
+  }
+  for (int64_t layer = 0; layer < layers; ++layer)
+    if (c.is_engram_layer(layer) && layer >= midpoint)
+      return "Engram layer " + std::to_string(layer) + " is not below the midpoint " + std::to_string(midpoint);
+  return "";
 }
 
 SequenceState Model::new_sequence() const {

@@ -50,6 +50,9 @@ struct ForwardTrace {
 // nobody reads).
 enum class LogitRows { All, Last, None };
 
+// Why decoder window replay (ForwardOptions) cannot run on `config`; "" when it can.
+std::string decoder_window_replay_refusal(const ModelConfig& config);
+
 // How one forward call runs; the defaults are the exact forward pass.
 struct ForwardOptions {
   LogitRows rows = LogitRows::All;

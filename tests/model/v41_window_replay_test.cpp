@@ -116,6 +116,20 @@ TEST(WindowReplayTest, ValidityFollowsTheConditions) {
   EXPECT_EQ(sequence.length, 20);
 }
 
+// The released V4.1-Flash schedule allows the mode; the V4.1 golden fixtures do not (their
+// Engram layer 5 is above the midpoint 4), so they cannot measure it.
+TEST(WindowReplayTest, ReleasedConfigIsValidGoldenFixturesAreNot) {
+  const std::string data = DEEPINFER_TEST_DATA_DIR;
+  EXPECT_EQ(decoder_window_replay_refusal(load_model_config(data + "/configs/v41_flash.json")), "");
+  for (const char* fixture : {"tiny_bf16", "tiny_fp8"}) {
+    const std::string refusal =
+        decoder_window_replay_refusal(load_model_config(data + "/golden/v41/" + fixture + "/config.json"));
+    EXPECT_NE(refusal.find("Engram layer 5"), std::string::npos) << fixture << ": " << refusal;
+  }
+  EXPECT_NE(decoder_window_replay_refusal(load_model_config(data + "/configs/tiny_v4.json")).find("V4.1"),
+            std::string::npos);
+}
+
 TEST(WindowReplayTest, EncoderLayersAndCompressedCachesAreBitIdentical) {
   const Model& model = eight_layer("valid");
   const int64_t window = model.config().sliding_window;
