@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/float_formats.h"
@@ -26,6 +27,19 @@ void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
   }
 }
 
+// The tokenizer an Engram model hashes with: the explicit one when given, else the checkpoint's.
+Tokenizer engram_tokenizer(const std::string& dir, const LoadOptions& options) {
+  const std::string own = (std::filesystem::path(dir) / "tokenizer.json").string();
+  const std::string& path = options.tokenizer.empty() ? own : options.tokenizer;
+  if (std::filesystem::is_regular_file(path)) return Tokenizer::from_file(path);
+  if (options.tokenizer.empty())
+    fail(dir, ": the model has Engram layers, which need a tokenizer: ", own,
+         " does not exist and no tokenizer was given (LoadOptions::tokenizer)");
+  // An explicit tokenizer that is missing is an error, not a cue to hash with another one.
+  fail(dir, ": the model has Engram layers, which need a tokenizer: the given tokenizer ", path,
+       " does not exist (", own, std::filesystem::is_regular_file(own) ? " exists but is not used in its place)" : " does not exist either)");
+}
+
 }  // namespace
 
 LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
@@ -37,7 +51,7 @@ LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
           load_moe(weights_, prefix, config_, layer)};
 }
 
-Model Model::load(const std::string& dir) {
+Model Model::load(const std::string& dir, const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);
   if (config.family != ModelFamily::V4 && config.family != ModelFamily::V41)
     fail(dir, ": unknown model family");
@@ -68,9 +82,9 @@ Model Model::load(const std::string& dir) {
     }
     model.mtp_.push_back(std::move(mtp));
   }
-  // Engram hashes compressed token ids, which come from the checkpoint's own tokenizer.
+  // Engram hashes compressed token ids, which come from the tokenizer.
   if (!c.engram.layer_ids.empty())
-    model.engram_.emplace(Engram::load(c, model.weights_, Tokenizer::from_file(dir)));
+    model.engram_.emplace(Engram::load(c, model.weights_, engram_tokenizer(dir, options)));
   return model;
 }
 
@@ -112,6 +126,7 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     trace->layer_streams.assign(static_cast<std::size_t>(count * config_.num_layers * n * d_model), 0.0f);
     trace->csa_topk.clear();
     trace->routing.clear();
+    trace->candidate_blocks.clear();
   }
   // Hash ids [tokens, engram layers, cols], once per call for every Engram layer.
   std::vector<int64_t> hash_ids;
@@ -167,6 +182,12 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     }
   }
   sequence.length += count;
+  if (trace && selections.candidate_blocks)
+    for (const std::vector<char>& kept : *selections.candidate_blocks) {
+      std::vector<int64_t>& blocks = trace->candidate_blocks.emplace_back();
+      for (std::size_t b = 0; b < kept.size(); ++b)
+        if (kept[b]) blocks.push_back(static_cast<int64_t>(b));
+    }
 
   // Only the rows asked for go through the head.
   const int64_t head_first = count - logit_rows;
