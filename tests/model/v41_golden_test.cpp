@@ -137,6 +137,7 @@ TEST_P(V41GoldenTest, FullPrefillMatchesTheReference) {
       }
     }
   EXPECT_LE(weight_diff, kTolerance);
+  std::printf("[ %s ] max |routed weights - golden| = %.3g\n", GetParam().c_str(), weight_diff);
 }
 
 TEST_P(V41GoldenTest, ChunkedPrefillMatchesTheReference) {
