@@ -100,6 +100,22 @@ TEST_P(V41GoldenTest, FullPrefillMatchesTheReference) {
   std::printf("[ %s ] max |logits - golden| = %.3g, |final_hidden - golden| = %.3g, |streams - golden| = %.3g\n",
               GetParam().c_str(), logit_diff, hidden_diff, stream_diff);
 
+  // The kv sources' shared compressed KV and index keys after the prefill (post-RoPE, FP4).
+  for (int64_t source : model().config().kv_source_layer_ids) {
+    const CompressedGroupState& group = sequence.layers[source].group;
+    for (const auto& [rows, name] : {std::pair{&group.entries, "csa_cache_kv_layer"}, {&group.index_keys, "csa_cache_index_k_layer"}}) {
+      const std::string tensor = name + std::to_string(source);
+      const auto cached = want.floats(tensor);
+      ASSERT_EQ(rows->size(), want.shape(tensor)[0]) << tensor;
+      ASSERT_EQ(rows->width(), want.shape(tensor)[1]) << tensor;
+      std::vector<float> have(cached.size());
+      for (int64_t r = 0; r < rows->size(); ++r) rows->read(r, have.data() + r * rows->width());
+      const float diff = max_abs_diff(have.data(), cached.data(), cached.size());
+      EXPECT_LE(diff, kTolerance) << tensor;
+      std::printf("[ %s ] max |%s - golden| = %.3g\n", GetParam().c_str(), tensor.c_str(), diff);
+    }
+  }
+
   // Index sources 2, 4, 6 in the golden; the trace holds every ratio > 0 layer's attended picks.
   const auto topk_shape = want.shape("indexer_topk");
   const auto golden_topk = unpadded_rows(want.integers("indexer_topk"), topk_shape[2]);
