@@ -68,6 +68,7 @@ AttentionWeights load_attention(const Weights& weights, const std::string& prefi
   out.eps = static_cast<float>(config.rms_norm_eps);
   if (config.family == ModelFamily::V41) {
     out.window_format = CacheFormat::Fp8Ue8m0x32;
+    out.q_head_norm = false;
     if (out.ratio > 0) load_shared_branch(weights, attn, config, layer, out);
     return out;
   }
@@ -128,7 +129,7 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads; ++h) {
       float* head = q.data() + (t * heads + h) * d;
-      rms_norm(head, d, nullptr, weights.eps, head);
+      if (weights.q_head_norm) rms_norm(head, d, nullptr, weights.eps, head);
       weights.rope.apply(head, d, first_position + t);
     }
 

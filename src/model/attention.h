@@ -1,6 +1,6 @@
 #pragma once
-// V4 / V4.1 attention (v4_arch.md §2.4, §2.10): low-rank query with q-norm and a per-head
-// unweighted RMS norm, one shared K = V head, partial interleaved RoPE, learned per-head sinks,
+// V4 / V4.1 attention (v4_arch.md §2.4, §2.10): low-rank query with q-norm (V4: and a per-head
+// unweighted RMS norm; the V4.1 reference has none), one shared K = V head, partial interleaved RoPE, learned per-head sinks,
 // the sliding window plus (ratio > 0 layers) compressed entries, then the grouped low-rank output
 // projection. V4: the layer's own compressor, all visible entries (HCA) or its indexer's top-k
 // (CSA). V4.1 (CSA2): the entries of its group's kv source, picked by the latest index source
@@ -33,6 +33,7 @@ struct AttentionWeights {
   std::optional<IndexKeyWeights> index_keys;
   std::optional<IndexQueryWeights> index_queries;
   bool shared_compressed = false;
+  bool q_head_norm = true;  // V4 only
   CacheFormat window_format = CacheFormat::F32;
   RopeTable rope;
   int64_t heads = 0, head_dim = 0, window = 0, ratio = 0;

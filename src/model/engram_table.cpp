@@ -15,7 +15,6 @@ EngramTable::EngramTable(TensorView weight, std::optional<TensorView> scale, std
     if (!scale) fail(name_, ": F8_E4M3 table without its `.scale` tensor");
     quantized_ = QuantizedMatrix::fp8_block_scaled(weight_, *scale, BlockShape{1, 32}, name_);
   } else if (weight_.dtype == DType::F32 || weight_.dtype == DType::BF16 || weight_.dtype == DType::F16) {
-    if (scale) fail(name_, ": a ", dtype_name(weight_.dtype), " table takes no `.scale` tensor");
     const auto expected = static_cast<std::size_t>(rows_ * cols_) * dtype_size(weight_.dtype);
     if (rows_ < 0 || cols_ < 0 || weight_.bytes.size() != expected)
       fail(name_, ": ", dtype_name(weight_.dtype), " ", shape_string(weight_.shape), " needs ", expected,

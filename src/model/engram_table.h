@@ -14,7 +14,8 @@ namespace deepinfer::model {
 class EngramTable {
  public:
   // Validates dtypes and shapes (throws deepinfer::Error naming `name`): `scale` is required for
-  // FP8 rows and refused otherwise.
+  // FP8 rows and ignored otherwise (the reference applies it only to float8 tables; a BF16 table
+  // saved from a model whose `scale` parameter was never trained may still carry one).
   EngramTable(TensorView weight, std::optional<TensorView> scale, std::string name);
 
   int64_t rows() const { return rows_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "core/error.h"
@@ -28,6 +29,19 @@ void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
   }
 }
 
+// The tokenizer an Engram model hashes with: the explicit one when given, else the checkpoint's.
+Tokenizer engram_tokenizer(const std::string& dir, const LoadOptions& options) {
+  const std::string own = (std::filesystem::path(dir) / "tokenizer.json").string();
+  const std::string& path = options.tokenizer.empty() ? own : options.tokenizer;
+  if (std::filesystem::is_regular_file(path)) return Tokenizer::from_file(path);
+  if (options.tokenizer.empty())
+    fail(dir, ": the model has Engram layers, which need a tokenizer: ", own,
+         " does not exist and no tokenizer was given (LoadOptions::tokenizer)");
+  // An explicit tokenizer that is missing is an error, not a cue to hash with another one.
+  fail(dir, ": the model has Engram layers, which need a tokenizer: the given tokenizer ", path,
+       " does not exist (", own, std::filesystem::is_regular_file(own) ? " exists but is not used in its place)" : " does not exist either)");
+}
+
 }  // namespace
 
 LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
@@ -39,7 +53,7 @@ LayerWeights Model::load_layer(const std::string& prefix, int64_t layer) const {
           load_moe(weights_, prefix, config_, layer)};
 }
 
-Model Model::load(const std::string& dir) {
+Model Model::load(const std::string& dir, const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);
   if (config.family != ModelFamily::V4 && config.family != ModelFamily::V41)
     fail(dir, ": unknown model family");
@@ -70,9 +84,9 @@ Model Model::load(const std::string& dir) {
     }
     model.mtp_.push_back(std::move(mtp));
   }
-  // Engram hashes compressed token ids, which come from the checkpoint's own tokenizer.
+  // Engram hashes compressed token ids, which come from the tokenizer.
   if (!c.engram.layer_ids.empty())
-    model.engram_.emplace(Engram::load(c, model.weights_, Tokenizer::from_file(dir)));
+    model.engram_.emplace(Engram::load(c, model.weights_, engram_tokenizer(dir, options)));
   model.replay_refusal_ = decoder_window_replay_refusal(c);
   if (model.replay_refusal_.empty()) model.first_replayed_layer_ = c.num_layers / 2 + 1;
   return model;
@@ -158,6 +172,7 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     trace->layer_streams.assign(static_cast<std::size_t>(count * num_layers * n * d_model), 0.0f);
     trace->csa_topk.clear();
     trace->routing.clear();
+    trace->candidate_blocks.clear();
   }
   // Hash ids [tokens, engram layers, cols], once per call for every Engram layer.
   std::vector<int64_t> hash_ids;
@@ -253,6 +268,12 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     }
   }
   sequence.length += count;
+  if (trace && selections.candidate_blocks)
+    for (const std::vector<char>& kept : *selections.candidate_blocks) {
+      std::vector<int64_t>& blocks = trace->candidate_blocks.emplace_back();
+      for (std::size_t b = 0; b < kept.size(); ++b)
+        if (kept[b]) blocks.push_back(static_cast<int64_t>(b));
+    }
   if (logit_rows == 0) return;
 
   // Only the rows asked for go through the head (with replay: active rows only, checked above).

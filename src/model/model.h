@@ -13,6 +13,7 @@
 
 #include "io/model_config.h"
 #include "model/attention.h"
+#include "model/engram.h"
 #include "model/hyper_connections.h"
 #include "model/moe.h"
 #include "model/sequence_state.h"
@@ -44,6 +45,7 @@ struct ForwardTrace {
   std::vector<float> final_hidden;                // [tokens, D]: the LM head's input
   std::vector<std::vector<std::vector<int64_t>>> csa_topk;  // [CSA / CSA2 layer][token]: ascending entry ids
   std::vector<std::vector<Routing>> routing;      // [layer][token] (empty where replay skipped the layer)
+  std::vector<std::vector<int64_t>> candidate_blocks;  // V4.1 [token]: ascending blocks kept by the candidate source
 };
 
 // Which rows go through the LM head. None: logits must be empty (a prefill chunk whose logits
@@ -68,11 +70,18 @@ struct ForwardOptions {
   ForwardTrace* trace = nullptr;
 };
 
+struct LoadOptions {
+  // The tokenizer.json Engram builds its compressed token map from (transformers' bind_tokenizer);
+  // empty: the checkpoint folder's own tokenizer.json.
+  std::string tokenizer;
+};
+
 class Model {
  public:
-  // Reads config.json and the checkpoint in `dir` (V4.1 with Engram: its tokenizer.json too);
-  // refuses an incomplete or mis-shaped checkpoint and a CSA2 schedule it cannot run.
-  static Model load(const std::string& dir);
+  // Reads config.json and the checkpoint in `dir` (V4.1 with Engram: also the tokenizer named by
+  // `options`, else `dir`/tokenizer.json); refuses an incomplete or mis-shaped checkpoint, a CSA2
+  // schedule it cannot run and an Engram model with no tokenizer.
+  static Model load(const std::string& dir, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return config_.vocab_size; }
@@ -94,6 +103,8 @@ class Model {
   const std::string& replay_refusal() const { return replay_refusal_; }
 
   const std::vector<MtpWeights>& mtp() const { return mtp_; }
+  // V4.1 models with Engram layers: the loaded Engram (hash layout, multipliers, token map).
+  const Engram* engram() const { return engram_ ? &*engram_ : nullptr; }
 
  private:
   explicit Model(ModelConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}

@@ -98,5 +98,15 @@ TEST(EngramTable, GathersFp8RowsWithPerThirtyTwoColumnScales) {
   EXPECT_THROW(EngramTable(view_of(weight, DType::F8_E4M3, {2, 64}), std::nullopt, "t"), Error);
 }
 
+// The reference multiplies by `scale` only for float8 tables: a float table's scale is ignored.
+TEST(EngramTable, IgnoresTheScaleOfAFloatTable) {
+  const std::vector<float> weight{1.5f, -2.0f};
+  const std::vector<float> scale{4.0f};
+  const EngramTable table(view_of(weight, DType::F32, {1, 2}), view_of(scale, DType::F32, {1, 1}), "t");
+  std::vector<float> row(2);
+  table.gather(0, row.data());
+  EXPECT_EQ(row, weight);
+}
+
 }  // namespace
 }  // namespace deepinfer::model

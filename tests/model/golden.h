@@ -1,5 +1,5 @@
 #pragma once
-// Reads a V4 golden fixture (tests/data/golden/v4/<name>/reference/golden.safetensors).
+// Reads a golden fixture (tests/data/golden/<family>/<name>/reference/golden.safetensors).
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -9,14 +9,14 @@
 
 namespace deepinfer::model::testing {
 
-inline std::string fixture_dir(const std::string& name) {
-  return std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/v4/" + name;
+inline std::string fixture_dir(const std::string& name, const std::string& family = "v4") {
+  return std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/" + family + "/" + name;
 }
 
 class Golden {
  public:
-  explicit Golden(const std::string& fixture)
-      : file_(SafetensorsFile::open(fixture_dir(fixture) + "/reference/golden.safetensors")) {}
+  explicit Golden(const std::string& fixture, const std::string& family = "v4")
+      : file_(SafetensorsFile::open(fixture_dir(fixture, family) + "/reference/golden.safetensors")) {}
 
   bool has(const std::string& name) const { return file_.find(name) != nullptr; }
   std::vector<int64_t> shape(const std::string& name) const { return file_.view(name).shape; }
@@ -30,6 +30,12 @@ class Golden {
     const TensorView view = file_.view(name);
     std::vector<int64_t> out(static_cast<std::size_t>(view.numel()));
     std::memcpy(out.data(), view.bytes.data(), out.size() * sizeof(int64_t));
+    return out;
+  }
+  std::vector<int32_t> int32s(const std::string& name) const {
+    const TensorView view = file_.view(name);
+    std::vector<int32_t> out(static_cast<std::size_t>(view.numel()));
+    std::memcpy(out.data(), view.bytes.data(), out.size() * sizeof(int32_t));
     return out;
   }
   std::vector<int32_t> ids(const std::string& name) const {
