@@ -52,7 +52,7 @@ class PrefixCache {
   // Counts the prompt's tokens as queried and the prefix's as hit; marks the prefix used now.
   PrefixMatch match(std::span<const int32_t> prompt);
   // A request reading a match holds a reference on each of its blocks until it unpins; pinned
-  // blocks (and so their ancestors, never leaves) are not evicted.
+  // blocks are not evicted. Pin before anything can evict (the match names blocks, not nodes).
   void pin(const PrefixMatch& match);
   void unpin(const PrefixMatch& match);
 
