@@ -1,11 +1,13 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
+#include <functional>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 #include "engine/counter_rng.h"
+#include "engine/sampling_math.h"
 
 namespace deepinfer::engine {
 namespace {
@@ -16,7 +18,8 @@ constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 // mmap/munmap pair and a page fault per 4 KiB.
 struct Scratch {
   std::vector<float> values;
-  std::vector<int32_t> ids;
+  std::vector<float> raw;
+  std::vector<uint64_t> keys;
 };
 
 Scratch& thread_scratch() {
@@ -24,14 +27,15 @@ Scratch& thread_scratch() {
   return scratch;
 }
 
-// The one total order used for ranking: larger value first, then the lower id. It makes top-k,
-// nucleus boundaries and greedy ties deterministic.
-struct RanksBefore {
-  const float* values;
-  bool operator()(int32_t a, int32_t b) const {
-    return values[a] > values[b] || (values[a] == values[b] && a < b);
-  }
-};
+// A token's rank as one integer: weight first (a non-negative float's bits order like its value),
+// then the lower id. Every key is distinct, so top-k and nucleus boundaries are exact and
+// deterministic, and ranking needs no indirection through the weights array.
+uint64_t rank_key(float weight, int32_t token) {
+  return (static_cast<uint64_t>(std::bit_cast<uint32_t>(weight)) << 32) |
+         (0xFFFFFFFFu - static_cast<uint32_t>(token));
+}
+float weight_of(uint64_t key) { return std::bit_cast<float>(static_cast<uint32_t>(key >> 32)); }
+int32_t token_of(uint64_t key) { return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key)); }
 
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      const TokenHistory& history) {
@@ -62,162 +66,179 @@ void apply_logit_bias(std::span<float> logits, const SamplingParams& params) {
   }
 }
 
-int32_t argmax_lowest_id(std::span<const float> values) {
-  size_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i)
-    if (values[i] > values[best]) best = i;
-  return static_cast<int32_t>(best);
+double weight_sum(std::span<const uint64_t> keys) {
+  double total = 0.0;
+  for (uint64_t key : keys) total += weight_of(key);
+  return total;
 }
 
-// Keeps the smallest prefix of `ids`, ranked by weight, whose mass reaches top_p of their total:
-// a token stays when the mass ranked before it is < top_p * total. Sorts in growing chunks
-// (nth_element, then sort of the chunk) because a nucleus is usually a few dozen tokens out of a
-// vocabulary of 10^5.
-void keep_nucleus(std::vector<int32_t>& ids, const float* weights, float top_p) {
-  double total = 0.0;
-  for (int32_t id : ids) total += weights[id];
-  const double target = static_cast<double>(top_p) * total;
-  const RanksBefore ranks_before{weights};
-  double mass_before = 0.0;
-  size_t sorted_end = 0, chunk = 64;
-  while (sorted_end < ids.size()) {
-    const size_t chunk_end = std::min(ids.size(), sorted_end + chunk);
-    const auto first = ids.begin() + static_cast<std::ptrdiff_t>(sorted_end);
-    const auto last = ids.begin() + static_cast<std::ptrdiff_t>(chunk_end);
-    if (last != ids.end()) std::nth_element(first, last, ids.end(), ranks_before);
-    std::sort(first, last, ranks_before);
-    for (size_t j = sorted_end; j < chunk_end; ++j) {
-      if (mass_before >= target) {
-        ids.resize(j);
-        return;
-      }
-      mass_before += weights[ids[j]];
+// The nucleus of `keys` (unordered): the smallest set of best-ranked keys whose mass reaches
+// `target`; a key stays when the mass ranked before it is < target. Moves it to the front and
+// returns its size. A weighted quickselect, linear on average: a nucleus can hold most of a flat
+// vocabulary, where sorting 10^5 entries would cost milliseconds.
+size_t select_nucleus(std::span<uint64_t> keys, double target) {
+  size_t kept = 0, end = keys.size();  // [0, kept) in the nucleus, [kept, end) undecided
+  double kept_mass = 0.0;              // always < target
+  // Median-of-three pivots can degrade on adversarial input; after this many rounds, sort.
+  int rounds_left = 2 * static_cast<int>(std::bit_width(keys.size())) + 8;
+  while (end - kept > 32 && rounds_left-- > 0) {
+    const auto first = keys.begin() + static_cast<std::ptrdiff_t>(kept);
+    const auto last = keys.begin() + static_cast<std::ptrdiff_t>(end);
+    const uint64_t a = *first, b = first[(end - kept) / 2], c = *(last - 1);
+    const uint64_t pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));
+    const auto above_end = std::partition(first, last, [pivot](uint64_t key) { return key > pivot; });
+    const double above_mass = weight_sum({first, above_end});
+    if (kept_mass + above_mass >= target) {
+      end = static_cast<size_t>(above_end - keys.begin());
+      continue;
     }
-    sorted_end = chunk_end;
-    chunk *= 4;
+    std::iter_swap(above_end, std::find(above_end, last, pivot));
+    kept = static_cast<size_t>(above_end - keys.begin()) + 1;
+    kept_mass += above_mass + weight_of(pivot);
+    if (kept_mass >= target) return kept;
+  }
+  std::sort(keys.begin() + static_cast<std::ptrdiff_t>(kept), keys.begin() + static_cast<std::ptrdiff_t>(end),
+            std::greater<>());
+  for (size_t j = kept; j < end; ++j) {
+    if (kept_mass >= target) return j;
+    kept_mass += weight_of(keys[j]);
+  }
+  return end;
+}
+
+// The top_k best-ranked keys among tokens with weight >= floor, through a min-heap: one compare
+// per token for most of the vocabulary, where nth_element would move 10^5 keys around.
+void select_top_k(std::span<const float> weights, size_t top_k, float floor, std::vector<uint64_t>& keys) {
+  keys.clear();
+  const std::greater<> min_heap;
+  for (size_t token = 0; token < weights.size(); ++token) {
+    if (!(weights[token] > 0.0f && weights[token] >= floor)) continue;
+    const uint64_t key = rank_key(weights[token], static_cast<int32_t>(token));
+    if (keys.size() < top_k) {
+      keys.push_back(key);
+      std::push_heap(keys.begin(), keys.end(), min_heap);
+    } else if (key > keys.front()) {
+      std::pop_heap(keys.begin(), keys.end(), min_heap);
+      keys.back() = key;
+      std::push_heap(keys.begin(), keys.end(), min_heap);
+    }
   }
 }
 
-// Inverse CDF over `ids` in ascending id order, the mass summed in double in that order, so the
-// token for a given uniform depends on nothing but the weights.
-template <typename IdRange>
-int32_t invert_cdf(const IdRange& ids, const float* weights, double uniform) {
-  double total = 0.0;
-  for (int32_t id : ids) total += weights[id];
-  const double target = uniform * total;
-  double mass = 0.0;
-  int32_t last_positive = -1;
-  for (int32_t id : ids) {
-    if (weights[id] <= 0.0f) continue;
-    mass += weights[id];
-    last_positive = id;
-    if (mass > target) return id;
-  }
-  return last_positive;  // rounding left target at the very top of the mass
-}
-
-// `logits` (processed: penalties and bias applied) is overwritten with weights p_i / p_max.
-int32_t draw_token(std::span<float> logits, float max_logit, std::vector<int32_t>& ids,
+// `processed` (penalties and bias applied) is overwritten with the weights p_i / p_max, zero
+// outside the truncated set.
+int32_t draw_token(std::span<float> processed, float max_logit, std::vector<uint64_t>& keys,
                    const SamplingParams& params, double uniform) {
-  const size_t vocab = logits.size();
-  const float temperature = params.temperature;
-  // Division, not a reciprocal: with a tiny temperature 1/T overflows and 0 * inf is NaN.
-  const auto weight = [&](float logit) { return std::exp((logit - max_logit) / temperature); };
+  // Division by T, not multiplication by 1/T: with a tiny temperature 1/T overflows and 0 * inf
+  // is NaN for the best token.
+  exp_of_shifted_in_place(processed, max_logit, params.temperature);
+  const std::span<float> weights = processed;
 
-  const bool truncate_k = params.top_k_enabled() && static_cast<size_t>(params.top_k) < vocab;
-  const bool truncate_min_p = params.min_p > 0.0f;
+  // min_p compares p_i / p_max, which is the weight itself and is unchanged by top-k
+  // renormalising, so min_p and top-k commute; both keep a prefix of the ranking, and top-p
+  // applies last, to the distribution they leave (vLLM's order).
+  const float floor = params.min_p;
+  const bool truncate_k = params.top_k_enabled() && static_cast<size_t>(params.top_k) < weights.size();
   const bool truncate_p = params.top_p < 1.0f;
-  float* weights = logits.data();
-
-  if (!truncate_k && !truncate_min_p && !truncate_p) {
-    for (float& value : logits) value = weight(value);
-    ids.resize(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    return invert_cdf(ids, weights, uniform);
+  if (!truncate_k && !truncate_p) {
+    if (floor > 0.0f)
+      for (float& weight : weights) weight = weight >= floor ? weight : 0.0f;
+    return invert_cdf(weights, uniform);
   }
 
-  ids.resize(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
   if (truncate_k) {
-    // Ranked by logit: the temperature is monotonic, so this is the top-k of the probabilities.
-    const auto kth = ids.begin() + params.top_k;
-    std::nth_element(ids.begin(), kth, ids.end(), RanksBefore{logits.data()});
-    ids.resize(static_cast<size_t>(params.top_k));
-    std::sort(ids.begin(), ids.end());
-    for (int32_t id : ids) weights[id] = weight(logits[static_cast<size_t>(id)]);
+    select_top_k(weights, static_cast<size_t>(params.top_k), floor, keys);
   } else {
-    for (float& value : logits) value = weight(value);
+    for (float& weight : weights) weight = weight >= floor ? weight : 0.0f;
+    // A token lighter than (1 - top_p) * total / count cannot be in the nucleus: even with all the
+    // tokens ranked after it, it would carry less than the 1 - top_p that the nucleus leaves out.
+    // Half that bound, for rounding.
+    const double total = sum_of(weights);
+    const auto cutoff = static_cast<float>(0.5 * (1.0 - params.top_p) * total / static_cast<double>(weights.size()));
+    keys.clear();
+    for (size_t token = 0; token < weights.size(); ++token)
+      if (weights[token] > 0.0f && weights[token] >= cutoff)
+        keys.push_back(rank_key(weights[token], static_cast<int32_t>(token)));
+    keys.resize(select_nucleus(keys, static_cast<double>(params.top_p) * total));
   }
-  // min_p compares p_i / p_max, which is the weight itself and unchanged by top-k renormalising,
-  // so min_p and top-k commute; both keep a prefix of the ranking, and top-p applies last.
-  if (truncate_min_p)
-    std::erase_if(ids, [&](int32_t id) { return weights[id] < params.min_p; });
-  if (truncate_p) {
-    keep_nucleus(ids, weights, params.top_p);
-    std::sort(ids.begin(), ids.end());
+  if (truncate_k && truncate_p)
+    keys.resize(select_nucleus(keys, static_cast<double>(params.top_p) * weight_sum(keys)));
+
+  const uint64_t boundary = *std::min_element(keys.begin(), keys.end());
+  const float boundary_weight = weight_of(boundary);
+  const int32_t boundary_token = token_of(boundary);
+  for (size_t token = 0; token < weights.size(); ++token) {
+    const bool kept = weights[token] > boundary_weight ||
+                      (weights[token] == boundary_weight && static_cast<int32_t>(token) <= boundary_token);
+    weights[token] = kept ? weights[token] : 0.0f;
   }
-  return invert_cdf(ids, weights, uniform);
+  return invert_cdf(weights, uniform);
 }
 
-void fill_logprobs(std::span<const float> raw_logits, int32_t alternatives, SampleResult& result) {
-  float max_logit = kMinusInfinity;
-  for (float logit : raw_logits)
-    if (logit > max_logit) max_logit = logit;
-  double sum = 0.0;
-  for (float logit : raw_logits)
-    if (!std::isnan(logit)) sum += std::exp(static_cast<double>(logit - max_logit));
-  const double log_normalizer = static_cast<double>(max_logit) + std::log(sum);
-  const auto logprob = [&](float logit) {
-    return std::isnan(logit) ? kMinusInfinity : static_cast<float>(logit - log_normalizer);
+// `raw` is the sanitized copy of the model's logits (NaN -> -inf); `scratch` a buffer of its size.
+void fill_logprobs(std::span<const float> raw, std::span<float> scratch, int32_t alternatives,
+                   SampleResult& result) {
+  const float max_logit = max_of(raw);
+  std::copy(raw.begin(), raw.end(), scratch.begin());
+  exp_of_shifted_in_place(scratch, max_logit, 1.0f);
+  const double log_normalizer = static_cast<double>(max_logit) + std::log(sum_of(scratch));
+  const auto logprob = [&](int32_t token) {
+    return static_cast<float>(raw[static_cast<size_t>(token)] - log_normalizer);
   };
-  result.logprob = logprob(raw_logits[static_cast<size_t>(result.token)]);
+  result.logprob = logprob(result.token);
 
-  // A sorted buffer of at most 20 entries beats a partial sort of the whole vocabulary.
-  const size_t wanted = std::min(static_cast<size_t>(alternatives), raw_logits.size());
+  // A sorted buffer of at most 20 ids: almost every token fails the first comparison.
+  const size_t wanted = std::min(static_cast<size_t>(alternatives), raw.size());
   std::vector<int32_t> best;
   best.reserve(wanted + 1);
   const auto before = [&](int32_t a, int32_t b) {
-    const float la = std::isnan(raw_logits[a]) ? kMinusInfinity : raw_logits[a];
-    const float lb = std::isnan(raw_logits[b]) ? kMinusInfinity : raw_logits[b];
-    return la > lb || (la == lb && a < b);
+    return raw[static_cast<size_t>(a)] > raw[static_cast<size_t>(b)] ||
+           (raw[static_cast<size_t>(a)] == raw[static_cast<size_t>(b)] && a < b);
   };
-  for (size_t i = 0; i < raw_logits.size() && wanted > 0; ++i) {
-    const auto id = static_cast<int32_t>(i);
-    if (best.size() == wanted && !before(id, best.back())) continue;
-    best.insert(std::upper_bound(best.begin(), best.end(), id, before), id);
+  for (size_t i = 0; i < raw.size() && wanted > 0; ++i) {
+    const auto token = static_cast<int32_t>(i);
+    if (best.size() == wanted && !before(token, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), token, before), token);
     if (best.size() > wanted) best.pop_back();
   }
   result.top_logprobs.clear();
-  for (int32_t id : best) result.top_logprobs.push_back({id, logprob(raw_logits[static_cast<size_t>(id)])});
+  for (int32_t token : best) result.top_logprobs.push_back({token, logprob(token)});
 }
 
 }  // namespace
 
-SampleResult sample(std::span<const float> logits, const SamplingParams& params,
-                    const TokenHistory& history, uint64_t seed, uint64_t request_id, int64_t position) {
-  if (logits.empty()) fail("sampler: the logits row is empty");
+void apply_penalties_and_bias(std::span<float> logits, const SamplingParams& params,
+                              const TokenHistory& history) {
   if (static_cast<size_t>(history.id_bound()) > logits.size())
     fail("sampler: the token history holds id ", history.id_bound() - 1,
          ", outside the vocabulary of ", logits.size(), " logits");
+  apply_penalties(logits, params, history);
+  apply_logit_bias(logits, params);
+}
+
+SampleResult sample(std::span<const float> logits, const SamplingParams& params,
+                    const TokenHistory& history, uint64_t seed, uint64_t request_id, int64_t position) {
+  if (logits.empty()) fail("sampler: the logits row is empty");
   const CounterRng rng(seed, request_id, position);
 
   Scratch& scratch = thread_scratch();
+  std::vector<float>& raw = scratch.raw;
+  raw.resize(logits.size());
+  std::transform(logits.begin(), logits.end(), raw.begin(),
+                 [](float logit) { return logit != logit ? kMinusInfinity : logit; });
   std::vector<float>& processed = scratch.values;
-  processed.resize(logits.size());
-  std::transform(logits.begin(), logits.end(), processed.begin(),
-                 [](float logit) { return std::isnan(logit) ? kMinusInfinity : logit; });
-  apply_penalties(processed, params, history);
-  apply_logit_bias(processed, params);
+  processed.assign(raw.begin(), raw.end());
+  apply_penalties_and_bias(processed, params, history);
 
   SampleResult result;
-  const int32_t best = argmax_lowest_id(processed);
+  const int32_t best = argmax_lowest_index(processed);
   const float max_logit = processed[static_cast<size_t>(best)];
   if (!std::isfinite(max_logit))
     fail("sampler: the largest logit is ", max_logit, " (token ", best,
          "); sampling needs a finite maximum");
   result.token = params.greedy() ? best
-                                 : draw_token(processed, max_logit, scratch.ids, params, rng.uniform(0));
-  if (params.logprobs) fill_logprobs(logits, *params.logprobs, result);
+                                 : draw_token(processed, max_logit, scratch.keys, params, rng.uniform(0));
+  if (params.logprobs) fill_logprobs(raw, processed, *params.logprobs, result);
   return result;
 }
 

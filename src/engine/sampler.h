@@ -27,6 +27,13 @@ struct SampleResult {
   std::vector<TokenLogprob> top_logprobs;
 };
 
+// The logit processing that precedes truncation and the draw, in place: the repetition penalty
+// (over prompt + generated ids), then frequency and presence penalties (over generated ids), then
+// logit_bias. Exposed so the engine can report processed log-probabilities and tests can check
+// the arithmetic. Throws deepinfer::Error when a history or bias id is outside `logits`.
+void apply_penalties_and_bias(std::span<float> logits, const SamplingParams& params,
+                              const TokenHistory& history);
+
 // `logits`: the model's row for this position, one float per vocabulary id (NaN counts as -inf).
 // `history`: the sequence so far (prompt + generated), for the penalties.
 // The random draw is keyed by (seed, request_id, position) only; see counter_rng.h:

@@ -162,7 +162,7 @@ TEST(Sampler, TruncationOnALargeVocabularyKeepsTheRightTokens) {
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
   SamplingParams params = random_params();
   params.top_p = 0.5f;
-  const auto counts = counts_over_positions(logits, params, 3000);
+  const auto counts = counts_over_positions(logits, params, 2000);
   // The nucleus is the highest-logit ids; every sampled id must rank above every unsampled one.
   float lowest_sampled = INFINITY;
   for (size_t i = 0; i < counts.size(); ++i)
@@ -173,7 +173,7 @@ TEST(Sampler, TruncationOnALargeVocabularyKeepsTheRightTokens) {
     if (logit > lowest_sampled) mass_above += std::exp(logit);
   }
   EXPECT_LT(mass_above / total, 0.5);  // the lowest sampled logit is needed to reach 0.5
-  EXPECT_GT(support(counts).size(), 1000u);
+  EXPECT_GT(support(counts).size(), 800u);
 }
 
 TEST(Sampler, PenaltiesFollowTheHandComputedExample) {
