@@ -1,0 +1,187 @@
+// `deepinfer generate`: one prompt through a checkpoint on the CPU, token by token, printing text as
+// it is produced. A direct look at the forward pass and the sampler, without the server.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/counter_rng.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/token_history.h"
+#include "io/tokenizer/tokenizer.h"
+#include "model/model.h"
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deepinfer generate --model DIR (--prompt TEXT | --ids JSON_ARRAY) [options]\n"
+    "\n"
+    "Runs the prompt through the model on the CPU, then samples up to --max-tokens tokens,\n"
+    "printing the text as it is produced (ids when no tokenizer is available).\n"
+    "\n"
+    "options:\n"
+    "  --model DIR         checkpoint folder (config.json, *.safetensors)\n"
+    "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json when present)\n"
+    "  --prompt TEXT       prompt text, encoded as is (no chat template)\n"
+    "  --ids JSON_ARRAY    prompt token ids instead of text\n"
+    "  --add-bos           put the tokenizer's BOS id first\n"
+    "  --max-tokens N      tokens to generate (default 32); stops early at an EOS id\n"
+    "  --temperature T     0 = greedy (default 0)\n"
+    "  --top-p P, --top-k K, --min-p P   truncation, as in the OpenAI / vLLM APIs\n"
+    "  --seed S            sampling seed (default: drawn, and printed with --json)\n"
+    "  --json              print one JSON object (ids, text, seed, timings) at the end instead\n"
+    "\n"
+    "exit codes: 0 done, 1 bad model, prompt or parameters, 2 bad command line\n";
+
+template <typename T>
+T parse_number(const Args& args, const std::string& option, T fallback) {
+  auto text = args.get(option);
+  if (!text) return fallback;
+  try {
+    std::size_t used = 0;
+    double value = std::stod(*text, &used);
+    if (used != text->size()) throw std::invalid_argument(*text);
+    return static_cast<T>(value);
+  } catch (const std::exception&) {
+    throw UsageError{option + " expects a number, got '" + *text + "'"};
+  }
+}
+
+std::optional<Tokenizer> open_tokenizer(const Args& args, const std::string& model_dir) {
+  if (auto path = args.get("--tokenizer")) return Tokenizer::from_file(*path);
+  if (std::filesystem::exists(model_dir + "/tokenizer.json")) return Tokenizer::from_file(model_dir);
+  return std::nullopt;
+}
+
+std::vector<int32_t> prompt_ids(const Args& args, const std::optional<Tokenizer>& tokenizer) {
+  std::vector<int32_t> ids;
+  if (args.has("--add-bos")) {
+    if (!tokenizer || !tokenizer->bos_id()) fail("--add-bos: no tokenizer with a BOS token");
+    ids.push_back(*tokenizer->bos_id());
+  }
+  if (auto text = args.get("--prompt")) {
+    if (!tokenizer) fail("--prompt needs a tokenizer: the model folder has no tokenizer.json; pass --tokenizer or --ids");
+    auto encoded = tokenizer->encode(*text);
+    ids.insert(ids.end(), encoded.begin(), encoded.end());
+  } else {
+    nlohmann::json parsed = nlohmann::json::parse(*args.get("--ids"), nullptr, false);
+    if (!parsed.is_array() || parsed.empty()) fail("--ids: expected a non-empty JSON array of token ids");
+    for (const auto& id : parsed) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        fail("--ids: ", id.dump(), " is not a token id");
+      ids.push_back(id.get<int32_t>());
+    }
+  }
+  if (ids.empty()) fail("the prompt is empty");
+  return ids;
+}
+
+}  // namespace
+
+int run_generate(const std::vector<std::string>& argv) {
+  using Clock = std::chrono::steady_clock;
+  try {
+    Args args(argv, {"--help", "--add-bos", "--json"},
+              {"--model", "--tokenizer", "--prompt", "--ids", "--max-tokens", "--temperature", "--top-p", "--top-k",
+               "--min-p", "--seed"});
+    if (args.has("--help")) {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    }
+    if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
+    auto model_dir = args.get("--model");
+    if (!model_dir) throw UsageError{"--model is required"};
+    if (args.get("--prompt").has_value() == args.get("--ids").has_value())
+      throw UsageError{"give exactly one of --prompt and --ids"};
+    const auto max_tokens = parse_number<int64_t>(args, "--max-tokens", 32);
+    if (max_tokens < 0) throw UsageError{"--max-tokens must be >= 0"};
+
+    engine::SamplingParams params;
+    params.temperature = parse_number<float>(args, "--temperature", 0.0f);
+    params.top_p = parse_number<float>(args, "--top-p", 1.0f);
+    params.top_k = parse_number<int32_t>(args, "--top-k", 0);
+    params.min_p = parse_number<float>(args, "--min-p", 0.0f);
+    if (args.get("--seed")) params.seed = parse_number<uint64_t>(args, "--seed", 0);
+    const uint64_t seed = params.seed.value_or(engine::draw_engine_seed());
+
+    const auto load_start = Clock::now();
+    std::optional<Tokenizer> tokenizer = open_tokenizer(args, *model_dir);
+    model::LoadOptions load_options;
+    if (auto path = args.get("--tokenizer")) load_options.tokenizer = *path;
+    model::Model model = model::Model::load(*model_dir, load_options);
+    const int64_t vocab = model.config().vocab_size;
+    engine::validate(params, vocab);
+    std::vector<int32_t> ids = prompt_ids(args, tokenizer);
+    for (int32_t id : ids)
+      if (id >= vocab) fail("prompt token id ", id, " is outside the model's vocabulary (", vocab, ")");
+
+    const auto prefill_start = Clock::now();
+    model::SequenceState sequence = model.new_sequence();
+    std::vector<float> logits(static_cast<std::size_t>(vocab));
+    model.forward(sequence, ids, logits, model::ForwardOptions{.rows = model::LogitRows::Last});
+    const auto decode_start = Clock::now();
+
+    engine::TokenHistory history(ids);
+    std::optional<IncrementalDetokenizer> detokenizer;
+    if (tokenizer && !args.has("--json")) detokenizer.emplace(*tokenizer);
+    std::vector<int32_t> generated;
+    std::string finish_reason = "length";
+    const auto& eos = model.config().eos_token_ids;
+    for (int64_t step = 0; step < max_tokens; ++step) {
+      const int64_t position = static_cast<int64_t>(ids.size() + generated.size());
+      const int32_t token = engine::sample(logits, params, history, seed, /*request_id=*/0, position).token;
+      generated.push_back(token);
+      history.append(token);
+      if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
+        finish_reason = "stop";
+        break;
+      }
+      if (detokenizer) {
+        std::cout << detokenizer->push(token) << std::flush;
+      } else if (!args.has("--json")) {
+        std::cout << token << ' ' << std::flush;
+      }
+      if (step + 1 < max_tokens) model.forward(sequence, std::span(&token, 1), logits, model::LogitRows::Last);
+    }
+    if (detokenizer) std::cout << detokenizer->finish();
+    const auto end = Clock::now();
+    const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+
+    if (args.has("--json")) {
+      nlohmann::json out = {{"prompt_tokens", ids.size()},
+                            {"ids", generated},
+                            {"finish_reason", finish_reason},
+                            {"seed", seed},
+                            {"load_seconds", seconds(load_start, prefill_start)},
+                            {"prefill_seconds", seconds(prefill_start, decode_start)},
+                            {"decode_seconds", seconds(decode_start, end)}};
+      if (tokenizer) out["text"] = tokenizer->decode(generated);
+      std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    } else {
+      std::cout << '\n';
+      std::fprintf(stderr, "[%zu prompt tokens in %.3f s, %zu generated in %.3f s, finish: %s, seed %llu]\n",
+                   ids.size(), seconds(prefill_start, decode_start), generated.size(), seconds(decode_start, end),
+                   finish_reason.c_str(), static_cast<unsigned long long>(seed));
+    }
+    return kExitOk;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "deepinfer generate: %s\n\n%s", e.message.c_str(), kUsage);
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer generate: %s\n", e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace deepinfer::cli
