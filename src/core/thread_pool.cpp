@@ -128,9 +128,19 @@ int default_thread_count() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+namespace {
+std::atomic<ThreadPool*> g_default_pool_override{nullptr};
+}  // namespace
+
 ThreadPool& default_thread_pool() {
+  if (ThreadPool* chosen = g_default_pool_override.load(std::memory_order_acquire)) return *chosen;
   static ThreadPool pool(default_thread_count());
   return pool;
 }
+
+ScopedDefaultThreadPool::ScopedDefaultThreadPool(ThreadPool& pool)
+    : previous_(g_default_pool_override.exchange(&pool, std::memory_order_acq_rel)) {}
+
+ScopedDefaultThreadPool::~ScopedDefaultThreadPool() { g_default_pool_override.store(previous_, std::memory_order_release); }
 
 }  // namespace deepinfer

@@ -83,7 +83,22 @@ class ThreadPool {
 // deepinfer::Error naming the variable), otherwise std::thread::hardware_concurrency().
 int default_thread_count();
 
-// The process-wide pool, created on first use with default_thread_count() threads.
+// The process-wide pool, created on first use with default_thread_count() threads; while a
+// ScopedDefaultThreadPool is alive, the pool it names instead.
 ThreadPool& default_thread_pool();
+
+// Makes default_thread_pool() return `pool` (for every thread) until destroyed, so a test or a
+// benchmark can run the same kernels and model code under several pool sizes in one process.
+// Not for concurrent use: the override is process-wide; scopes nest and must end in reverse order.
+class ScopedDefaultThreadPool {
+ public:
+  explicit ScopedDefaultThreadPool(ThreadPool& pool);
+  ~ScopedDefaultThreadPool();
+  ScopedDefaultThreadPool(const ScopedDefaultThreadPool&) = delete;
+  ScopedDefaultThreadPool& operator=(const ScopedDefaultThreadPool&) = delete;
+
+ private:
+  ThreadPool* previous_;
+};
 
 }  // namespace deepinfer
