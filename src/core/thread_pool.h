@@ -7,6 +7,9 @@
 // min(size(), count) contiguous chunks whose bounds depend only on count and size(), and chunk 0
 // runs on the caller. Kernels that must be bit-reproducible rely on their results not depending on
 // the split at all; the fixed split only makes runs repeatable for everyone else.
+// Which thread runs chunks 1.. is not fixed: each is claimed by the first thread to reach it, the
+// caller included once its own chunk is done, so a worker the OS has not scheduled yet (the
+// machine is shared) delays nothing: the caller takes its chunk instead of waiting.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -56,7 +59,9 @@ class ThreadPool {
   using ChunkFunction = void (*)(void*, int64_t, int64_t);
   void run(int64_t count, void* callable, ChunkFunction function);
   void run_chunk(int index);
-  void worker_loop(int index);
+  // Claims and runs unclaimed chunks of the current job until none is left.
+  void run_claimed_chunks();
+  void worker_loop();
 
   std::vector<std::thread> workers_;
   const int spin_iterations_;
@@ -69,10 +74,15 @@ class ThreadPool {
   std::vector<std::exception_ptr> chunk_errors_;  // one slot per chunk, sized once
 
   std::atomic<uint64_t> generation_{0};  // bumped once per job; workers run when it changes
-  std::atomic<int> pending_workers_{0};  // workers that have not yet finished the current job
+  // The current job's claim state: job number (bits 32..63), chunk count (16..31), next unclaimed
+  // chunk (0..15). A successful claim (compare-exchange) guarantees the job fields above belong
+  // to that job until the claimed chunk is finished: the caller waits for every chunk.
+  std::atomic<uint64_t> ticket_{0};
+  uint32_t job_number_ = 0;                // caller only
+  std::atomic<int> finished_chunks_{0};    // of the current job
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
-  bool stopping_ = false;  // written before the final generation bump
+  std::atomic<bool> stopping_{false};  // set before the final generation bump; lagging workers read it any time
   std::mutex wake_mutex_;
   std::condition_variable wake_workers_;
   std::condition_variable wake_caller_;
