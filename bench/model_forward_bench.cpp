@@ -158,10 +158,15 @@ const Model& model_named(const std::string& name) {
   return *slot;
 }
 
+// threads 1 and 2: the default pool settings (workers sleep at once); -2: two threads whose idle
+// worker polls kSpinIterations times before sleeping, so it is awake for the next loop.
+constexpr int kSpinIterations = 2000;
+
 ThreadPool& pool_of(int threads) {
   static ThreadPool one(1);
   static ThreadPool two(2);
-  return threads == 1 ? one : two;
+  static ThreadPool two_spinning(2, kSpinIterations);
+  return threads == 1 ? one : threads == 2 ? two : two_spinning;
 }
 
 std::vector<int32_t> prompt_tokens(int64_t count, int64_t vocab) {
@@ -207,8 +212,9 @@ void decode(benchmark::State& state, const std::string& name, int threads) {
 
 const bool registered = [] {
   for (const char* name : {"v4_tiny_fp8", "v41_tiny_fp8", "v4_synthetic_h512"})
-    for (int threads : {1, 2}) {
-      const std::string suffix = std::string(name) + "/threads:" + std::to_string(threads);
+    for (int threads : {1, 2, -2}) {
+      const std::string suffix =
+          std::string(name) + (threads > 0 ? "/threads:" + std::to_string(threads) : std::string("/threads:2_spin"));
       benchmark::RegisterBenchmark(("prefill48/" + suffix).c_str(), prefill, std::string(name), threads)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
