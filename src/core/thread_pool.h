@@ -26,8 +26,10 @@ class ThreadPool {
  public:
   // `threads` counts the caller: ThreadPool(1) starts no worker and runs everything inline.
   // `spin_iterations` is how many pause-loop polls an idle worker (and a waiting caller) makes
-  // before sleeping. The default, 0, sleeps at once: on the 2-CPU shared machine spinning made a
-  // call 40x slower (bench/thread_pool_bench.cpp, docs/BENCHMARKS.md); try it on dedicated cores.
+  // before sleeping. The default, 0, sleeps at once, leaving the spare core to others on the
+  // shared 2-CPU machine. Since the caller claims chunks a late worker has not started, spinning
+  // no longer slows a call down (docs/BENCHMARKS.md), and a worker kept awake between a decode
+  // step's short loops is what makes 2 threads faster there: try it on dedicated cores.
   explicit ThreadPool(int threads, int spin_iterations = kDefaultSpinIterations);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
