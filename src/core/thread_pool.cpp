@@ -23,9 +23,10 @@ inline void cpu_relax() {
 
 ThreadPool::ThreadPool(int threads, int spin_iterations) : spin_iterations_(std::max(spin_iterations, 0)) {
   if (threads < 1) fail("ThreadPool: thread count must be at least 1, got ", threads);
+  if (threads > 0xFFFF) fail("ThreadPool: thread count must be at most 65535, got ", threads);
   chunk_errors_.resize(static_cast<std::size_t>(threads));
   workers_.reserve(static_cast<std::size_t>(threads - 1));
-  for (int index = 1; index < threads; ++index) workers_.emplace_back([this, index] { worker_loop(index); });
+  for (int index = 1; index < threads; ++index) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -48,7 +49,25 @@ void ThreadPool::run_chunk(int index) {
   }
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::run_claimed_chunks() {
+  uint64_t ticket = ticket_.load(std::memory_order_acquire);
+  for (;;) {
+    const auto chunks = static_cast<int>((ticket >> 16) & 0xFFFF);
+    const auto next = static_cast<int>(ticket & 0xFFFF);
+    if (next >= chunks) return;
+    if (!ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;  // `ticket` now holds the current value
+    run_chunk(next);
+    // seq_cst pairs with the caller's flag-then-check: either it sees this count or we see it asleep.
+    if (finished_chunks_.fetch_add(1) + 1 == chunks && caller_sleeping_.load()) {
+      { std::lock_guard lock(wake_mutex_); }  // the caller is inside wait() or re-checks after us
+      wake_caller_.notify_one();
+    }
+    ticket = ticket_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_loop() {
   t_inside_pool = true;
   uint64_t seen = 0;
   for (;;) {
@@ -68,11 +87,7 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = generation;
     if (stopping_) return;
-    if (index < job_chunks_) run_chunk(index);
-    if (pending_workers_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
-      { std::lock_guard lock(wake_mutex_); }  // the caller is inside wait() or re-checks after us
-      wake_caller_.notify_one();
-    }
+    run_claimed_chunks();
   }
 }
 
@@ -87,7 +102,10 @@ void ThreadPool::run(int64_t count, void* callable, ChunkFunction function) {
   job_function_ = function;
   job_count_ = count;
   job_chunks_ = static_cast<int>(std::min<int64_t>(count, size()));
-  pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  finished_chunks_.store(0, std::memory_order_relaxed);
+  ++job_number_;
+  // Chunk 0 is the caller's: the ticket starts at chunk 1.
+  ticket_.store((uint64_t{job_number_} << 32) | (static_cast<uint64_t>(job_chunks_) << 16) | 1, std::memory_order_release);
   generation_.fetch_add(1);
   if (sleeping_workers_.load() > 0) {
     { std::lock_guard lock(wake_mutex_); }  // a worker between its check and its wait sees the bump
@@ -96,14 +114,17 @@ void ThreadPool::run(int64_t count, void* callable, ChunkFunction function) {
 
   t_inside_pool = true;
   run_chunk(0);
+  finished_chunks_.fetch_add(1);
+  run_claimed_chunks();
   t_inside_pool = false;
 
-  for (int spin = 0; pending_workers_.load(std::memory_order_acquire) != 0 && spin < spin_iterations_; ++spin)
+  // Only chunks that workers claimed and are still running are left to wait for.
+  for (int spin = 0; finished_chunks_.load(std::memory_order_acquire) != job_chunks_ && spin < spin_iterations_; ++spin)
     cpu_relax();
-  if (pending_workers_.load(std::memory_order_acquire) != 0) {
+  if (finished_chunks_.load(std::memory_order_acquire) != job_chunks_) {
     std::unique_lock lock(wake_mutex_);
     caller_sleeping_.store(true);
-    wake_caller_.wait(lock, [&] { return pending_workers_.load() == 0; });
+    wake_caller_.wait(lock, [&] { return finished_chunks_.load() == job_chunks_; });
     caller_sleeping_.store(false);
   }
 
@@ -128,9 +149,19 @@ int default_thread_count() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+namespace {
+std::atomic<ThreadPool*> g_default_pool_override{nullptr};
+}  // namespace
+
 ThreadPool& default_thread_pool() {
+  if (ThreadPool* chosen = g_default_pool_override.load(std::memory_order_acquire)) return *chosen;
   static ThreadPool pool(default_thread_count());
   return pool;
 }
+
+ScopedDefaultThreadPool::ScopedDefaultThreadPool(ThreadPool& pool)
+    : previous_(g_default_pool_override.exchange(&pool, std::memory_order_acq_rel)) {}
+
+ScopedDefaultThreadPool::~ScopedDefaultThreadPool() { g_default_pool_override.store(previous_, std::memory_order_release); }
 
 }  // namespace deepinfer

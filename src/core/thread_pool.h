@@ -7,6 +7,9 @@
 // min(size(), count) contiguous chunks whose bounds depend only on count and size(), and chunk 0
 // runs on the caller. Kernels that must be bit-reproducible rely on their results not depending on
 // the split at all; the fixed split only makes runs repeatable for everyone else.
+// Which thread runs chunks 1.. is not fixed: each is claimed by the first thread to reach it, the
+// caller included once its own chunk is done, so a worker the OS has not scheduled yet (the
+// machine is shared) delays nothing: the caller takes its chunk instead of waiting.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -23,8 +26,10 @@ class ThreadPool {
  public:
   // `threads` counts the caller: ThreadPool(1) starts no worker and runs everything inline.
   // `spin_iterations` is how many pause-loop polls an idle worker (and a waiting caller) makes
-  // before sleeping. The default, 0, sleeps at once: on the 2-CPU shared machine spinning made a
-  // call 40x slower (bench/thread_pool_bench.cpp, docs/BENCHMARKS.md); try it on dedicated cores.
+  // before sleeping. The default, 0, sleeps at once, leaving the spare core to others on the
+  // shared 2-CPU machine. Since the caller claims chunks a late worker has not started, spinning
+  // no longer slows a call down (docs/BENCHMARKS.md), and a worker kept awake between a decode
+  // step's short loops is what makes 2 threads faster there: try it on dedicated cores.
   explicit ThreadPool(int threads, int spin_iterations = kDefaultSpinIterations);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -56,7 +61,9 @@ class ThreadPool {
   using ChunkFunction = void (*)(void*, int64_t, int64_t);
   void run(int64_t count, void* callable, ChunkFunction function);
   void run_chunk(int index);
-  void worker_loop(int index);
+  // Claims and runs unclaimed chunks of the current job until none is left.
+  void run_claimed_chunks();
+  void worker_loop();
 
   std::vector<std::thread> workers_;
   const int spin_iterations_;
@@ -69,10 +76,15 @@ class ThreadPool {
   std::vector<std::exception_ptr> chunk_errors_;  // one slot per chunk, sized once
 
   std::atomic<uint64_t> generation_{0};  // bumped once per job; workers run when it changes
-  std::atomic<int> pending_workers_{0};  // workers that have not yet finished the current job
+  // The current job's claim state: job number (bits 32..63), chunk count (16..31), next unclaimed
+  // chunk (0..15). A successful claim (compare-exchange) guarantees the job fields above belong
+  // to that job until the claimed chunk is finished: the caller waits for every chunk.
+  std::atomic<uint64_t> ticket_{0};
+  uint32_t job_number_ = 0;                // caller only
+  std::atomic<int> finished_chunks_{0};    // of the current job
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
-  bool stopping_ = false;  // written before the final generation bump
+  std::atomic<bool> stopping_{false};  // set before the final generation bump; lagging workers read it any time
   std::mutex wake_mutex_;
   std::condition_variable wake_workers_;
   std::condition_variable wake_caller_;
@@ -83,7 +95,22 @@ class ThreadPool {
 // deepinfer::Error naming the variable), otherwise std::thread::hardware_concurrency().
 int default_thread_count();
 
-// The process-wide pool, created on first use with default_thread_count() threads.
+// The process-wide pool, created on first use with default_thread_count() threads; while a
+// ScopedDefaultThreadPool is alive, the pool it names instead.
 ThreadPool& default_thread_pool();
+
+// Makes default_thread_pool() return `pool` (for every thread) until destroyed, so a test or a
+// benchmark can run the same kernels and model code under several pool sizes in one process.
+// Not for concurrent use: the override is process-wide; scopes nest and must end in reverse order.
+class ScopedDefaultThreadPool {
+ public:
+  explicit ScopedDefaultThreadPool(ThreadPool& pool);
+  ~ScopedDefaultThreadPool();
+  ScopedDefaultThreadPool(const ScopedDefaultThreadPool&) = delete;
+  ScopedDefaultThreadPool& operator=(const ScopedDefaultThreadPool&) = delete;
+
+ private:
+  ThreadPool* previous_;
+};
 
 }  // namespace deepinfer

@@ -4,8 +4,9 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/ops.h"
 #include "model/fake_quant.h"
+#include "model/ops.h"
+#include "model/parallel.h"
 
 namespace deepinfer::model {
 
@@ -122,16 +123,19 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
   // Low-rank query; q_residual also feeds the indexer.
   std::vector<float> q_residual(static_cast<std::size_t>(tokens * rank));
   kernels::linear(x, tokens, weights.wq_a, q_residual.data());
-  for (int64_t t = 0; t < tokens; ++t)
-    rms_norm(q_residual.data() + t * rank, rank, weights.q_norm.data(), weights.eps, q_residual.data() + t * rank);
+  parallel_items(tokens, 2 * rank, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      rms_norm(q_residual.data() + t * rank, rank, weights.q_norm.data(), weights.eps, q_residual.data() + t * rank);
+  });
   std::vector<float> q(static_cast<std::size_t>(tokens * heads * d));
   kernels::linear(q_residual.data(), tokens, weights.wq_b, q.data());
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t h = 0; h < heads; ++h) {
-      float* head = q.data() + (t * heads + h) * d;
+  parallel_items(tokens * heads, 4 * d, [&](int64_t begin, int64_t end) {
+    for (int64_t pair = begin; pair < end; ++pair) {
+      float* head = q.data() + pair * d;
       if (weights.q_head_norm) rms_norm(head, d, nullptr, weights.eps, head);
-      weights.rope.apply(head, d, first_position + t);
+      weights.rope.apply(head, d, first_position + pair / heads);
     }
+  });
 
   // The shared K = V head joins the window store (in its cache format).
   std::vector<float> kv(static_cast<std::size_t>(tokens * d));
@@ -139,12 +143,14 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
   if (state.window.width() != d) fail("attention state was not made for this layer");
   if (state.window_first + state.window.size() != first_position)
     fail("attention fed position ", first_position, " after ", state.window_first + state.window.size(), " tokens");
-  for (int64_t t = 0; t < tokens; ++t) {
-    float* row = kv.data() + t * d;
-    rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
-    weights.rope.apply(row, d, first_position + t);
-    state.window.append(row);
-  }
+  parallel_items(tokens, 4 * d, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = kv.data() + t * d;
+      rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
+      weights.rope.apply(row, d, first_position + t);
+    }
+  });
+  for (int64_t t = 0; t < tokens; ++t) state.window.append(kv.data() + t * d);
   // Every stored row the chunk's queries can see, decoded once.
   std::vector<float> window(static_cast<std::size_t>(state.window.size() * d));
   for (int64_t r = 0; r < state.window.size(); ++r) state.window.read(r, window.data() + r * d);
@@ -183,13 +189,12 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
     entries = decoded_entries.data();
   }
 
-  std::vector<float> attended(static_cast<std::size_t>(tokens * heads * d));
-  std::vector<const float*> keys;
-  std::vector<float> logits;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // Each query's keys, then every (token, head) pair on its own: pairs split across threads.
+  std::vector<std::vector<const float*>> token_keys(static_cast<std::size_t>(tokens));
+  int64_t key_count = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t position = first_position + t;
-    keys.clear();
+    std::vector<const float*>& keys = token_keys[t];
     // The store starts no later than the window, except after decoder window replay restarted it
     // at the prompt's trailing window (model.h): then keys start there.
     const int64_t oldest = std::max({int64_t{0}, position - weights.window + 1, state.window_first});
@@ -201,13 +206,22 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
       const int64_t visible = (position + 1) / weights.ratio;
       for (int64_t w = 0; w < visible; ++w) keys.push_back(entries + w * d);
     }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* head_out = attended.data() + (t * heads + h) * d;
-      attend_head(q.data() + (t * heads + h) * d, keys, d, scale, weights.sink[h], logits, head_out);
-      // K = V carried RoPE into the output; rotate back at the query position.
-      weights.rope.apply(head_out, d, position, /*inverse=*/true);
-    }
+    key_count += static_cast<int64_t>(keys.size());
   }
+  std::vector<float> attended(static_cast<std::size_t>(tokens * heads * d));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t work_per_pair = (key_count / tokens + 1) * 2 * d;
+  parallel_items(tokens * heads, work_per_pair, [&](int64_t begin, int64_t end) {
+    std::vector<float> logits;
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t t = pair / heads;
+      const int64_t h = pair % heads;
+      float* head_out = attended.data() + pair * d;
+      attend_head(q.data() + pair * d, token_keys[t], d, scale, weights.sink[h], logits, head_out);
+      // K = V carried RoPE into the output; rotate back at the query position.
+      weights.rope.apply(head_out, d, first_position + t, /*inverse=*/true);
+    }
+  });
   if (selected) *selected = std::move(picks);
 
   // Keep only the window the next chunk's first query can still see.

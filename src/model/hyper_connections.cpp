@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/ops.h"
+#include "model/parallel.h"
 
 namespace deepinfer::model {
 namespace {
@@ -12,8 +13,10 @@ std::vector<float> mix_logits(const kernels::WeightMatrix& fn, const HyperConnec
                               int64_t tokens) {
   const int64_t width = shape.streams * shape.hidden;
   std::vector<float> normalized(static_cast<std::size_t>(tokens * width));
-  for (int64_t t = 0; t < tokens; ++t)
-    rms_norm(streams + t * width, width, nullptr, shape.norm_eps, normalized.data() + t * width);
+  parallel_items(tokens, 2 * width, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      rms_norm(streams + t * width, width, nullptr, shape.norm_eps, normalized.data() + t * width);
+  });
   std::vector<float> logits(static_cast<std::size_t>(tokens * fn.rows));
   kernels::linear(normalized.data(), tokens, fn, logits.data());
   return logits;
@@ -52,48 +55,54 @@ HyperMix hyper_mix(const HyperConnectionWeights& weights, const HyperConnectionS
   HyperMix mix{std::vector<float>(static_cast<std::size_t>(tokens * n)),
                std::vector<float>(static_cast<std::size_t>(tokens * n)),
                std::vector<float>(static_cast<std::size_t>(tokens * n * n))};
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* row = logits.data() + t * mixes;
-    for (int64_t i = 0; i < n; ++i) {
-      mix.pre[t * n + i] = sigmoid(row[i] * weights.scale[0] + weights.base[i]) + shape.hc_eps;
-      mix.post[t * n + i] = 2.0f * sigmoid(row[n + i] * weights.scale[1] + weights.base[n + i]);
-    }
-    float* comb = mix.comb.data() + t * n * n;
-    for (int64_t j = 0; j < n * n; ++j) comb[j] = row[2 * n + j] * weights.scale[2] + weights.base[2 * n + j];
-    // Truncated Sinkhorn exactly as the reference runs it: row softmax (+eps), one column
-    // normalisation, then (iters - 1) rounds of row then column normalisation.
-    for (int64_t j = 0; j < n; ++j) {
-      softmax(comb + j * n, n);
-      for (int64_t k = 0; k < n; ++k) comb[j * n + k] += shape.hc_eps;
-    }
-    auto normalize_columns = [&] {
-      for (int64_t k = 0; k < n; ++k) {
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) sum += comb[j * n + k];
-        for (int64_t j = 0; j < n; ++j) comb[j * n + k] /= sum + shape.hc_eps;
+  // The Sinkhorn rounds of each token on their own: tokens split across threads.
+  const int64_t sinkhorn_work = 4 * n * n * shape.sinkhorn_iters;
+  parallel_items(tokens, sinkhorn_work, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* row = logits.data() + t * mixes;
+      for (int64_t i = 0; i < n; ++i) {
+        mix.pre[t * n + i] = sigmoid(row[i] * weights.scale[0] + weights.base[i]) + shape.hc_eps;
+        mix.post[t * n + i] = 2.0f * sigmoid(row[n + i] * weights.scale[1] + weights.base[n + i]);
       }
-    };
-    auto normalize_rows = [&] {
+      float* comb = mix.comb.data() + t * n * n;
+      for (int64_t j = 0; j < n * n; ++j) comb[j] = row[2 * n + j] * weights.scale[2] + weights.base[2 * n + j];
+      // Truncated Sinkhorn exactly as the reference runs it: row softmax (+eps), one column
+      // normalisation, then (iters - 1) rounds of row then column normalisation.
       for (int64_t j = 0; j < n; ++j) {
-        float sum = 0.0f;
-        for (int64_t k = 0; k < n; ++k) sum += comb[j * n + k];
-        for (int64_t k = 0; k < n; ++k) comb[j * n + k] /= sum + shape.hc_eps;
+        softmax(comb + j * n, n);
+        for (int64_t k = 0; k < n; ++k) comb[j * n + k] += shape.hc_eps;
       }
-    };
-    normalize_columns();
-    for (int64_t iter = 1; iter < shape.sinkhorn_iters; ++iter) {
-      normalize_rows();
+      auto normalize_columns = [&] {
+        for (int64_t k = 0; k < n; ++k) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < n; ++j) sum += comb[j * n + k];
+          for (int64_t j = 0; j < n; ++j) comb[j * n + k] /= sum + shape.hc_eps;
+        }
+      };
+      auto normalize_rows = [&] {
+        for (int64_t j = 0; j < n; ++j) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < n; ++k) sum += comb[j * n + k];
+          for (int64_t k = 0; k < n; ++k) comb[j * n + k] /= sum + shape.hc_eps;
+        }
+      };
       normalize_columns();
+      for (int64_t iter = 1; iter < shape.sinkhorn_iters; ++iter) {
+        normalize_rows();
+        normalize_columns();
+      }
     }
-  }
+  });
   return mix;
 }
 
 void hyper_collapse(const float* pre, const HyperConnectionShape& shape, const float* streams, int64_t tokens,
                     float* collapsed) {
   const int64_t n = shape.streams;
-  for (int64_t t = 0; t < tokens; ++t)
-    collapse(streams + t * n * shape.hidden, pre + t * n, shape, collapsed + t * shape.hidden);
+  parallel_items(tokens, n * shape.hidden, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      collapse(streams + t * n * shape.hidden, pre + t * n, shape, collapsed + t * shape.hidden);
+  });
 }
 
 HyperMix hyper_pre(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,
@@ -113,20 +122,22 @@ void hyper_post(const HyperMix& mix, const HyperConnectionShape& shape, const fl
                 float* streams) {
   const int64_t n = shape.streams;
   const int64_t d_model = shape.hidden;
-  std::vector<float> previous(static_cast<std::size_t>(n * d_model));
-  for (int64_t t = 0; t < tokens; ++t) {
-    float* token_streams = streams + t * n * d_model;
-    std::copy(token_streams, token_streams + n * d_model, previous.begin());
-    const float* comb = mix.comb.data() + t * n * n;
-    for (int64_t k = 0; k < n; ++k) {
-      const float post = mix.post[t * n + k];
-      for (int64_t d = 0; d < d_model; ++d) {
-        float mixed = 0.0f;
-        for (int64_t j = 0; j < n; ++j) mixed += comb[j * n + k] * previous[j * d_model + d];
-        token_streams[k * d_model + d] = post * output[t * d_model + d] + mixed;
+  parallel_items(tokens, n * n * d_model, [&](int64_t begin, int64_t end) {
+    std::vector<float> previous(static_cast<std::size_t>(n * d_model));
+    for (int64_t t = begin; t < end; ++t) {
+      float* token_streams = streams + t * n * d_model;
+      std::copy(token_streams, token_streams + n * d_model, previous.begin());
+      const float* comb = mix.comb.data() + t * n * n;
+      for (int64_t k = 0; k < n; ++k) {
+        const float post = mix.post[t * n + k];
+        for (int64_t d = 0; d < d_model; ++d) {
+          float mixed = 0.0f;
+          for (int64_t j = 0; j < n; ++j) mixed += comb[j * n + k] * previous[j * d_model + d];
+          token_streams[k * d_model + d] = post * output[t * d_model + d] + mixed;
+        }
       }
     }
-  }
+  });
 }
 
 void hyper_head(const HyperConnectionWeights& weights, const HyperConnectionShape& shape, const float* streams,

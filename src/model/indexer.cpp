@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/ops.h"
+#include "model/parallel.h"
 
 namespace deepinfer::model {
 
@@ -35,37 +36,47 @@ std::vector<std::vector<int64_t>> index_select(const IndexerWeights& weights, co
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(heads));
 
-  std::vector<std::vector<int64_t>> selected(static_cast<std::size_t>(tokens));
-  std::vector<float> scores;
-  std::vector<int64_t> order;
   // Every entry closing inside the chunk exists before scoring; query t reads only those whose
   // window ended at or before t.
   compress(weights.compressor, rope, state.compressor, x, tokens, first_position);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t position = first_position + t;
-    const int64_t visible = (position + 1) / ratio;
-    if (visible == 0) continue;
-    float* token_q = q.data() + t * heads * d;
-    for (int64_t h = 0; h < heads; ++h) rope.apply(token_q + h * d, d, position);
-    scores.assign(static_cast<std::size_t>(visible), 0.0f);
-    for (int64_t w = 0; w < visible; ++w) {
-      const float* key = state.compressor.entries.data() + w * d;
+  parallel_items(tokens * heads, 4 * d, [&](int64_t begin, int64_t end) {
+    for (int64_t pair = begin; pair < end; ++pair) rope.apply(q.data() + pair * d, d, first_position + pair / heads);
+  });
+  // Scores of every (token, visible entry) pair, each reduced over heads on its own, so the pairs
+  // split across threads: a decode step's one token spreads its entries, a prefill its tokens.
+  std::vector<int64_t> score_offset(static_cast<std::size_t>(tokens + 1), 0);
+  for (int64_t t = 0; t < tokens; ++t) score_offset[t + 1] = score_offset[t] + (first_position + t + 1) / ratio;
+  std::vector<float> scores(static_cast<std::size_t>(score_offset[tokens]));
+  parallel_items(score_offset[tokens], 2 * heads * d, [&](int64_t begin, int64_t end) {
+    int64_t t = std::upper_bound(score_offset.begin(), score_offset.end(), begin) - score_offset.begin() - 1;
+    for (int64_t pair = begin; pair < end; ++pair) {
+      while (pair >= score_offset[t + 1]) ++t;
+      const float* token_q = q.data() + t * heads * d;
+      const float* key = state.compressor.entries.data() + (pair - score_offset[t]) * d;
       float score = 0.0f;
       for (int64_t h = 0; h < heads; ++h) {
         const float relu = std::max(dot(token_q + h * d, key, d), 0.0f) * score_scale;
         score += relu * (head_weights[t * heads + h] * weight_scale);
       }
-      scores[w] = score;
+      scores[pair] = score;
     }
-    const int64_t keep = std::min(weights.topk, visible);
-    order.resize(static_cast<std::size_t>(visible));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
-      return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
-    });
-    selected[t].assign(order.begin(), order.begin() + keep);
-    std::sort(selected[t].begin(), selected[t].end());
-  }
+  });
+  std::vector<std::vector<int64_t>> selected(static_cast<std::size_t>(tokens));
+  parallel_items(tokens, score_offset[tokens] / tokens * 8 + 1, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> order;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t visible = score_offset[t + 1] - score_offset[t];
+      const float* token_scores = scores.data() + score_offset[t];
+      const int64_t keep = std::min(weights.topk, visible);
+      order.resize(static_cast<std::size_t>(visible));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
+        return token_scores[a] != token_scores[b] ? token_scores[a] > token_scores[b] : a < b;
+      });
+      selected[t].assign(order.begin(), order.begin() + keep);
+      std::sort(selected[t].begin(), selected[t].end());
+    }
+  });
   return selected;
 }
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "model/ops.h"
+#include "model/parallel.h"
 #include "io/tokenizer/tokenizer.h"
 
 namespace deepinfer::model {
@@ -194,8 +195,10 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
       mix = hyper_pre(hc, hc_shape_, streams.data(), active, sublayer_in.data());
     }
     const float eps = static_cast<float>(config_.rms_norm_eps);
-    for (int64_t t = 0; t < active; ++t)
-      rms_norm(sublayer_in.data() + t * d_model, d_model, norm.data(), eps, sublayer_in.data() + t * d_model);
+    parallel_items(active, 2 * d_model, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        rms_norm(sublayer_in.data() + t * d_model, d_model, norm.data(), eps, sublayer_in.data() + t * d_model);
+    });
     return mix;
   };
   ChunkSelections selections;  // V4.1: the group's picks and candidate blocks of this call
@@ -285,8 +288,10 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
   else
     hyper_head(hc_head_, hc_shape_, streams.data() + head_first * n * d_model, logit_rows, hidden.data());
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  for (int64_t t = 0; t < logit_rows; ++t)
-    rms_norm(hidden.data() + t * d_model, d_model, norm_.data(), eps, hidden.data() + t * d_model);
+  parallel_items(logit_rows, 2 * d_model, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      rms_norm(hidden.data() + t * d_model, d_model, norm_.data(), eps, hidden.data() + t * d_model);
+  });
   if (trace) trace->final_hidden = hidden;
   kernels::linear(hidden.data(), logit_rows, head_, logits.data());
 }

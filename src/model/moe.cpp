@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/ops.h"
+#include "model/parallel.h"
 
 namespace deepinfer::model {
 namespace {
@@ -115,46 +116,65 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
   }
 
   // Each expert runs once over the tokens routed to it; a token's contributions are then summed
-  // in ascending expert order (fixed per token, independent of the batch).
-  std::vector<float> contributions(static_cast<std::size_t>(tokens * k * model_dim));
-  std::vector<float> rows, gate, up, down;
-  std::vector<std::pair<int64_t, int64_t>> members;  // (token, slot)
-  for (int64_t e = 0; e < experts; ++e) {
-    members.clear();
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t s = 0; s < k; ++s)
-        if (decisions[t].experts[s] == e) members.emplace_back(t, s);
-    if (members.empty()) continue;
-    const int64_t count = static_cast<int64_t>(members.size());
-    rows.resize(static_cast<std::size_t>(count * model_dim));
-    for (int64_t m = 0; m < count; ++m)
-      std::copy_n(x + members[m].first * model_dim, model_dim, rows.data() + m * model_dim);
-    swiglu(weights.experts[e], rows.data(), count, weights.swiglu_limit, gate, up);
-    const int64_t inner = weights.experts[e].w1.rows;
-    if (weights.weight_before_down)
-      for (int64_t m = 0; m < count; ++m) {
-        const float w = decisions[members[m].first].weights[members[m].second];
-        for (int64_t i = 0; i < inner; ++i) gate[m * inner + i] *= w;
-      }
-    down.resize(static_cast<std::size_t>(count * model_dim));
-    kernels::linear(gate.data(), count, weights.experts[e].w2, down.data());
-    for (int64_t m = 0; m < count; ++m) {
-      const auto [t, s] = members[m];
-      const float w = weights.weight_before_down ? 1.0f : decisions[t].weights[s];  // x1 is exact
-      float* slot = contributions.data() + (t * k + s) * model_dim;
-      for (int64_t c = 0; c < model_dim; ++c) slot[c] = down[m * model_dim + c] * w;
+  // in ascending expert order (fixed per token, independent of the batch). Experts are independent
+  // items on the pool (their linears then run on the thread that took them: same bits, being
+  // batch and thread invariant); the shared experts are items after the routed ones.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> members(static_cast<std::size_t>(experts));  // (token, slot)
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t s = 0; s < k; ++s) members[decisions[t].experts[s]].emplace_back(t, s);
+  std::vector<int64_t> active;
+  int64_t routed_rows = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    if (!members[e].empty()) {
+      active.push_back(e);
+      routed_rows += static_cast<int64_t>(members[e].size());
     }
-  }
+  const int64_t shared_count = static_cast<int64_t>(weights.shared.size());
+  const int64_t items = static_cast<int64_t>(active.size()) + shared_count;
+  std::vector<float> contributions(static_cast<std::size_t>(tokens * k * model_dim));
+  std::vector<float> shared_out(static_cast<std::size_t>(shared_count * tokens * model_dim));
+  const int64_t inner = weights.experts.empty() ? 0 : weights.experts.front().w1.rows;
+  const int64_t work_per_item = (routed_rows + shared_count * tokens) / std::max<int64_t>(items, 1) * 3 * inner * model_dim;
+  parallel_items(items, work_per_item, [&](int64_t begin, int64_t end) {
+    std::vector<float> rows, gate, up;
+    for (int64_t item = begin; item < end; ++item) {
+      if (item >= static_cast<int64_t>(active.size())) {
+        const int64_t index = item - static_cast<int64_t>(active.size());
+        const ExpertWeights& shared = weights.shared[index];
+        swiglu(shared, x, tokens, weights.swiglu_limit, gate, up);
+        kernels::linear(gate.data(), tokens, shared.w2, shared_out.data() + index * tokens * model_dim);
+        continue;
+      }
+      const int64_t e = active[item];
+      const auto& expert_members = members[e];
+      const int64_t count = static_cast<int64_t>(expert_members.size());
+      rows.resize(static_cast<std::size_t>(count * model_dim));
+      for (int64_t m = 0; m < count; ++m)
+        std::copy_n(x + expert_members[m].first * model_dim, model_dim, rows.data() + m * model_dim);
+      swiglu(weights.experts[e], rows.data(), count, weights.swiglu_limit, gate, up);
+      const int64_t expert_inner = weights.experts[e].w1.rows;
+      if (weights.weight_before_down)
+        for (int64_t m = 0; m < count; ++m) {
+          const float w = decisions[expert_members[m].first].weights[expert_members[m].second];
+          for (int64_t i = 0; i < expert_inner; ++i) gate[m * expert_inner + i] *= w;
+        }
+      // The down projection lands in `rows` (free by now), then scales into each token's slot.
+      rows.resize(static_cast<std::size_t>(count * model_dim));
+      kernels::linear(gate.data(), count, weights.experts[e].w2, rows.data());
+      for (int64_t m = 0; m < count; ++m) {
+        const auto [t, s] = expert_members[m];
+        const float w = weights.weight_before_down ? 1.0f : decisions[t].weights[s];  // x1 is exact
+        float* slot = contributions.data() + (t * k + s) * model_dim;
+        for (int64_t c = 0; c < model_dim; ++c) slot[c] = rows[m * model_dim + c] * w;
+      }
+    }
+  });
   std::fill(out, out + tokens * model_dim, 0.0f);
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t s = 0; s < k; ++s)
       for (int64_t c = 0; c < model_dim; ++c) out[t * model_dim + c] += contributions[(t * k + s) * model_dim + c];
-  for (const ExpertWeights& shared : weights.shared) {
-    swiglu(shared, x, tokens, weights.swiglu_limit, gate, up);
-    down.resize(static_cast<std::size_t>(tokens * model_dim));
-    kernels::linear(gate.data(), tokens, shared.w2, down.data());
-    for (int64_t i = 0; i < tokens * model_dim; ++i) out[i] += down[i];
-  }
+  for (int64_t index = 0; index < shared_count; ++index)
+    for (int64_t i = 0; i < tokens * model_dim; ++i) out[i] += shared_out[index * tokens * model_dim + i];
   if (routing) *routing = std::move(decisions);
 }
 

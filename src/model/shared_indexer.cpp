@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/fake_quant.h"
 #include "model/ops.h"
+#include "model/parallel.h"
 
 namespace deepinfer::model {
 namespace {
@@ -102,46 +103,61 @@ void select_entries(const IndexQueryWeights& weights, const RopeTable& rope, con
   const bool filter = weights.uses_candidates && selections.candidate_blocks.has_value();
   if (filter && static_cast<int64_t>(selections.candidate_blocks->size()) != tokens)
     fail("candidate blocks published for ", selections.candidate_blocks->size(), " tokens, not ", tokens);
-  std::vector<float> scores;
-  std::vector<int64_t> allowed;
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t position = first_position + t;
-    const int64_t visible = std::min(last_visible, (position + 1) / ratio);
-    float* token_q = q.data() + t * heads * d;
-    for (int64_t h = 0; h < heads; ++h) {
-      rope.apply(token_q + h * d, d, position);
-      fake_quantize(CacheFormat::Fp4Ue8m0x32, std::span<float>(token_q + h * d, static_cast<std::size_t>(d)));
+  auto visible_of = [&](int64_t t) { return std::min(last_visible, (first_position + t + 1) / ratio); };
+  parallel_items(tokens * heads, 8 * d, [&](int64_t begin, int64_t end) {
+    for (int64_t pair = begin; pair < end; ++pair) {
+      float* head_q = q.data() + pair * d;
+      rope.apply(head_q, d, first_position + pair / heads);
+      fake_quantize(CacheFormat::Fp4Ue8m0x32, std::span<float>(head_q, static_cast<std::size_t>(d)));
     }
-    scores.assign(static_cast<std::size_t>(visible), 0.0f);
-    for (int64_t w = 0; w < visible; ++w) {
+  });
+  // Scores of every (token, visible key) pair, each reduced over heads on its own, so the pairs
+  // split across threads: a decode step's one token spreads its keys, a prefill its tokens.
+  std::vector<int64_t> score_offset(static_cast<std::size_t>(tokens + 1), 0);
+  for (int64_t t = 0; t < tokens; ++t) score_offset[t + 1] = score_offset[t] + visible_of(t);
+  std::vector<float> all_scores(static_cast<std::size_t>(score_offset[tokens]));
+  parallel_items(score_offset[tokens], 2 * heads * d, [&](int64_t begin, int64_t end) {
+    int64_t t = std::upper_bound(score_offset.begin(), score_offset.end(), begin) - score_offset.begin() - 1;
+    for (int64_t pair = begin; pair < end; ++pair) {
+      while (pair >= score_offset[t + 1]) ++t;
+      const float* token_q = q.data() + t * heads * d;
+      const float* key = keys.data() + (pair - score_offset[t]) * d;
       float score = 0.0f;
       for (int64_t h = 0; h < heads; ++h) {
-        const float relu = std::max(dot(token_q + h * d, keys.data() + w * d, d), 0.0f) * score_scale;
+        const float relu = std::max(dot(token_q + h * d, key, d), 0.0f) * score_scale;
         score += relu * (head_weights[t * heads + h] * weight_scale);
       }
-      scores[w] = score;
+      all_scores[pair] = score;
     }
-    allowed.resize(static_cast<std::size_t>(visible));
-    std::iota(allowed.begin(), allowed.end(), 0);
-    if (weights.candidate_source && visible > 0) {
-      const int64_t size = weights.candidate_block_size;
-      const int64_t blocks = (visible + size - 1) / size;
-      std::vector<float> block_scores(static_cast<std::size_t>(blocks), -INFINITY);
-      for (int64_t w = 0; w < visible; ++w) block_scores[w / size] = std::fmax(block_scores[w / size], scores[w]);
-      block_scores[(visible - 1) / size] = INFINITY;  // the newest, partly filled block stays in
-      std::vector<int64_t> all_blocks(static_cast<std::size_t>(blocks));
-      std::iota(all_blocks.begin(), all_blocks.end(), 0);
-      candidates[t].assign(static_cast<std::size_t>(blocks), 0);
-      for (int64_t b : top_indices(block_scores, all_blocks, weights.candidate_topk_blocks)) candidates[t][b] = 1;
-    } else if (filter) {
-      const auto& kept = (*selections.candidate_blocks)[t];
-      std::erase_if(allowed, [&](int64_t w) {
-        const auto block = static_cast<std::size_t>(w / weights.candidate_block_size);
-        return block >= kept.size() || !kept[block];
-      });
+  });
+  parallel_items(tokens, score_offset[tokens] / tokens * 8 + 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<int64_t> allowed;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t visible = visible_of(t);
+      scores.assign(all_scores.begin() + score_offset[t], all_scores.begin() + score_offset[t + 1]);
+      allowed.resize(static_cast<std::size_t>(visible));
+      std::iota(allowed.begin(), allowed.end(), 0);
+      if (weights.candidate_source && visible > 0) {
+        const int64_t size = weights.candidate_block_size;
+        const int64_t blocks = (visible + size - 1) / size;
+        std::vector<float> block_scores(static_cast<std::size_t>(blocks), -INFINITY);
+        for (int64_t w = 0; w < visible; ++w) block_scores[w / size] = std::fmax(block_scores[w / size], scores[w]);
+        block_scores[(visible - 1) / size] = INFINITY;  // the newest, partly filled block stays in
+        std::vector<int64_t> all_blocks(static_cast<std::size_t>(blocks));
+        std::iota(all_blocks.begin(), all_blocks.end(), 0);
+        candidates[t].assign(static_cast<std::size_t>(blocks), 0);
+        for (int64_t b : top_indices(block_scores, all_blocks, weights.candidate_topk_blocks)) candidates[t][b] = 1;
+      } else if (filter) {
+        const auto& kept = (*selections.candidate_blocks)[t];
+        std::erase_if(allowed, [&](int64_t w) {
+          const auto block = static_cast<std::size_t>(w / weights.candidate_block_size);
+          return block >= kept.size() || !kept[block];
+        });
+      }
+      picks[t] = top_indices(scores, allowed, weights.topk);
     }
-    picks[t] = top_indices(scores, allowed, weights.topk);
-  }
+  });
   selections.picks = std::move(picks);
   if (weights.candidate_source) selections.candidate_blocks = std::move(candidates);
 }

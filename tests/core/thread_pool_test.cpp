@@ -147,5 +147,21 @@ TEST(ThreadPool, DefaultThreadCountReadsTheEnvironment) {
   if (saved) setenv("DEEPINFER_THREADS", saved_value.c_str(), 1);
 }
 
+TEST(ThreadPool, ScopedDefaultPoolOverridesAndRestores) {
+  ThreadPool& process_pool = default_thread_pool();
+  ThreadPool three(3);
+  ThreadPool one(1);
+  {
+    ScopedDefaultThreadPool outer(three);
+    EXPECT_EQ(&default_thread_pool(), &three);
+    {
+      ScopedDefaultThreadPool inner(one);
+      EXPECT_EQ(&default_thread_pool(), &one);
+    }
+    EXPECT_EQ(&default_thread_pool(), &three);
+  }
+  EXPECT_EQ(&default_thread_pool(), &process_pool);
+}
+
 }  // namespace
 }  // namespace deepinfer

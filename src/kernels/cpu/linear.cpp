@@ -66,8 +66,23 @@ void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y
 
 namespace deepinfer::kernels {
 
+namespace {
+
+// Products smaller than this run on the calling thread: waking the pool costs 3 to 14 us on the
+// 2-CPU machine (docs/BENCHMARKS.md), more than such a product takes. Same bits either way (the
+// paths are thread-count invariant).
+constexpr int64_t kMinThreadedMultiplyAdds = 64 * 1024;
+
+ThreadPool& calling_thread_only() {
+  static ThreadPool pool(1);  // no workers: parallel_for runs inline and touches no shared state
+  return pool;
+}
+
+}  // namespace
+
 void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y) {
-  cpu::linear(x, tokens, weight, y, default_thread_pool(), cpu::default_linear_path());
+  const bool small = tokens * weight.rows * weight.cols < kMinThreadedMultiplyAdds;
+  cpu::linear(x, tokens, weight, y, small ? calling_thread_only() : default_thread_pool(), cpu::default_linear_path());
 }
 
 }  // namespace deepinfer::kernels

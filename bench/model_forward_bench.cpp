@@ -1,0 +1,230 @@
+// Model::forward on CPU: a 48-token prefill and 32 single-token decode steps (after that prefill),
+// on one thread and on two, for the committed golden checkpoints (V4 and V4.1 tiny_fp8, hidden 64)
+// and a larger synthetic V4 model written by this benchmark (hidden 512, 4 layers, BF16, random
+// weights) whose shapes make the timings mean more than per-call overhead.
+//
+//   build/bench/model_forward_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//
+// Thread counts are pools passed through ScopedDefaultThreadPool, so 1 and 2 threads run in one
+// process; times are wall clock (the workers' share counts).
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/thread_pool.h"
+#include "io/checkpoint_schema.h"
+#include "io/model_config.h"
+#include "model/model.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using deepinfer::ScopedDefaultThreadPool;
+using deepinfer::ThreadPool;
+using deepinfer::model::LogitRows;
+using deepinfer::model::Model;
+
+constexpr int64_t kPrefillTokens = 48;
+constexpr int64_t kDecodeSteps = 32;
+
+uint16_t to_bf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+
+// tiny_v4.json scaled up: every matrix a BF16 U(-1, 1) / sqrt(cols), norms near 1.
+void write_synthetic_v4(const std::string& dir) {
+  std::ifstream in(std::string(DEEPINFER_TEST_DATA_DIR) + "/configs/tiny_v4.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["vocab_size"] = 4096;
+  config["hidden_size"] = 512;
+  config["num_hidden_layers"] = 4;
+  config["num_nextn_predict_layers"] = 0;
+  config["num_attention_heads"] = 8;
+  config["head_dim"] = 128;
+  config["qk_rope_head_dim"] = 64;
+  config["q_lora_rank"] = 256;
+  config["o_groups"] = 2;
+  config["o_lora_rank"] = 128;
+  config["sliding_window"] = 64;
+  config["compress_ratios"] = {0, 4, 16, 4};
+  config["index_n_heads"] = 8;
+  config["index_head_dim"] = 64;
+  config["index_topk"] = 8;
+  config["n_routed_experts"] = 16;
+  config["num_experts_per_tok"] = 4;
+  config["moe_intermediate_size"] = 256;
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  const deepinfer::ModelConfig parsed = deepinfer::load_model_config(dir);
+
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto uniform = [&] {  // in [-1, 1)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<double>(state >> 11) / static_cast<double>(1ull << 52) - 1.0);
+  };
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<std::byte> data;
+  for (const deepinfer::ExpectedTensor& tensor : deepinfer::expected_tensors(parsed)) {
+    if (tensor.optional || tensor.is_scale) continue;
+    const deepinfer::DType dtype = tensor.stored_dtypes.front();
+    const int64_t count = deepinfer::logical_numel(tensor);
+    const float spread = 2.0f / std::sqrt(static_cast<float>(tensor.logical_shape.back()));
+    const std::string& name = tensor.name;
+    auto value = [&]() -> float {
+      if (name.ends_with("norm.weight")) return 1.0f + 0.1f * uniform();
+      if (name.ends_with("attn_sink")) return 0.5f * uniform();
+      if (name.ends_with("_base") || name.ends_with("gate.bias")) return 0.1f * uniform();
+      if (name.ends_with("_scale")) return 0.5f + 0.1f * uniform();
+      if (name == "embed.weight") return uniform();
+      return uniform() * spread;
+    };
+    const std::size_t at = data.size();
+    if (dtype == deepinfer::DType::F32) {
+      data.resize(at + static_cast<std::size_t>(count) * 4);
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = value();
+        std::memcpy(data.data() + at + i * 4, &v, 4);
+      }
+    } else if (dtype == deepinfer::DType::BF16) {
+      data.resize(at + static_cast<std::size_t>(count) * 2);
+      for (int64_t i = 0; i < count; ++i) {
+        const uint16_t v = to_bf16(value());
+        std::memcpy(data.data() + at + i * 2, &v, 2);
+      }
+    } else {
+      // tid2eid (the only integer tensor): token t goes to experts t, t+1, ... (mod experts).
+      const int64_t experts = parsed.n_routed_experts;
+      const int64_t k = tensor.logical_shape.back();
+      const std::size_t width = deepinfer::dtype_size(dtype);
+      data.resize(at + static_cast<std::size_t>(count) * width);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t id = (i / k + i % k) % experts;
+        std::memcpy(data.data() + at + i * width, &id, width);  // little endian: low bytes first
+      }
+    }
+    header[name] = {{"dtype", std::string(deepinfer::dtype_name(dtype))},
+                    {"shape", tensor.stored_shape},
+                    {"data_offsets", {at, data.size()}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream file(dir + "/model.safetensors", std::ios::binary);
+  const uint64_t length = text.size();
+  file.write(reinterpret_cast<const char*>(&length), sizeof(length));
+  file.write(text.data(), static_cast<std::streamsize>(text.size()));
+  file.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+}
+
+class SyntheticDir {
+ public:
+  SyntheticDir() : path_(fs::temp_directory_path() / ("deepinfer_model_bench_" + std::to_string(::getpid()))) {
+    fs::create_directories(path_);
+    write_synthetic_v4(path_.string());
+  }
+  ~SyntheticDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+const Model& model_named(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Model>> models;
+  static std::unique_ptr<SyntheticDir> synthetic;
+  auto& slot = models[name];
+  if (slot) return *slot;
+  const std::string golden = std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/";
+  if (name == "v4_tiny_fp8") {
+    slot = std::make_unique<Model>(Model::load(golden + "v4/tiny_fp8"));
+  } else if (name == "v41_tiny_fp8") {
+    slot = std::make_unique<Model>(Model::load(
+        golden + "v41/tiny_fp8",
+        deepinfer::model::LoadOptions{.tokenizer = std::string(DEEPINFER_ASSET_DIR) + "/tokenizer/deepseek_v41_tokenizer.json"}));
+  } else {
+    synthetic = std::make_unique<SyntheticDir>();
+    slot = std::make_unique<Model>(Model::load(synthetic->str()));
+  }
+  return *slot;
+}
+
+// threads 1 and 2: the default pool settings (workers sleep at once); -2: two threads whose idle
+// worker polls kSpinIterations times before sleeping, so it is awake for the next loop.
+constexpr int kSpinIterations = 2000;
+
+ThreadPool& pool_of(int threads) {
+  static ThreadPool one(1);
+  static ThreadPool two(2);
+  static ThreadPool two_spinning(2, kSpinIterations);
+  return threads == 1 ? one : threads == 2 ? two : two_spinning;
+}
+
+std::vector<int32_t> prompt_tokens(int64_t count, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < count; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11) % (vocab - 8) + 3));
+  return ids;
+}
+
+void prefill(benchmark::State& state, const std::string& name, int threads) {
+  ScopedDefaultThreadPool use(pool_of(threads));
+  const Model& model = model_named(name);
+  const std::vector<int32_t> tokens = prompt_tokens(kPrefillTokens, model.vocab_size());
+  std::vector<float> logits(static_cast<std::size_t>(model.vocab_size()));
+  for (auto _ : state) {
+    deepinfer::model::SequenceState sequence = model.new_sequence();
+    model.forward(sequence, tokens, logits, LogitRows::Last);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kPrefillTokens),
+                                                  benchmark::Counter::kIsRate);
+}
+
+void decode(benchmark::State& state, const std::string& name, int threads) {
+  ScopedDefaultThreadPool use(pool_of(threads));
+  const Model& model = model_named(name);
+  const std::vector<int32_t> tokens = prompt_tokens(kPrefillTokens + kDecodeSteps, model.vocab_size());
+  const std::span<const int32_t> prompt(tokens.data(), kPrefillTokens);
+  std::vector<float> logits(static_cast<std::size_t>(model.vocab_size()));
+  for (auto _ : state) {
+    state.PauseTiming();
+    deepinfer::model::SequenceState sequence = model.new_sequence();
+    model.forward(sequence, prompt, {}, LogitRows::None);
+    state.ResumeTiming();
+    for (int64_t step = 0; step < kDecodeSteps; ++step) {
+      model.forward(sequence, std::span<const int32_t>(tokens.data() + kPrefillTokens + step, 1), logits,
+                    LogitRows::Last);
+      benchmark::DoNotOptimize(logits.data());
+    }
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * kDecodeSteps),
+                                                  benchmark::Counter::kIsRate);
+}
+
+const bool registered = [] {
+  for (const char* name : {"v4_tiny_fp8", "v41_tiny_fp8", "v4_synthetic_h512"})
+    for (int threads : {1, 2, -2}) {
+      const std::string suffix =
+          std::string(name) + (threads > 0 ? "/threads:" + std::to_string(threads) : std::string("/threads:2_spin"));
+      benchmark::RegisterBenchmark(("prefill48/" + suffix).c_str(), prefill, std::string(name), threads)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("decode32/" + suffix).c_str(), decode, std::string(name), threads)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();
