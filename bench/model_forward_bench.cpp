@@ -26,6 +26,7 @@
 #include "io/checkpoint_schema.h"
 #include "io/model_config.h"
 #include "model/model.h"
+#include "support/random_checkpoint.h"
 
 namespace {
 
@@ -37,11 +38,6 @@ using deepinfer::model::Model;
 
 constexpr int64_t kPrefillTokens = 48;
 constexpr int64_t kDecodeSteps = 32;
-
-uint16_t to_bf16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
 
 // tiny_v4.json scaled up: every matrix a BF16 U(-1, 1) / sqrt(cols), norms near 1.
 void write_synthetic_v4(const std::string& dir) {
@@ -66,64 +62,7 @@ void write_synthetic_v4(const std::string& dir) {
   config["num_experts_per_tok"] = 4;
   config["moe_intermediate_size"] = 256;
   std::ofstream(dir + "/config.json") << config.dump(2);
-  const deepinfer::ModelConfig parsed = deepinfer::load_model_config(dir);
-
-  uint64_t state = 0x9E3779B97F4A7C15ull;
-  auto uniform = [&] {  // in [-1, 1)
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<float>(static_cast<double>(state >> 11) / static_cast<double>(1ull << 52) - 1.0);
-  };
-  nlohmann::json header = nlohmann::json::object();
-  std::vector<std::byte> data;
-  for (const deepinfer::ExpectedTensor& tensor : deepinfer::expected_tensors(parsed)) {
-    if (tensor.optional || tensor.is_scale) continue;
-    const deepinfer::DType dtype = tensor.stored_dtypes.front();
-    const int64_t count = deepinfer::logical_numel(tensor);
-    const float spread = 2.0f / std::sqrt(static_cast<float>(tensor.logical_shape.back()));
-    const std::string& name = tensor.name;
-    auto value = [&]() -> float {
-      if (name.ends_with("norm.weight")) return 1.0f + 0.1f * uniform();
-      if (name.ends_with("attn_sink")) return 0.5f * uniform();
-      if (name.ends_with("_base") || name.ends_with("gate.bias")) return 0.1f * uniform();
-      if (name.ends_with("_scale")) return 0.5f + 0.1f * uniform();
-      if (name == "embed.weight") return uniform();
-      return uniform() * spread;
-    };
-    const std::size_t at = data.size();
-    if (dtype == deepinfer::DType::F32) {
-      data.resize(at + static_cast<std::size_t>(count) * 4);
-      for (int64_t i = 0; i < count; ++i) {
-        const float v = value();
-        std::memcpy(data.data() + at + i * 4, &v, 4);
-      }
-    } else if (dtype == deepinfer::DType::BF16) {
-      data.resize(at + static_cast<std::size_t>(count) * 2);
-      for (int64_t i = 0; i < count; ++i) {
-        const uint16_t v = to_bf16(value());
-        std::memcpy(data.data() + at + i * 2, &v, 2);
-      }
-    } else {
-      // tid2eid (the only integer tensor): token t goes to experts t, t+1, ... (mod experts).
-      const int64_t experts = parsed.n_routed_experts;
-      const int64_t k = tensor.logical_shape.back();
-      const std::size_t width = deepinfer::dtype_size(dtype);
-      data.resize(at + static_cast<std::size_t>(count) * width);
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t id = (i / k + i % k) % experts;
-        std::memcpy(data.data() + at + i * width, &id, width);  // little endian: low bytes first
-      }
-    }
-    header[name] = {{"dtype", std::string(deepinfer::dtype_name(dtype))},
-                    {"shape", tensor.stored_shape},
-                    {"data_offsets", {at, data.size()}}};
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream file(dir + "/model.safetensors", std::ios::binary);
-  const uint64_t length = text.size();
-  file.write(reinterpret_cast<const char*>(&length), sizeof(length));
-  file.write(text.data(), static_cast<std::streamsize>(text.size()));
-  file.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  deepinfer::test_support::write_random_checkpoint(dir);
 }
 
 class SyntheticDir {

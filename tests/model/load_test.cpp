@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "golden.h"
+#include "support/scratch_dir.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 
@@ -57,18 +58,7 @@ void write_safetensors(const std::string& path, const std::vector<StoredTensor>&
   for (const auto& t : tensors) file.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
 }
 
-class ScratchDir {
- public:
-  ScratchDir() : path_(fs::temp_directory_path() / ("deepinfer_model_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using deepinfer::test_support::ScratchDir;
 
 TEST(ModelLoadTest, RefusesACheckpointMissingATensorByName) {
   const std::string source = testing::fixture_dir("tiny_bf16");
