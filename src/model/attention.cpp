@@ -113,12 +113,105 @@ void attend_head(const float* q, const std::vector<const float*>& keys, int64_t 
 
 }  // namespace
 
-void attention_forward(const AttentionWeights& weights, AttentionState& state, const GroupContext& shared,
-                       const float* x, int64_t tokens, int64_t first_position, float* out,
-                       std::vector<std::vector<int64_t>>* selected) {
+namespace {
+
+// What one segment's queries read besides the shared projections: its decoded window rows, the
+// compressed entries it attends and the per-token picks.
+struct SegmentKeys {
+  std::vector<float> window;  // rows [window_first, window_first + size) decoded
+  int64_t window_first = 0;
+  const float* entries = nullptr;
+  std::vector<float> decoded_entries;
+  std::vector<std::vector<int64_t>> picks;
+};
+
+// The stateful half of attention for one segment: the window store, the compressors and the
+// indexer. kv holds the segment's projected (normed, rotated) K = V rows.
+void update_segment(const AttentionWeights& weights, const AttentionSegment& segment, const float* x,
+                    const float* q_residual, const float* kv, SegmentKeys& keys) {
+  const int64_t d = weights.head_dim;
+  const int64_t tokens = segment.rows;
+  const int64_t first_position = segment.first_position;
+  AttentionState& state = *segment.state;
+  if (state.window.width() != d) fail("attention state was not made for this layer");
+  if (state.window_first + state.window.size() != first_position)
+    fail("attention fed position ", first_position, " after ", state.window_first + state.window.size(), " tokens");
+  for (int64_t t = 0; t < tokens; ++t) state.window.append(kv + t * d);
+  // Every stored row the segment's queries can see, decoded once.
+  keys.window_first = state.window_first;
+  keys.window.resize(static_cast<std::size_t>(state.window.size() * d));
+  for (int64_t r = 0; r < state.window.size(); ++r) state.window.read(r, keys.window.data() + r * d);
+
+  if (weights.compressor) {
+    compress(*weights.compressor, weights.rope, state.compressor, x, tokens, first_position);
+    keys.entries = state.compressor.entries.data();
+  }
+  if (weights.indexer)
+    keys.picks = index_select(*weights.indexer, weights.rope, state.indexer, x, q_residual, tokens, first_position);
+  if (weights.shared_compressed) {
+    const GroupContext& shared = segment.group;
+    if (!shared.group || !shared.selections) fail("CSA2 layer run without its group's state");
+    if (weights.latent_compressor) {
+      const Latents latents = compress_latents(*weights.latent_compressor, state.group.compressor, x, tokens, first_position);
+      publish_latents(latents, *weights.index_keys, weights.rope, weights.ratio, weights.eps, state.group);
+    }
+    if (weights.index_queries)
+      select_entries(*weights.index_queries, weights.rope, *shared.group, weights.ratio, x, q_residual, tokens,
+                     first_position, *shared.selections);
+    // No index source yet in this call: the reference masks every compressed entry off.
+    if (shared.selections->picks) keys.picks = *shared.selections->picks;
+    else keys.picks.assign(static_cast<std::size_t>(tokens), {});
+    const int64_t count = shared.group->entries.size();
+    keys.decoded_entries.resize(static_cast<std::size_t>(count * d));
+    std::vector<char> needed(static_cast<std::size_t>(count), 0);
+    for (const auto& token_picks : keys.picks)
+      for (int64_t w : token_picks) {
+        if (w < 0 || w >= count) fail("CSA2 pick ", w, " outside the group's ", count, " entries");
+        needed[w] = 1;
+      }
+    for (int64_t w = 0; w < count; ++w)
+      if (needed[w]) shared.group->entries.read(w, keys.decoded_entries.data() + w * d);
+    keys.entries = keys.decoded_entries.data();
+  }
+}
+
+// Keep only the window the segment's next first query can still see.
+void trim_window(const AttentionWeights& weights, const AttentionSegment& segment) {
+  AttentionState& state = *segment.state;
+  const int64_t end = segment.first_position + segment.rows;
+  const int64_t keep_from = std::max<int64_t>(state.window_first, end - (weights.window - 1));
+  if (keep_from > state.window_first) {
+    state.window.erase_front(keep_from - state.window_first);
+    state.window_first = keep_from;
+  }
+}
+
+}  // namespace
+
+void attention_forward(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
+                       int64_t total_rows, float* out) {
   const int64_t heads = weights.heads;
   const int64_t d = weights.head_dim;
   const int64_t rank = weights.wq_a.rows;
+  const int64_t model_dim = weights.wq_a.cols;
+  const int64_t tokens = total_rows;
+  if (tokens == 0) return;
+
+  // Each row's segment and position.
+  std::vector<int64_t> row_segment(static_cast<std::size_t>(tokens), -1);
+  std::vector<int64_t> row_position(static_cast<std::size_t>(tokens), 0);
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const AttentionSegment& segment = segments[s];
+    if (segment.rows <= 0 || segment.row_begin < 0 || segment.row_begin + segment.rows > tokens || !segment.state)
+      fail("attention: segment ", s, " does not lie within the call's ", tokens, " rows");
+    for (int64_t t = 0; t < segment.rows; ++t) {
+      if (row_segment[segment.row_begin + t] >= 0) fail("attention: segments ", s, " and ", row_segment[segment.row_begin + t], " overlap");
+      row_segment[segment.row_begin + t] = static_cast<int64_t>(s);
+      row_position[segment.row_begin + t] = segment.first_position + t;
+    }
+  }
+  for (int64_t t = 0; t < tokens; ++t)
+    if (row_segment[t] < 0) fail("attention: row ", t, " belongs to no segment");
 
   // Low-rank query; q_residual also feeds the indexer.
   std::vector<float> q_residual(static_cast<std::size_t>(tokens * rank));
@@ -133,78 +226,45 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
     for (int64_t pair = begin; pair < end; ++pair) {
       float* head = q.data() + pair * d;
       if (weights.q_head_norm) rms_norm(head, d, nullptr, weights.eps, head);
-      weights.rope.apply(head, d, first_position + pair / heads);
+      weights.rope.apply(head, d, row_position[pair / heads]);
     }
   });
 
-  // The shared K = V head joins the window store (in its cache format).
+  // The shared K = V head joins each segment's window store (in its cache format).
   std::vector<float> kv(static_cast<std::size_t>(tokens * d));
   kernels::linear(x, tokens, weights.wkv, kv.data());
-  if (state.window.width() != d) fail("attention state was not made for this layer");
-  if (state.window_first + state.window.size() != first_position)
-    fail("attention fed position ", first_position, " after ", state.window_first + state.window.size(), " tokens");
   parallel_items(tokens, 4 * d, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* row = kv.data() + t * d;
       rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
-      weights.rope.apply(row, d, first_position + t);
+      weights.rope.apply(row, d, row_position[t]);
     }
   });
-  for (int64_t t = 0; t < tokens; ++t) state.window.append(kv.data() + t * d);
-  // Every stored row the chunk's queries can see, decoded once.
-  std::vector<float> window(static_cast<std::size_t>(state.window.size() * d));
-  for (int64_t r = 0; r < state.window.size(); ++r) state.window.read(r, window.data() + r * d);
-
-  std::vector<std::vector<int64_t>> picks;
-  const float* entries = nullptr;  // f32 rows of the compressed entries attended
-  std::vector<float> decoded_entries;
-  if (weights.compressor) {
-    compress(*weights.compressor, weights.rope, state.compressor, x, tokens, first_position);
-    entries = state.compressor.entries.data();
-  }
-  if (weights.indexer)
-    picks = index_select(*weights.indexer, weights.rope, state.indexer, x, q_residual.data(), tokens, first_position);
-  if (weights.shared_compressed) {
-    if (!shared.group || !shared.selections) fail("CSA2 layer run without its group's state");
-    if (weights.latent_compressor) {
-      const Latents latents = compress_latents(*weights.latent_compressor, state.group.compressor, x, tokens, first_position);
-      publish_latents(latents, *weights.index_keys, weights.rope, weights.ratio, weights.eps, state.group);
-    }
-    if (weights.index_queries)
-      select_entries(*weights.index_queries, weights.rope, *shared.group, weights.ratio, x, q_residual.data(), tokens,
-                     first_position, *shared.selections);
-    // No index source yet in this call: the reference masks every compressed entry off.
-    if (shared.selections->picks) picks = *shared.selections->picks;
-    else picks.assign(static_cast<std::size_t>(tokens), {});
-    const int64_t count = shared.group->entries.size();
-    decoded_entries.resize(static_cast<std::size_t>(count * d));
-    std::vector<char> needed(static_cast<std::size_t>(count), 0);
-    for (const auto& token_picks : picks)
-      for (int64_t w : token_picks) {
-        if (w < 0 || w >= count) fail("CSA2 pick ", w, " outside the group's ", count, " entries");
-        needed[w] = 1;
-      }
-    for (int64_t w = 0; w < count; ++w)
-      if (needed[w]) shared.group->entries.read(w, decoded_entries.data() + w * d);
-    entries = decoded_entries.data();
+  std::vector<SegmentKeys> segment_keys(segments.size());
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const AttentionSegment& segment = segments[s];
+    update_segment(weights, segment, x + segment.row_begin * model_dim, q_residual.data() + segment.row_begin * rank,
+                   kv.data() + segment.row_begin * d, segment_keys[s]);
   }
 
   // Each query's keys, then every (token, head) pair on its own: pairs split across threads.
   std::vector<std::vector<const float*>> token_keys(static_cast<std::size_t>(tokens));
   int64_t key_count = 0;
   for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t position = first_position + t;
+    const SegmentKeys& source = segment_keys[row_segment[t]];
+    const int64_t position = row_position[t];
+    const int64_t row_in_segment = t - segments[row_segment[t]].row_begin;
     std::vector<const float*>& keys = token_keys[t];
     // The store starts no later than the window, except after decoder window replay restarted it
     // at the prompt's trailing window (model.h): then keys start there.
-    const int64_t oldest = std::max({int64_t{0}, position - weights.window + 1, state.window_first});
+    const int64_t oldest = std::max({int64_t{0}, position - weights.window + 1, source.window_first});
     for (int64_t p = oldest; p <= position; ++p)
-      keys.push_back(window.data() + (p - state.window_first) * d);
+      keys.push_back(source.window.data() + (p - source.window_first) * d);
     if (weights.indexer || weights.shared_compressed) {
-      for (int64_t w : picks[t]) keys.push_back(entries + w * d);
+      for (int64_t w : source.picks[row_in_segment]) keys.push_back(source.entries + w * d);
     } else if (weights.compressor) {
       const int64_t visible = (position + 1) / weights.ratio;
-      for (int64_t w = 0; w < visible; ++w) keys.push_back(entries + w * d);
+      for (int64_t w = 0; w < visible; ++w) keys.push_back(source.entries + w * d);
     }
     key_count += static_cast<int64_t>(keys.size());
   }
@@ -219,17 +279,12 @@ void attention_forward(const AttentionWeights& weights, AttentionState& state, c
       float* head_out = attended.data() + pair * d;
       attend_head(q.data() + pair * d, token_keys[t], d, scale, weights.sink[h], logits, head_out);
       // K = V carried RoPE into the output; rotate back at the query position.
-      weights.rope.apply(head_out, d, first_position + t, /*inverse=*/true);
+      weights.rope.apply(head_out, d, row_position[t], /*inverse=*/true);
     }
   });
-  if (selected) *selected = std::move(picks);
-
-  // Keep only the window the next chunk's first query can still see.
-  const int64_t end = first_position + tokens;
-  const int64_t keep_from = std::max<int64_t>(state.window_first, end - (weights.window - 1));
-  if (keep_from > state.window_first) {
-    state.window.erase_front(keep_from - state.window_first);
-    state.window_first = keep_from;
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    if (segments[s].selected) *segments[s].selected = std::move(segment_keys[s].picks);
+    trim_window(weights, segments[s]);
   }
 
   // Grouped low-rank output: group g's heads go through its own slice of wo_a, then wo_b mixes.

@@ -7,6 +7,7 @@
 // (shared_indexer.h); the window rows are stored FP8 (the reference's fake quantisation).
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,10 +61,24 @@ struct GroupContext {
   ChunkSelections* selections = nullptr;
 };
 
-// x: [tokens, D] normed sublayer input at positions first_position...; out: [tokens, D].
-// selected (optional): receives the per-token compressed entries attended on CSA / CSA2 layers.
-void attention_forward(const AttentionWeights& weights, AttentionState& state, const GroupContext& shared,
-                       const float* x, int64_t tokens, int64_t first_position, float* out,
-                       std::vector<std::vector<int64_t>>* selected);
+// One sequence's rows in a batched attention call: rows [row_begin, row_begin + rows) of the
+// call's x and out are that sequence's tokens at positions first_position...
+struct AttentionSegment {
+  AttentionState* state = nullptr;
+  GroupContext group;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+  int64_t first_position = 0;
+  // Optional: receives the per-token compressed entries attended on CSA / CSA2 layers.
+  std::vector<std::vector<int64_t>>* selected = nullptr;
+};
+
+// x: [total rows, D] normed sublayer input of every segment; out: [total rows, D]. The
+// projections run once over all rows (the weights are read once per call); the window, the
+// compressors, the indexer and the attention itself run per segment against its own state. Each
+// row's arithmetic is the same whatever else is in the call (kernels/kernels.h: batch-invariant
+// linears), so a sequence's output does not depend on its batch.
+void attention_forward(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
+                       int64_t total_rows, float* out);
 
 }  // namespace deepinfer::model

@@ -124,35 +124,69 @@ SequenceState Model::new_sequence() const {
 
 void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
                     const ForwardOptions& options) const {
-  const int64_t count = static_cast<int64_t>(tokens.size());
+  const BatchItem item{&sequence, tokens, logits, options.rows};
+  run(std::span(&item, 1), options);
+}
+
+void Model::forward_batch(std::span<const BatchItem> items) const { run(items, ForwardOptions{}); }
+
+void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& options) const {
   const int64_t vocab = config_.vocab_size;
   const int64_t d_model = config_.hidden_size;
   const int64_t n = config_.hc_mult;
   const int64_t num_layers = config_.num_layers;
-  const LogitRows rows = options.rows;
   ForwardTrace* trace = options.trace;
-  const int64_t logit_rows = rows == LogitRows::All ? count : rows == LogitRows::Last ? 1 : 0;
-  if (count == 0) return;
-  if (static_cast<int64_t>(logits.size()) != logit_rows * vocab)
-    fail("forward: logits hold ", logits.size(), " floats, expected ", logit_rows * vocab);
-  if (static_cast<int64_t>(sequence.layers.size()) != num_layers)
-    fail("forward: the sequence state was not made by this model");
-  for (int32_t id : tokens) {
-    if (id < 0 || id >= vocab) fail("forward: token id ", id, " outside the vocabulary of ", vocab);
-    if (config_.image_token_id && id == *config_.image_token_id)
-      fail("forward: token ", id, " is the image token (image_token_id); deepinfer runs text only, images are not supported");
-  }
-  const int64_t first_position = sequence.length;
-  const int64_t end_position = first_position + count;
 
-  // Decoder window replay: rows [0, skipped) of this call stop after the last kv source.
+  std::vector<BatchItem> items;
+  for (const BatchItem& item : all_items) {
+    if (!item.sequence) fail("forward: a batch item has no sequence");
+    const int64_t count = static_cast<int64_t>(item.tokens.size());
+    const int64_t logit_rows = item.rows == LogitRows::All ? count : item.rows == LogitRows::Last ? 1 : 0;
+    if (count == 0) {
+      if (!item.logits.empty()) fail("forward: a batch item with no tokens has ", item.logits.size(), " logits");
+      continue;
+    }
+    if (static_cast<int64_t>(item.logits.size()) != logit_rows * vocab)
+      fail("forward: logits hold ", item.logits.size(), " floats, expected ", logit_rows * vocab);
+    if (static_cast<int64_t>(item.sequence->layers.size()) != num_layers)
+      fail("forward: the sequence state was not made by this model");
+    for (int32_t id : item.tokens) {
+      if (id < 0 || id >= vocab) fail("forward: token id ", id, " outside the vocabulary of ", vocab);
+      if (config_.image_token_id && id == *config_.image_token_id)
+        fail("forward: token ", id, " is the image token (image_token_id); deepinfer runs text only, images are not supported");
+    }
+    for (const BatchItem& earlier : items)
+      if (earlier.sequence == item.sequence) fail("forward: a sequence appears twice in one batch");
+    items.push_back(item);
+  }
+  if (items.empty()) return;
+  const bool single = items.size() == 1;
+  if (!single && (options.decoder_window_replay || trace))
+    fail("forward: decoder window replay and traces run one sequence at a time (", items.size(), " in this call)");
+
+  // Rows of the call: item i owns rows [row_begin[i], row_begin[i] + tokens).
+  std::vector<int64_t> row_begin(items.size());
+  std::vector<int64_t> first_position(items.size());
+  int64_t count = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    row_begin[i] = count;
+    first_position[i] = items[i].sequence->length;
+    count += static_cast<int64_t>(items[i].tokens.size());
+  }
+  std::vector<int32_t> tokens;
+  tokens.reserve(static_cast<std::size_t>(count));
+  for (const BatchItem& item : items) tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+
+  // Decoder window replay (single item): rows [0, skipped) of this call stop after the last kv source.
   int64_t skipped = 0;
   if (options.decoder_window_replay) {
+    const LogitRows rows = items[0].rows;
+    const int64_t end_position = first_position[0] + count;
     if (first_replayed_layer_ < 0) fail("forward: decoder window replay is not valid for this model: ", replay_refusal_);
     const int64_t prompt_end = options.prompt_end < 0 ? end_position : options.prompt_end;
     if (prompt_end < end_position)
       fail("forward: decoder window replay: prompt_end ", prompt_end, " is before the end of this call (", end_position, ")");
-    skipped = std::clamp<int64_t>(prompt_end - config_.sliding_window - first_position, 0, count);
+    skipped = std::clamp<int64_t>(prompt_end - config_.sliding_window - first_position[0], 0, count);
     if (rows == LogitRows::All && skipped > 0)
       fail("forward: decoder window replay skips the decoder layers for the first ", skipped,
            " rows of this call, which have no logits; ask for LogitRows::Last or None");
@@ -175,9 +209,13 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     trace->routing.clear();
     trace->candidate_blocks.clear();
   }
-  // Hash ids [tokens, engram layers, cols], once per call for every Engram layer.
+  // Hash ids [rows, engram layers, cols], once per call for every Engram layer.
   std::vector<int64_t> hash_ids;
-  if (engram_) hash_ids = engram_->hash(*sequence.engram, tokens);
+  if (engram_)
+    for (const BatchItem& item : items) {
+      const std::vector<int64_t> ids = engram_->hash(*item.sequence->engram, item.tokens);
+      hash_ids.insert(hash_ids.end(), ids.begin(), ids.end());
+    }
 
   // The rows still running: all of them, then (replay) only rows [skipped, count) after the cut.
   int64_t active = count;
@@ -201,7 +239,15 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
     });
     return mix;
   };
-  ChunkSelections selections;  // V4.1: the group's picks and candidate blocks of this call
+  // V4.1: each sequence's group picks and candidate blocks of this call.
+  std::vector<ChunkSelections> selections(items.size());
+  std::vector<AttentionSegment> segments(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i)
+  {
+    segments[i].row_begin = row_begin[i];
+    segments[i].rows = static_cast<int64_t>(items[i].tokens.size());
+    segments[i].first_position = first_position[i];
+  }
   int64_t engram_index = 0;
   for (int64_t layer = 0; layer < num_layers; ++layer) {
     if (skipped > 0 && layer == first_replayed_layer_) {
@@ -212,14 +258,17 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
       };
       drop(streams, n * d_model);
       drop(carried_pre, n);
-      if (selections.picks) drop(*selections.picks, 1);
-      if (selections.candidate_blocks) drop(*selections.candidate_blocks, 1);
+      drop(tokens, 1);
+      if (selections[0].picks) drop(*selections[0].picks, 1);
+      if (selections[0].candidate_blocks) drop(*selections[0].candidate_blocks, 1);
       active -= skipped;
       active_first = skipped;
+      segments[0].rows = active;
+      segments[0].first_position = first_position[0] + skipped;
       for (int64_t later = layer; later < num_layers; ++later) {
-        AttentionState& state = sequence.layers[later];
+        AttentionState& state = items[0].sequence->layers[later];
         state.window.erase_front(state.window.size());
-        state.window_first = first_position + skipped;
+        state.window_first = first_position[0] + skipped;
       }
       if (trace) {
         for (int64_t t = 0; t < skipped; ++t)
@@ -237,24 +286,26 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
       continue;
     }
     if (config_.is_engram_layer(layer)) {
-      engram_->apply(static_cast<int>(engram_index), hash_ids, streams, count);
+      engram_->apply(static_cast<int>(engram_index), hash_ids, streams, active);
       ++engram_index;
     }
     HyperMix mix = enter_site(w.attn_hc, w.attn_norm);
-    GroupContext group;
-    if (w.attention.shared_compressed) {
-      group.group = &sequence.layers[config_.kv_source_of(layer)].group;
-      group.selections = &selections;
-    }
     std::vector<std::vector<int64_t>> picks;
-    attention_forward(w.attention, sequence.layers[layer], group, sublayer_in.data(), active,
-                      first_position + active_first, sublayer_out.data(), trace ? &picks : nullptr);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      SequenceState& sequence = *items[i].sequence;
+      AttentionSegment& segment = segments[i];
+      segment.state = &sequence.layers[layer];
+      segment.group = {};
+      if (w.attention.shared_compressed)
+        segment.group = GroupContext{&sequence.layers[config_.kv_source_of(layer)].group, &selections[i]};
+      segment.selected = trace ? &picks : nullptr;
+    }
+    attention_forward(w.attention, segments, sublayer_in.data(), active, sublayer_out.data());
     hyper_post(mix, hc_shape_, sublayer_out.data(), active, streams.data());
 
     mix = enter_site(w.ffn_hc, w.ffn_norm);
     std::vector<Routing> routing;
-    moe_forward(w.moe, sublayer_in.data(), tokens.data() + active_first, active, sublayer_out.data(),
-                trace ? &routing : nullptr);
+    moe_forward(w.moe, sublayer_in.data(), tokens.data(), active, sublayer_out.data(), trace ? &routing : nullptr);
     hyper_post(mix, hc_shape_, sublayer_out.data(), active, streams.data());
 
     if (trace) {
@@ -270,30 +321,57 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
                     trace->layer_streams.data() + ((active_first + t) * num_layers + layer) * n * d_model);
     }
   }
-  sequence.length += count;
-  if (trace && selections.candidate_blocks)
-    for (const std::vector<char>& kept : *selections.candidate_blocks) {
+  for (std::size_t i = 0; i < items.size(); ++i) items[i].sequence->length += static_cast<int64_t>(items[i].tokens.size());
+  if (trace && selections[0].candidate_blocks)
+    for (const std::vector<char>& kept : *selections[0].candidate_blocks) {
       std::vector<int64_t>& blocks = trace->candidate_blocks.emplace_back();
       for (std::size_t b = 0; b < kept.size(); ++b)
         if (kept[b]) blocks.push_back(static_cast<int64_t>(b));
     }
-  if (logit_rows == 0) return;
 
-  // Only the rows asked for go through the head (with replay: active rows only, checked above).
-  const int64_t head_first = active - logit_rows;
+  // Only the rows asked for go through the head, gathered from every item (with replay: active
+  // rows only, checked above). Row indices below are in the active rows.
+  std::vector<int64_t> head_rows;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const int64_t last = segments[i].row_begin + segments[i].rows;
+    if (items[i].rows == LogitRows::All)
+      for (int64_t t = segments[i].row_begin; t < last; ++t) head_rows.push_back(t);
+    else if (items[i].rows == LogitRows::Last)
+      head_rows.push_back(last - 1);
+  }
+  const int64_t logit_rows = static_cast<int64_t>(head_rows.size());
+  if (logit_rows == 0) return;
+  std::vector<float> head_streams(static_cast<std::size_t>(logit_rows * n * d_model));
+  std::vector<float> head_pre(single_pass ? static_cast<std::size_t>(logit_rows * n) : 0);
+  for (int64_t r = 0; r < logit_rows; ++r) {
+    std::copy_n(streams.data() + head_rows[r] * n * d_model, n * d_model, head_streams.data() + r * n * d_model);
+    if (single_pass) std::copy_n(carried_pre.data() + head_rows[r] * n, n, head_pre.data() + r * n);
+  }
   std::vector<float> hidden(static_cast<std::size_t>(logit_rows * d_model));
   if (single_pass)
-    hyper_collapse(carried_pre.data() + head_first * n, hc_shape_, streams.data() + head_first * n * d_model,
-                   logit_rows, hidden.data());
+    hyper_collapse(head_pre.data(), hc_shape_, head_streams.data(), logit_rows, hidden.data());
   else
-    hyper_head(hc_head_, hc_shape_, streams.data() + head_first * n * d_model, logit_rows, hidden.data());
+    hyper_head(hc_head_, hc_shape_, head_streams.data(), logit_rows, hidden.data());
   const float eps = static_cast<float>(config_.rms_norm_eps);
   parallel_items(logit_rows, 2 * d_model, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       rms_norm(hidden.data() + t * d_model, d_model, norm_.data(), eps, hidden.data() + t * d_model);
   });
   if (trace) trace->final_hidden = hidden;
-  kernels::linear(hidden.data(), logit_rows, head_, logits.data());
+  std::vector<float> all_logits;
+  float* head_out = items.size() == 1 ? items[0].logits.data() : nullptr;
+  if (!head_out) {
+    all_logits.resize(static_cast<std::size_t>(logit_rows * vocab));
+    head_out = all_logits.data();
+  }
+  kernels::linear(hidden.data(), logit_rows, head_, head_out);
+  if (items.size() == 1) return;
+  int64_t r = 0;
+  for (const BatchItem& item : items) {
+    const int64_t rows = static_cast<int64_t>(item.logits.size()) / vocab;
+    std::copy_n(all_logits.data() + r * vocab, rows * vocab, item.logits.data());
+    r += rows;
+  }
 }
 
 }  // namespace deepinfer::model

@@ -70,6 +70,15 @@ struct ForwardOptions {
   ForwardTrace* trace = nullptr;
 };
 
+// One sequence's part of a batched forward call (Model::forward_batch). `logits` is sized as in
+// forward(): [tokens, vocab] for All, [vocab] for Last, empty for None.
+struct BatchItem {
+  SequenceState* sequence = nullptr;
+  std::span<const int32_t> tokens;
+  std::span<float> logits;
+  LogitRows rows = LogitRows::Last;
+};
+
 struct LoadOptions {
   // The tokenizer.json Engram builds its compressed token map from (transformers' bind_tokenizer);
   // empty: the checkpoint folder's own tokenizer.json.
@@ -97,6 +106,14 @@ class Model {
     forward(sequence, tokens, logits, ForwardOptions{.rows = rows, .trace = trace});
   }
 
+  // Runs several sequences in one call: the projections, experts and LM head read each weight
+  // once for all rows; attention runs per sequence against its own state. Each item's logits are
+  // bit-identical to forward() on that item alone, whatever else is in the batch and however its
+  // tokens are chunked (batch invariance: every row is reduced in an order fixed by the row).
+  // A sequence appears at most once; items with no tokens are skipped. Decoder window replay and
+  // traces are single-sequence options of forward().
+  void forward_batch(std::span<const BatchItem> items) const;
+
   // The first layer that decoder window replay runs on the trailing window only (the one after the
   // last kv source); -1 when the config does not allow the mode (replay_refusal() says why).
   int64_t first_replayed_layer() const { return first_replayed_layer_; }
@@ -109,6 +126,8 @@ class Model {
  private:
   explicit Model(ModelConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
   LayerWeights load_layer(const std::string& prefix, int64_t layer) const;
+  // forward() and forward_batch(): `options` other than the defaults need exactly one item.
+  void run(std::span<const BatchItem> items, const ForwardOptions& options) const;
 
   ModelConfig config_;
   Weights weights_;
