@@ -1,5 +1,5 @@
 // Expected figures are derived by hand from docs/MODELS.md's state tables, layer by layer.
-#include "engine/cache_layout.h"
+#include "model/cache_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "io/model_config.h"
 
-namespace deepinfer::engine {
+namespace deepinfer::model {
 namespace {
 
 ModelConfig config_named(const std::string& name) {
@@ -67,4 +67,4 @@ TEST(CacheLayout, RefusesEmptyBlocks) {
 }
 
 }  // namespace
-}  // namespace deepinfer::engine
+}  // namespace deepinfer::model
