@@ -62,6 +62,29 @@ TEST(CacheLayout, OddBlockRoundsEntriesUpAndLeavesGroupsOpen) {
   EXPECT_EQ(layout.boundary_compressor_tail_bytes, 3 * 1 * (2 * 512 * 4));
 }
 
+// Each owning layer's entry and key regions follow each other and tile the block exactly.
+TEST(CacheLayout, LayerRegionsTileTheBlock) {
+  for (const char* name : {"v4_flash.json", "v41_flash.json"})
+    for (int64_t block_tokens : {1, 3, 64, 128}) {
+      const CacheLayout layout = cache_layout(config_named(name), block_tokens);
+      int64_t next = 0;
+      for (const LayerCacheBytes& layer : layout.layers) {
+        if (layer.ratio == 0) {
+          EXPECT_EQ(layer.entry_slots + layer.index_key_slots, 0);
+          continue;
+        }
+        const int64_t slots = (block_tokens + layer.ratio - 1) / layer.ratio;
+        EXPECT_EQ(layer.entry_offset, next) << name << " layer " << layer.layer;
+        EXPECT_EQ(layer.entry_slots, slots);
+        next += slots * layer.entry_bytes;
+        EXPECT_EQ(layer.index_key_offset, next) << name << " layer " << layer.layer;
+        EXPECT_EQ(layer.index_key_slots, layer.index_key_bytes > 0 ? slots : 0);
+        next += layer.index_key_slots * layer.index_key_bytes;
+      }
+      EXPECT_EQ(next, layout.block_bytes) << name << " B = " << block_tokens;
+    }
+}
+
 TEST(CacheLayout, RefusesEmptyBlocks) {
   EXPECT_THROW(cache_layout(config_named("v41_flash.json"), 0), Error);
 }
