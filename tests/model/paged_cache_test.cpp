@@ -117,6 +117,19 @@ TEST_P(PagedCacheTest, SnapshotAtABlockBoundaryResumesBitExactly) {
   }
 }
 
+// At a boundary where every compressor window has just closed and the window is full, a snapshot
+// is CacheLayout::snapshot_bytes() plus a fixed framing: magic, fingerprint (10 + 5 per layer
+// values), length, look-back count, checksum, and per layer 18 counts.
+TEST_P(PagedCacheTest, SnapshotSizeIsTheLayoutFigurePlusFraming) {
+  const auto all = ids();
+  const CacheLayout layout = model().cache_layout(8);
+  SequenceState sequence = model().new_sequence(8, false);
+  (void)run(model(), sequence, all, 0, 16, 16);
+  const auto layers = static_cast<int64_t>(layout.layers.size());
+  EXPECT_EQ(static_cast<int64_t>(model().save_snapshot(sequence).size()),
+            layout.snapshot_bytes() + 8 * (1 + 1 + 10 + 5 * layers + 1 + 1 + 1) + 18 * 8 * layers);
+}
+
 TEST_P(PagedCacheTest, MissingBlockIsRefusedBeforeTheStateChanges) {
   const auto all = ids();
   const auto want = reference();
