@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 
 #include "core/error.h"
 #include "golden.h"
@@ -17,6 +18,7 @@ namespace {
 struct Fixture {
   std::string family, name;
 };
+void PrintTo(const Fixture& fixture, std::ostream* out) { *out << fixture.family << "/" << fixture.name; }
 
 const Model& load(const Fixture& fixture) { return testing::shared_fixture(fixture.name, fixture.family); }
 
