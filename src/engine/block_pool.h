@@ -1,6 +1,6 @@
 #pragma once
 // The cache's one memory budget, cut into equal blocks (each holds the paged state of
-// `block_tokens` tokens, engine/cache_layout.h). Every block is in exactly one of three states:
+// `block_tokens` tokens, model/cache_layout.h). Every block is in exactly one of three states:
 //   free       on the free list, reference count 0;
 //   in use    reference count > 0 (requests that read or write it; cached or not);
 //   evictable  reference count 0 but held by the prefix cache, which may give it back (uncache).

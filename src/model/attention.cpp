@@ -41,10 +41,25 @@ void load_shared_branch(const Weights& weights, const std::string& attn, const M
 
 }  // namespace
 
-AttentionState new_attention_state(const AttentionWeights& weights, const ModelConfig& config) {
+AttentionState new_attention_state(const AttentionWeights& weights, const ModelConfig& config,
+                                   const LayerCacheBytes& layout) {
   AttentionState state;
   state.window = QuantizedRows(weights.window_format, weights.head_dim);
-  if (weights.latent_compressor) state.group = new_group_state(weights.head_dim, config.index_head_dim);
+  if (weights.latent_compressor) state.group = new_group_state(weights.head_dim, config.index_head_dim, layout);
+  if (weights.compressor) {
+    const CompressorWeights& main = *weights.compressor;
+    state.compressor.entries =
+        PagedRows(CacheFormat::F32, main.head_dim, main.ratio, layout.entry_offset, layout.entry_slots);
+    if (state.compressor.entries.row_bytes() != layout.entry_bytes || main.ratio != layout.ratio)
+      fail("cache layout of layer ", layout.layer, " does not match its compressor's entries");
+  }
+  if (weights.indexer) {
+    const CompressorWeights& keys = weights.indexer->compressor;
+    state.indexer.compressor.entries =
+        PagedRows(CacheFormat::F32, keys.head_dim, keys.ratio, layout.index_key_offset, layout.index_key_slots);
+    if (state.indexer.compressor.entries.row_bytes() != layout.index_key_bytes || keys.ratio != layout.ratio)
+      fail("cache layout of layer ", layout.layer, " does not match its indexer's keys");
+  }
   return state;
 }
 
@@ -144,7 +159,10 @@ void update_segment(const AttentionWeights& weights, const AttentionSegment& seg
 
   if (weights.compressor) {
     compress(*weights.compressor, weights.rope, state.compressor, x, tokens, first_position);
-    keys.entries = state.compressor.entries.data();
+    const int64_t count = state.compressor.entries.size();
+    keys.decoded_entries.resize(static_cast<std::size_t>(count * d));
+    state.compressor.entries.read_rows(0, count, keys.decoded_entries.data());
+    keys.entries = keys.decoded_entries.data();
   }
   if (weights.indexer)
     keys.picks = index_select(*weights.indexer, weights.rope, state.indexer, x, q_residual, tokens, first_position);

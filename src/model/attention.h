@@ -13,6 +13,7 @@
 
 #include "io/model_config.h"
 #include "kernels/kernels.h"
+#include "model/cache_layout.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
 #include "model/quantized_rows.h"
@@ -53,7 +54,10 @@ struct AttentionState {
   CompressedGroupState group;  // V4.1 kv source: the group's shared entries and index keys
 };
 
-AttentionState new_attention_state(const AttentionWeights& weights, const ModelConfig& config);
+// `layout`: this layer's share of a cache block (its entry and index-key regions); the state's
+// paged rows are bound to a block table by SequenceState.
+AttentionState new_attention_state(const AttentionWeights& weights, const ModelConfig& config,
+                                   const LayerCacheBytes& layout);
 
 // What a V4.1 layer shares with the rest of its group during one forward call.
 struct GroupContext {

@@ -57,8 +57,7 @@ void close_window(const CompressorWeights& weights, const RopeTable& rope, Compr
   }
   rms_norm(entry.data(), d, weights.norm.data(), weights.eps, entry.data());
   rope.apply(entry.data(), d, index * ratio);
-  state.entries.insert(state.entries.end(), entry.begin(), entry.end());
-  ++state.entry_count;
+  state.entries.write(index, entry.data());
   if (weights.overlap) {
     state.previous_kv = state.open_kv;
     state.previous_gate = state.open_gate;
@@ -73,8 +72,8 @@ void compress(const CompressorWeights& weights, const RopeTable& rope, Compresso
               int64_t tokens, int64_t first_position) {
   const int64_t width = weights.width();
   const int64_t open_rows = static_cast<int64_t>(state.open_kv.size()) / width;
-  if (first_position != state.entry_count * weights.ratio + open_rows)
-    fail("compressor fed position ", first_position, " after ", state.entry_count * weights.ratio + open_rows, " tokens");
+  const int64_t fed = state.entries.size() * weights.ratio + open_rows;
+  if (first_position != fed) fail("compressor fed position ", first_position, " after ", fed, " tokens");
   std::vector<float> kv(static_cast<std::size_t>(tokens * width));
   std::vector<float> gate(static_cast<std::size_t>(tokens * width));
   kernels::linear(x, tokens, weights.wkv, kv.data());
@@ -84,7 +83,7 @@ void compress(const CompressorWeights& weights, const RopeTable& rope, Compresso
     for (int64_t c = 0; c < width; ++c) gate[t * width + c] += weights.ape[offset * width + c];
     state.open_kv.insert(state.open_kv.end(), kv.begin() + t * width, kv.begin() + (t + 1) * width);
     state.open_gate.insert(state.open_gate.end(), gate.begin() + t * width, gate.begin() + (t + 1) * width);
-    if (offset == weights.ratio - 1) close_window(weights, rope, state, state.entry_count);
+    if (offset == weights.ratio - 1) close_window(weights, rope, state, state.entries.size());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "model/paged_rows.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -38,8 +39,7 @@ struct CompressorState {
   std::vector<float> open_gate;  // same, ape already added
   std::vector<float> previous_kv;  // overlap: the last closed window's rows [ratio, c * d]
   std::vector<float> previous_gate;
-  std::vector<float> entries;  // [entry_count, d]
-  int64_t entry_count = 0;
+  PagedRows entries;  // [entries, d], f32, in the sequence's cache blocks
 };
 
 // Feeds `tokens` rows of the sublayer input x ([tokens, D], positions first_position...) and

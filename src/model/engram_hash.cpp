@@ -92,6 +92,17 @@ EngramHashState EngramHasher::new_state() const {
   return state;
 }
 
+EngramHashState EngramHasher::state_from(std::span<const int64_t> lookback) const {
+  if (static_cast<int64_t>(lookback.size()) != layout_.max_ngram_size - 1)
+    fail("Engram: a look-back of ", lookback.size(), " ids, this model keeps ", layout_.max_ngram_size - 1);
+  for (int64_t id : lookback)
+    if (id != kEngramDead && (id < 0 || id >= token_map_.compressed_vocab_size))
+      fail("Engram: look-back id ", id, " outside the compressed vocabulary of ", token_map_.compressed_vocab_size);
+  EngramHashState state;
+  state.lookback_.assign(lookback.begin(), lookback.end());
+  return state;
+}
+
 std::vector<int64_t> EngramHasher::hash(EngramHashState& state, std::span<const int32_t> tokens) const {
   const auto context = static_cast<std::size_t>(layout_.max_ngram_size - 1);
   if (state.lookback_.size() != context) fail("Engram: hash state was not made by this model's new_state()");

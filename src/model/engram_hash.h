@@ -56,6 +56,9 @@ class EngramHasher {
   EngramHasher(const EngramConfig& config, CompressedTokenMap token_map);
 
   EngramHashState new_state() const;
+  // A state holding `lookback` (a saved EngramHashState::lookback()); throws deepinfer::Error
+  // when its length or an id does not fit this model.
+  EngramHashState state_from(std::span<const int64_t> lookback) const;
   // Hash ids [tokens.size(), layers, cols] (row indices into each layer's own table). A token id
   // outside the tokenizer's range (the model's vocab_size may exceed it) is DEAD, like a pad.
   std::vector<int64_t> hash(EngramHashState& state, std::span<const int32_t> tokens) const;

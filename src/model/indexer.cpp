@@ -39,6 +39,9 @@ std::vector<std::vector<int64_t>> index_select(const IndexerWeights& weights, co
   // Every entry closing inside the chunk exists before scoring; query t reads only those whose
   // window ended at or before t.
   compress(weights.compressor, rope, state.compressor, x, tokens, first_position);
+  const int64_t key_count = state.compressor.entries.size();
+  std::vector<float> keys(static_cast<std::size_t>(key_count * d));
+  state.compressor.entries.read_rows(0, key_count, keys.data());
   parallel_items(tokens * heads, 4 * d, [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) rope.apply(q.data() + pair * d, d, first_position + pair / heads);
   });
@@ -52,7 +55,7 @@ std::vector<std::vector<int64_t>> index_select(const IndexerWeights& weights, co
     for (int64_t pair = begin; pair < end; ++pair) {
       while (pair >= score_offset[t + 1]) ++t;
       const float* token_q = q.data() + t * heads * d;
-      const float* key = state.compressor.entries.data() + (pair - score_offset[t]) * d;
+      const float* key = keys.data() + (pair - score_offset[t]) * d;
       float score = 0.0f;
       for (int64_t h = 0; h < heads; ++h) {
         const float relu = std::max(dot(token_q + h * d, key, d), 0.0f) * score_scale;

@@ -115,12 +115,22 @@ std::string decoder_window_replay_refusal(const ModelConfig& c) {
   return "";
 }
 
-SequenceState Model::new_sequence() const {
+SequenceState Model::new_sequence() const { return new_sequence(64, /*external_pages=*/false); }
+
+SequenceState Model::new_sequence(int64_t block_tokens, bool external_pages) const {
+  const CacheLayout layout = cache_layout(block_tokens);
   SequenceState sequence;
-  for (const LayerWeights& layer : layers_) sequence.layers.push_back(new_attention_state(layer.attention, config_));
+  sequence.pages.block_tokens = block_tokens;
+  sequence.pages.block_bytes = layout.block_bytes;
+  sequence.pages.external = external_pages;
+  for (std::size_t l = 0; l < layers_.size(); ++l)
+    sequence.layers.push_back(new_attention_state(layers_[l].attention, config_, layout.layers[l]));
   if (engram_) sequence.engram.emplace(engram_->new_state());
+  sequence.bind_pages();
   return sequence;
 }
+
+CacheLayout Model::cache_layout(int64_t block_tokens) const { return model::cache_layout(config_, block_tokens); }
 
 void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
                     const ForwardOptions& options) const {
@@ -160,6 +170,9 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     items.push_back(item);
   }
   if (items.empty()) return;
+  // Before any state changes: a missing block leaves every sequence intact.
+  for (const BatchItem& item : items)
+    item.sequence->pages.cover(item.sequence->length + static_cast<int64_t>(item.tokens.size()));
   const bool single = items.size() == 1;
   if (!single && (options.decoder_window_replay || trace))
     fail("forward: decoder window replay and traces run one sequence at a time (", items.size(), " in this call)");

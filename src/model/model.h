@@ -5,6 +5,7 @@
 // from the config (ModelConfig::family); one code path, the deltas switched by it.
 // Sequences are incremental: forward() appends any number of tokens to a SequenceState (a whole
 // prompt, a chunk of one, or one token when decoding) and the logits do not depend on the chunking.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -13,6 +14,7 @@
 
 #include "io/model_config.h"
 #include "model/attention.h"
+#include "model/cache_layout.h"
 #include "model/engram.h"
 #include "model/hyper_connections.h"
 #include "model/moe.h"
@@ -94,7 +96,29 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return config_.vocab_size; }
+  // A sequence whose cache blocks it allocates itself, 64 tokens each, as it grows.
   SequenceState new_sequence() const;
+  // A sequence with blocks of `block_tokens` tokens. external_pages: the caller owns the blocks
+  // (cache_layout(block_tokens).block_bytes each, e.g. BlockPool payloads) and, before every
+  // forward over positions [a, b), sets sequence.pages.blocks[k] for k < blocks_for(b, block_tokens);
+  // the forward writes only blocks a / B .. (b - 1) / B and reads the earlier ones. A missing
+  // block is an Error, raised before the state changes. Otherwise the sequence allocates them.
+  SequenceState new_sequence(int64_t block_tokens, bool external_pages) const;
+  // This model's cache: block payload, per-layer regions, fixed-state and snapshot sizes.
+  CacheLayout cache_layout(int64_t block_tokens) const;
+  // ceil(tokens / block_tokens): the blocks a sequence of `tokens` positions needs.
+  static int64_t blocks_for(int64_t tokens, int64_t block_tokens) { return blocks_for_tokens(tokens, block_tokens); }
+
+  // Everything a sequence holds besides its cache blocks, as bytes (snapshot.cpp): the length,
+  // per layer the window rows exactly as stored, the compressors' open and overlap rows, the
+  // entry counts, V4.1 open groups, the Engram look-back. Taken at a block boundary it is what a
+  // resume there needs besides the blocks (docs/ENGINE.md).
+  std::vector<std::byte> save_snapshot(const SequenceState& sequence) const;
+  // Into `sequence`, made by new_sequence with the snapshot's block_tokens, whose block table
+  // already holds the blocks covering [0, length) as they were when the snapshot was taken.
+  // Throws deepinfer::Error (leaving `sequence` unchanged) on a snapshot of another model or
+  // block size, a truncated or corrupt one, or missing blocks.
+  void restore_snapshot(SequenceState& sequence, std::span<const std::byte> snapshot) const;
 
   // Appends `tokens` to the sequence. rows == All: logits is [tokens, vocab], row i for tokens[i];
   // rows == Last: logits is [vocab] for the last token only; rows == None: logits is empty.

@@ -1,6 +1,7 @@
 #include "model/quantized_rows.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -43,6 +44,23 @@ void QuantizedRows::erase_front(int64_t count) {
   if (!quantized_) floats_.erase(floats_.begin(), floats_.begin() + count * width_);
   else bytes_.erase(bytes_.begin(), bytes_.begin() + count * row_bytes());
   rows_ -= count;
+}
+
+std::span<const uint8_t> QuantizedRows::stored() const {
+  if (quantized_) return bytes_;
+  return {reinterpret_cast<const uint8_t*>(floats_.data()), floats_.size() * sizeof(float)};
+}
+
+void QuantizedRows::restore_stored(int64_t rows, std::span<const uint8_t> bytes) {
+  if (rows < 0 || static_cast<int64_t>(bytes.size()) != rows * row_bytes())
+    fail("cache rows: ", bytes.size(), " bytes do not hold ", rows, " rows of ", row_bytes());
+  if (quantized_) {
+    bytes_.assign(bytes.begin(), bytes.end());
+  } else {
+    floats_.resize(static_cast<std::size_t>(rows * width_));
+    if (!bytes.empty()) std::memcpy(floats_.data(), bytes.data(), bytes.size());
+  }
+  rows_ = rows;
 }
 
 }  // namespace deepinfer::model

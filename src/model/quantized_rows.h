@@ -4,6 +4,7 @@
 // the width does not block (then the reference leaves the values unquantised too). Reading a
 // row gives back exactly the reference's fake-quantised values.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/fake_quant.h"
@@ -26,6 +27,11 @@ class QuantizedRows {
   void read(int64_t index, float* out) const;
   // Drops the first `count` rows (sliding windows).
   void erase_front(int64_t count);
+
+  // The rows exactly as stored, size() * row_bytes() bytes (snapshots: no re-quantisation).
+  std::span<const uint8_t> stored() const;
+  // Replaces the rows with `rows` rows of stored bytes (as stored() gave them).
+  void restore_stored(int64_t rows, std::span<const uint8_t> bytes);
 
  private:
   CacheFormat format_ = CacheFormat::F32;

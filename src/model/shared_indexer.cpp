@@ -50,10 +50,13 @@ IndexQueryWeights load_index_queries(const Weights& weights, const std::string& 
   return out;
 }
 
-CompressedGroupState new_group_state(int64_t head_dim, int64_t index_head_dim) {
+CompressedGroupState new_group_state(int64_t head_dim, int64_t index_head_dim, const LayerCacheBytes& layout) {
   CompressedGroupState group;
-  group.entries = QuantizedRows(CacheFormat::Fp4E4m3x16, head_dim);
-  group.index_keys = QuantizedRows(CacheFormat::Fp4Ue8m0x32, index_head_dim);
+  group.entries = PagedRows(CacheFormat::Fp4E4m3x16, head_dim, layout.ratio, layout.entry_offset, layout.entry_slots);
+  group.index_keys = PagedRows(CacheFormat::Fp4Ue8m0x32, index_head_dim, layout.ratio, layout.index_key_offset,
+                               layout.index_key_slots);
+  if (group.entries.row_bytes() != layout.entry_bytes || group.index_keys.row_bytes() != layout.index_key_bytes)
+    fail("cache layout of layer ", layout.layer, " does not match its kv source's rows");
   return group;
 }
 
@@ -72,10 +75,10 @@ void publish_latents(const Latents& latents, const IndexKeyWeights& keys, const 
     float* k = key.data() + g * index_d;
     rms_norm(k, index_d, keys.k_norm.data(), eps, k);
     rope.apply(k, index_d, position);
-    group.index_keys.append(k);
+    group.index_keys.write(group.index_keys.size(), k);
     std::copy_n(latents.values.data() + g * d, d, entry.data());
     rope.apply(entry.data(), d, position);
-    group.entries.append(entry.data());
+    group.entries.write(group.entries.size(), entry.data());
   }
 }
 

@@ -21,8 +21,9 @@
 
 #include "io/model_config.h"
 #include "kernels/kernels.h"
+#include "model/cache_layout.h"
 #include "model/latent_compressor.h"
-#include "model/quantized_rows.h"
+#include "model/paged_rows.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -31,8 +32,8 @@ namespace deepinfer::model {
 // Owned by a kv-source layer's state.
 struct CompressedGroupState {
   LatentCompressorState compressor;
-  QuantizedRows entries;     // [entries, head_dim], Fp4E4m3x16
-  QuantizedRows index_keys;  // [entries, index_head_dim], Fp4Ue8m0x32
+  PagedRows entries;     // [entries, head_dim], Fp4E4m3x16, in the sequence's cache blocks
+  PagedRows index_keys;  // [entries, index_head_dim], Fp4Ue8m0x32, same blocks
 };
 
 struct IndexKeyWeights {
@@ -59,7 +60,8 @@ struct ChunkSelections {
   std::optional<std::vector<std::vector<char>>> candidate_blocks;  // per token, per block: kept
 };
 
-CompressedGroupState new_group_state(int64_t head_dim, int64_t index_head_dim);
+// `layout`: the kv source's regions in a cache block; throws when its row sizes differ.
+CompressedGroupState new_group_state(int64_t head_dim, int64_t index_head_dim, const LayerCacheBytes& layout);
 
 // kv source: appends the latents' compressed KV entries and index keys.
 void publish_latents(const Latents& latents, const IndexKeyWeights& keys, const RopeTable& rope, int64_t ratio, float eps,

@@ -2,15 +2,33 @@
 // Reads a golden fixture (tests/data/golden/<family>/<name>/reference/golden.safetensors).
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "io/safetensors.h"
+#include "model/model.h"
 
 namespace deepinfer::model::testing {
 
 inline std::string fixture_dir(const std::string& name, const std::string& family = "v4") {
   return std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/" + family + "/" + name;
+}
+
+inline std::string v41_tokenizer() { return std::string(DEEPINFER_ASSET_DIR) + "/tokenizer/deepseek_v41_tokenizer.json"; }
+
+// One loaded model per fixture for the whole test binary: building a V4.1 fixture's Engram token
+// map from the tokenizer asset dominates a test under ASan, so every file shares it.
+inline const Model& shared_fixture(const std::string& name, const std::string& family) {
+  static std::map<std::string, std::unique_ptr<Model>> models;
+  auto& slot = models[family + "/" + name];
+  if (!slot) {
+    LoadOptions options;
+    if (family == "v41") options.tokenizer = v41_tokenizer();
+    slot = std::make_unique<Model>(Model::load(fixture_dir(name, family), options));
+  }
+  return *slot;
 }
 
 class Golden {

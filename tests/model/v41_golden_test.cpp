@@ -23,15 +23,10 @@ using testing::max_abs_diff;
 
 constexpr float kTolerance = 1e-4f;
 
-std::string v41_tokenizer() { return std::string(DEEPINFER_ASSET_DIR) + "/tokenizer/deepseek_v41_tokenizer.json"; }
+using testing::v41_tokenizer;
 std::string v41_dir(const std::string& name) { return testing::fixture_dir(name, "v41"); }
 
-const Model& load_fixture(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Model>> models;
-  auto& slot = models[name];
-  if (!slot) slot = std::make_unique<Model>(Model::load(v41_dir(name), LoadOptions{.tokenizer = v41_tokenizer()}));
-  return *slot;
-}
+const Model& load_fixture(const std::string& name) { return testing::shared_fixture(name, "v41"); }
 
 // `rows` of `width` from a -1 padded golden table, the padding dropped.
 std::vector<std::vector<int64_t>> unpadded_rows(const std::vector<int64_t>& table, int64_t width) {

@@ -72,7 +72,9 @@ Prefill prefill(const Model& model, const std::vector<int32_t>& ids, bool replay
   return run;
 }
 
-std::vector<float> decoded(const QuantizedRows& rows) {
+// Window rows (QuantizedRows) or paged entries and keys (PagedRows).
+template <class Rows>
+std::vector<float> decoded(const Rows& rows) {
   std::vector<float> out(static_cast<std::size_t>(rows.size() * rows.width()));
   for (int64_t r = 0; r < rows.size(); ++r) rows.read(r, out.data() + r * rows.width());
   return out;

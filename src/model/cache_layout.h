@@ -12,7 +12,7 @@
 
 #include "io/model_config.h"
 
-namespace deepinfer::engine {
+namespace deepinfer::model {
 
 // One decoder layer's share. Bytes are exact stored sizes (codes + scale bytes, or 4 per f32).
 struct LayerCacheBytes {
@@ -22,6 +22,13 @@ struct LayerCacheBytes {
   int64_t ratio = 0;            // one entry (and one index key) per `ratio` tokens
   int64_t entry_bytes = 0;      // one compressed entry
   int64_t index_key_bytes = 0;  // one index key (V4 CSA indexer compressor entry, V4.1 kv source key)
+  // Where this layer's rows sit inside one block payload (paged_rows.h): entry slot s at
+  // entry_offset + s * entry_bytes, key slot s at index_key_offset + s * index_key_bytes. A block
+  // owns the entries whose window closes inside it: ceil(block_tokens / ratio) slots of each.
+  int64_t entry_offset = 0;
+  int64_t entry_slots = 0;
+  int64_t index_key_offset = 0;
+  int64_t index_key_slots = 0;
   // One token's row in the compressors' open windows: kv + gate of every compressor of the layer.
   int64_t compressor_row_bytes = 0;
   bool overlap = false;  // V4 CSA: the last closed window's `ratio` rows are kept too
@@ -33,7 +40,8 @@ struct CacheLayout {
 
   // Paged payload of one block: for every owning layer, room for the entries (and keys) whose
   // window closes inside `block_tokens` consecutive tokens at a block-aligned start. That is
-  // ceil(block_tokens / ratio) entries, exact when `ratio` divides `block_tokens`.
+  // ceil(block_tokens / ratio) entries, exact when `ratio` divides `block_tokens`. The sum of
+  // every layer's regions, laid out layer by layer (entries, then keys).
   int64_t block_bytes = 0;
   // The context's growth rate, sum over layers of (entry + key) / ratio: what a cache that is
   // not paged would need per token. block_bytes / block_tokens exceeds it only by the ceil above.
@@ -56,4 +64,4 @@ struct CacheLayout {
 // Throws deepinfer::Error when block_tokens < 1.
 CacheLayout cache_layout(const ModelConfig& config, int64_t block_tokens);
 
-}  // namespace deepinfer::engine
+}  // namespace deepinfer::model

@@ -1,4 +1,4 @@
-#include "engine/cache_layout.h"
+#include "model/cache_layout.h"
 
 #include <algorithm>
 #include <numeric>
@@ -6,18 +6,16 @@
 #include "core/error.h"
 #include "model/fake_quant.h"
 
-namespace deepinfer::engine {
+namespace deepinfer::model {
 namespace {
-
-using model::CacheFormat;
 
 constexpr int64_t kF32 = 4;
 
-// One stored vector of `width` values, as model::QuantizedRows lays it out: codes then one scale
+// One stored vector of `width` values, as QuantizedRows lays it out: codes then one scale
 // byte per block, or f32 when the width does not block.
 int64_t stored_row_bytes(CacheFormat format, int64_t width) {
-  if (format == CacheFormat::F32 || !model::quantizes(format, width)) return width * kF32;
-  return model::code_bytes(format, width) + width / model::cache_block(format);
+  if (format == CacheFormat::F32 || !quantizes(format, width)) return width * kF32;
+  return code_bytes(format, width) + width / cache_block(format);
 }
 
 LayerCacheBytes v4_layer(const ModelConfig& config, int64_t layer) {
@@ -62,11 +60,17 @@ CacheLayout cache_layout(const ModelConfig& config, int64_t block_tokens) {
   CacheLayout out;
   out.block_tokens = block_tokens;
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const LayerCacheBytes bytes = config.family == ModelFamily::V41 ? v41_layer(config, layer) : v4_layer(config, layer);
+    LayerCacheBytes bytes = config.family == ModelFamily::V41 ? v41_layer(config, layer) : v4_layer(config, layer);
     out.window_bytes += (config.sliding_window - 1) * bytes.window_row_bytes;
     if (bytes.ratio > 0) {
       const int64_t per_entry = bytes.entry_bytes + bytes.index_key_bytes;
-      out.block_bytes += ceil_div(block_tokens, bytes.ratio) * per_entry;
+      const int64_t slots = ceil_div(block_tokens, bytes.ratio);
+      bytes.entry_offset = out.block_bytes;
+      bytes.entry_slots = slots;
+      out.block_bytes += slots * bytes.entry_bytes;
+      bytes.index_key_offset = out.block_bytes;
+      bytes.index_key_slots = bytes.index_key_bytes > 0 ? slots : 0;
+      out.block_bytes += bytes.index_key_slots * bytes.index_key_bytes;
       out.bytes_per_token += static_cast<double>(per_entry) / static_cast<double>(bytes.ratio);
       const int64_t overlap_rows = bytes.overlap ? bytes.ratio : 0;
       out.compressor_tail_bytes += (bytes.ratio - 1 + overlap_rows) * bytes.compressor_row_bytes;
@@ -80,4 +84,4 @@ CacheLayout cache_layout(const ModelConfig& config, int64_t block_tokens) {
   return out;
 }
 
-}  // namespace deepinfer::engine
+}  // namespace deepinfer::model

@@ -1,5 +1,5 @@
 // Expected figures are derived by hand from docs/MODELS.md's state tables, layer by layer.
-#include "engine/cache_layout.h"
+#include "model/cache_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "io/model_config.h"
 
-namespace deepinfer::engine {
+namespace deepinfer::model {
 namespace {
 
 ModelConfig config_named(const std::string& name) {
@@ -62,9 +62,32 @@ TEST(CacheLayout, OddBlockRoundsEntriesUpAndLeavesGroupsOpen) {
   EXPECT_EQ(layout.boundary_compressor_tail_bytes, 3 * 1 * (2 * 512 * 4));
 }
 
+// Each owning layer's entry and key regions follow each other and tile the block exactly.
+TEST(CacheLayout, LayerRegionsTileTheBlock) {
+  for (const char* name : {"v4_flash.json", "v41_flash.json"})
+    for (int64_t block_tokens : {1, 3, 64, 128}) {
+      const CacheLayout layout = cache_layout(config_named(name), block_tokens);
+      int64_t next = 0;
+      for (const LayerCacheBytes& layer : layout.layers) {
+        if (layer.ratio == 0) {
+          EXPECT_EQ(layer.entry_slots + layer.index_key_slots, 0);
+          continue;
+        }
+        const int64_t slots = (block_tokens + layer.ratio - 1) / layer.ratio;
+        EXPECT_EQ(layer.entry_offset, next) << name << " layer " << layer.layer;
+        EXPECT_EQ(layer.entry_slots, slots);
+        next += slots * layer.entry_bytes;
+        EXPECT_EQ(layer.index_key_offset, next) << name << " layer " << layer.layer;
+        EXPECT_EQ(layer.index_key_slots, layer.index_key_bytes > 0 ? slots : 0);
+        next += layer.index_key_slots * layer.index_key_bytes;
+      }
+      EXPECT_EQ(next, layout.block_bytes) << name << " B = " << block_tokens;
+    }
+}
+
 TEST(CacheLayout, RefusesEmptyBlocks) {
   EXPECT_THROW(cache_layout(config_named("v41_flash.json"), 0), Error);
 }
 
 }  // namespace
-}  // namespace deepinfer::engine
+}  // namespace deepinfer::model
