@@ -1,0 +1,537 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace deepinfer::engine {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+const SchedulerConfig& validated(const SchedulerConfig& config) {
+  if (config.block_tokens < 1) fail("scheduler: block_tokens = ", config.block_tokens, ", it must be at least 1");
+  if (config.max_batch_tokens < 1)
+    fail("scheduler: max_batch_tokens = ", config.max_batch_tokens, ", it must be at least 1");
+  if (config.max_running_sequences < 1)
+    fail("scheduler: max_running_sequences = ", config.max_running_sequences, ", it must be at least 1");
+  if (config.state_blocks_per_sequence < 0)
+    fail("scheduler: state_blocks_per_sequence = ", config.state_blocks_per_sequence, ", it must not be negative");
+  if (config.snapshot_bytes < 0)
+    fail("scheduler: snapshot_bytes = ", config.snapshot_bytes, ", it must not be negative");
+  return config;
+}
+
+}  // namespace
+
+SchedulerConfig scheduler_config(const CacheLayout& layout, int64_t cache_memory_bytes, int64_t max_batch_tokens,
+                                 int32_t max_running_sequences) {
+  SchedulerConfig config;
+  config.cache_memory_bytes = cache_memory_bytes;
+  config.block_bytes = layout.block_bytes;
+  config.block_tokens = layout.block_tokens;
+  config.max_batch_tokens = max_batch_tokens;
+  config.max_running_sequences = max_running_sequences;
+  config.state_blocks_per_sequence =
+      layout.block_bytes > 0 ? ceil_div(layout.sequence_state_bytes(), layout.block_bytes) : 0;
+  config.snapshot_bytes = layout.snapshot_bytes();
+  return config;
+}
+
+int64_t StepPlan::tokens() const {
+  int64_t total = 0;
+  for (const ScheduledSequence& sequence : sequences) total += sequence.end - sequence.begin;
+  return total;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(validated(config)),
+      pool_(config.cache_memory_bytes, config.block_bytes),
+      prefix_cache_(pool_, config.block_tokens),
+      snapshots_(pool_) {}
+
+Scheduler::Sequence& Scheduler::at(SequenceId id) {
+  const auto found = sequences_.find(id);
+  if (found == sequences_.end()) fail("scheduler: request ", id.request, " choice ", id.choice, " is not queued");
+  return found->second;
+}
+
+RequestId Scheduler::add_request(const RequestSpec& spec) {
+  if (spec.prompt.empty()) fail("request: the prompt is empty");
+  for (int32_t token : spec.prompt)
+    if (token < 0) fail("request: prompt token id ", token, " is negative");
+  if (spec.max_tokens < 1) fail("request: max_tokens = ", spec.max_tokens, ", it must be at least 1");
+  if (spec.n < 1) fail("request: n = ", spec.n, ", it must be at least 1");
+  const auto prompt = static_cast<int64_t>(spec.prompt.size());
+  if (spec.max_tokens > std::numeric_limits<int64_t>::max() / 2 - prompt)
+    fail("request: max_tokens = ", spec.max_tokens, " is too large");
+  // The last sampled token is never computed: a sequence holds positions 0 .. prompt + max - 2.
+  const int64_t position_blocks = ceil_div(prompt + spec.max_tokens - 1, config_.block_tokens);
+  const int64_t needed = config_.state_blocks_per_sequence + position_blocks;
+  if (needed > pool_.total_blocks())
+    fail("request of ", prompt, " prompt tokens and max_tokens = ", spec.max_tokens, " needs ", needed,
+         " cache blocks alone (", position_blocks, " for its positions, ", config_.state_blocks_per_sequence,
+         " for its fixed state) but the cache memory of ", config_.cache_memory_bytes, " bytes holds ",
+         pool_.total_blocks(), " blocks of ", config_.block_bytes, " bytes: shorten it or raise --cache-memory");
+
+  const RequestId request = next_request_++;
+  const uint64_t arrival = next_arrival_++;
+  for (int32_t choice = 0; choice < spec.n; ++choice) {
+    Sequence sequence;
+    sequence.id = {request, choice};
+    sequence.priority = spec.priority;
+    sequence.arrival = arrival;
+    sequence.tokens = spec.prompt;
+    sequence.prompt_tokens = prompt;
+    sequence.max_tokens = spec.max_tokens;
+    if (choice == 0) {
+      sequence.status = SequenceStatus::waiting;
+      waiting_.insert(sequence.key());
+    } else {
+      sequence.status = SequenceStatus::waiting_for_fork;
+      sequences_.at({request, 0}).fork_children.push_back(choice);
+    }
+    sequences_.emplace(sequence.id, std::move(sequence));
+  }
+  return request;
+}
+
+void Scheduler::free_snapshot(SnapshotHandle& handle) {
+  if (handle == kNoSnapshot) return;
+  snapshots_.free(handle);
+  handle = kNoSnapshot;
+}
+
+bool Scheduler::evict_one() {
+  const std::vector<EvictedBlock> gone = prefix_cache_.evict(1);
+  for (EvictedBlock evicted : gone) free_snapshot(evicted.snapshot);
+  return !gone.empty();
+}
+
+bool Scheduler::drop_one_snapshot() {
+  for (auto key = running_.rbegin(); key != running_.rend(); ++key) {
+    Sequence& sequence = at(*key);
+    if (sequence.snapshot != kNoSnapshot) {
+      free_snapshot(sequence.snapshot);
+      return true;
+    }
+    if (sequence.pending_snapshot != kNoSnapshot) {  // write() of a dropped handle is a no-op
+      free_snapshot(sequence.pending_snapshot);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<BlockId> Scheduler::allocate(const Sequence& requester, AllocationMode mode) {
+  for (;;) {
+    if (const std::optional<BlockId> block = pool_.allocate()) return block;
+    if (evict_one()) continue;
+    if (mode == AllocationMode::spare) return std::nullopt;
+    if (drop_one_snapshot()) continue;
+    if (running_.empty()) return std::nullopt;
+    const OrderKey victim = *running_.rbegin();
+    if (mode == AllocationMode::admission && !(requester.key() < victim)) return std::nullopt;
+    const bool itself = victim == requester.key();
+    preempt(at(victim));
+    if (itself) return std::nullopt;
+  }
+}
+
+void Scheduler::try_snapshot(Sequence& sequence, int64_t boundary) {
+  if (sequence.pending_snapshot != kNoSnapshot) return;  // one in flight at a time
+  std::optional<SnapshotHandle> handle = snapshots_.reserve(config_.snapshot_bytes);
+  while (!handle && evict_one()) handle = snapshots_.reserve(config_.snapshot_bytes);
+  if (!handle) return;  // a snapshot only serves later requests: never preempt for one
+  sequence.pending_snapshot = *handle;
+  sequence.pending_snapshot_boundary = boundary;
+  sequence.pending_snapshot_step = next_step_ - 1;
+}
+
+bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
+  const int64_t block = config_.block_tokens;
+  const int64_t begin = sequence.scheduled;
+  const int64_t total = sequence.total();
+  int64_t end = begin + std::min(total - begin, budget_);
+  if (end < total && end / block * block > begin) end = end / block * block;  // a boundary: snapshot-able
+  const int64_t needed = ceil_div(end, block);
+  while (static_cast<int64_t>(sequence.blocks.size()) < needed) {
+    const std::optional<BlockId> allocated = allocate(sequence, mode);
+    if (!allocated) return false;  // running mode: `sequence` preempted itself
+    sequence.blocks.push_back(*allocated);
+  }
+  const bool samples = end == total;
+  entries_.push_back({sequence.id, begin, end, samples});
+  budget_ -= end - begin;
+  sequence.scheduled = end;
+  if (samples) ++sequence.pending_samples;
+  if (config_.prefix_caching && end % block == 0) try_snapshot(sequence, end);
+  return true;
+}
+
+bool Scheduler::admit(Sequence& sequence) {
+  PrefixMatch match;
+  if (config_.prefix_caching) {
+    match = prefix_cache_.match(sequence.tokens);
+    prefix_cache_.pin(match);  // before anything below can evict
+  }
+  sequence.blocks = match.blocks;
+  sequence.computed = sequence.scheduled = match.tokens;
+  bool admitted = true;
+  for (int64_t i = 0; admitted && i < config_.state_blocks_per_sequence; ++i) {
+    const std::optional<BlockId> block = allocate(sequence, AllocationMode::admission);
+    if (block) sequence.state_blocks.push_back(*block);
+    admitted = block.has_value();
+  }
+  admitted = admitted && schedule_chunk(sequence, AllocationMode::admission);
+  if (!admitted) {
+    release_all(sequence);
+    sequence.computed = sequence.scheduled = 0;
+    return false;
+  }
+  waiting_.erase(sequence.key());
+  running_.insert(sequence.key());
+  sequence.status = SequenceStatus::running;
+  sequence.starts = true;
+  sequence.restore = match.snapshot;
+  queried_tokens_ += static_cast<int64_t>(sequence.tokens.size());
+  hit_tokens_ += match.tokens;
+  return true;
+}
+
+void Scheduler::fork_children(Sequence& parent, StepPlan& plan, PlannedStep& planned) {
+  const int64_t block = config_.block_tokens;
+  const int64_t prompt = parent.prompt_tokens;
+  const auto full = static_cast<std::size_t>(prompt / block);
+  for (int32_t choice : parent.fork_children) {
+    Sequence& child = at(SequenceId{parent.id.request, choice});
+    std::vector<BlockId> own;  // state blocks, then the copy of the partial block
+    bool ok = static_cast<int64_t>(running_.size()) < config_.max_running_sequences;
+    const int64_t own_count = config_.state_blocks_per_sequence + (prompt % block != 0 ? 1 : 0);
+    for (int64_t i = 0; ok && i < own_count; ++i) {
+      // Spare only: preempting here could hit a child forked a moment ago.
+      const std::optional<BlockId> allocated = allocate(child, AllocationMode::spare);
+      if (allocated) own.push_back(*allocated);
+      ok = allocated.has_value();
+    }
+    if (!ok) {  // runs on its own later, recomputing the prompt like a preempted sequence
+      for (BlockId held : own) pool_.release(held);
+      child.status = SequenceStatus::waiting;
+      waiting_.insert(child.key());
+      continue;
+    }
+    Fork fork;
+    fork.parent = parent.id;
+    fork.child = child.id;
+    fork.child_epoch = child.epoch;
+    child.blocks.assign(parent.blocks.begin(), parent.blocks.begin() + static_cast<std::ptrdiff_t>(full));
+    for (BlockId shared : child.blocks) pool_.retain(shared);
+    const auto state_count = static_cast<std::ptrdiff_t>(config_.state_blocks_per_sequence);
+    child.state_blocks.assign(own.begin(), own.begin() + state_count);
+    if (prompt % block != 0) {
+      child.blocks.push_back(own.back());
+      fork.copies.push_back({parent.blocks[full], own.back()});
+    }
+    child.status = SequenceStatus::running;
+    child.scheduled = prompt;
+    child.pending_samples = 1;
+    running_.insert(child.key());
+    fork.block_table = child.blocks;
+    fork.state_blocks = child.state_blocks;
+    plan.forks.push_back(std::move(fork));
+    planned.work.push_back({child.id, child.epoch, prompt, true, kNoSnapshot});
+  }
+  parent.fork_children.clear();
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.step = next_step_++;
+  entries_.clear();
+  budget_ = config_.max_batch_tokens;
+  preempted_this_step_ = false;
+  const auto has_entry = [&](SequenceId id) {
+    return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& entry) { return entry.id == id; });
+  };
+  const auto running_pass = [&](bool one_token) {
+    const std::vector<OrderKey> order(running_.begin(), running_.end());
+    for (const OrderKey& key : order) {
+      if (budget_ == 0) return;
+      if (running_.count(key) == 0) continue;  // preempted by a more important one
+      Sequence& sequence = at(key);
+      const int64_t remaining = sequence.total() - sequence.scheduled;
+      if (remaining <= 0 || (remaining == 1) != one_token || has_entry(sequence.id)) continue;
+      if (sequence.generated() + sequence.pending_samples >= sequence.max_tokens) continue;  // last token due
+      schedule_chunk(sequence, AllocationMode::running);
+    }
+  };
+  running_pass(true);
+  running_pass(false);
+  if (!preempted_this_step_) {
+    const std::vector<OrderKey> order(waiting_.begin(), waiting_.end());
+    for (const OrderKey& key : order) {
+      if (budget_ == 0 || static_cast<int64_t>(running_.size()) >= config_.max_running_sequences) break;
+      if (!admit(at(key))) break;  // FCFS within a priority: nobody overtakes the head
+    }
+  }
+
+  PlannedStep planned;
+  planned.step = plan.step;
+  for (const Entry& entry : entries_) {
+    Sequence& sequence = at(entry.id);
+    ScheduledSequence item;
+    item.id = entry.id;
+    item.epoch = sequence.epoch;
+    item.begin = entry.begin;
+    item.end = entry.end;
+    const auto known = static_cast<int64_t>(sequence.tokens.size());
+    for (int64_t position = entry.begin; position < entry.end; ++position)
+      item.tokens.push_back(position < known ? sequence.tokens[static_cast<std::size_t>(position)] : kPendingToken);
+    item.needs_logits = entry.samples;
+    item.block_table = sequence.blocks;
+    if (sequence.starts) {
+      item.starts = true;
+      item.restore = sequence.restore;
+      item.state_blocks = sequence.state_blocks;
+      sequence.starts = false;
+    }
+    if (sequence.pending_snapshot != kNoSnapshot && sequence.pending_snapshot_step == plan.step)
+      item.save_snapshot = sequence.pending_snapshot;
+    planned.work.push_back({entry.id, sequence.epoch, entry.end, entry.samples, item.save_snapshot});
+    plan.sequences.push_back(std::move(item));
+  }
+  for (const Entry& entry : entries_) {
+    Sequence& sequence = at(entry.id);
+    if (entry.samples && !sequence.fork_children.empty()) fork_children(sequence, plan, planned);
+  }
+  entries_.clear();
+  plan.dropped = std::move(dropped_);
+  dropped_.clear();
+  if (!planned.work.empty()) in_flight_.push_back(std::move(planned));
+  return plan;
+}
+
+void Scheduler::cache_prefix(Sequence& sequence) {
+  if (sequence.snapshot == kNoSnapshot) return;
+  const int64_t boundary = sequence.snapshot_boundary;
+  const InsertResult inserted =
+      prefix_cache_.insert(std::span<const int32_t>(sequence.tokens).first(static_cast<std::size_t>(boundary)),
+                           std::span<const BlockId>(sequence.blocks)
+                               .first(static_cast<std::size_t>(boundary / config_.block_tokens)),
+                           sequence.snapshot);
+  if (inserted.snapshot_adopted) sequence.snapshot = kNoSnapshot;
+  free_snapshot(sequence.snapshot);
+}
+
+void Scheduler::release_all(Sequence& sequence) {
+  for (BlockId block : sequence.blocks) pool_.release(block);
+  for (BlockId block : sequence.state_blocks) pool_.release(block);
+  sequence.blocks.clear();
+  sequence.state_blocks.clear();
+  free_snapshot(sequence.snapshot);
+  free_snapshot(sequence.pending_snapshot);
+}
+
+void Scheduler::preempt(Sequence& sequence) {
+  cache_prefix(sequence);  // its prefix up to its last snapshot makes the recompute cheap
+  release_all(sequence);
+  const auto entry = std::find_if(entries_.begin(), entries_.end(),
+                                  [&](const Entry& planned) { return planned.id == sequence.id; });
+  if (entry != entries_.end()) {
+    budget_ += entry->end - entry->begin;
+    entries_.erase(entry);
+  }
+  sequence.computed = sequence.scheduled = 0;
+  sequence.pending_samples = 0;  // samples of steps in flight are discarded with the epoch
+  ++sequence.epoch;
+  sequence.starts = false;
+  sequence.restore = kNoSnapshot;
+  running_.erase(sequence.key());
+  sequence.status = SequenceStatus::preempted;
+  waiting_.insert(sequence.key());
+  ++preemptions_;
+  preempted_this_step_ = true;
+  dropped_.push_back(sequence.id);
+}
+
+void Scheduler::finish(Sequence& sequence, FinishReason reason, StepOutcome& outcome) {
+  if (config_.prefix_caching) cache_prefix(sequence);
+  release_all(sequence);
+  outcome.finished.push_back({sequence.id, reason,
+                              std::vector<int32_t>(sequence.tokens.begin() + sequence.prompt_tokens,
+                                                   sequence.tokens.end())});
+  running_.erase(sequence.key());
+  const SequenceId id = sequence.id;  // `sequence` dies with the erase
+  sequences_.erase(id);
+}
+
+bool Scheduler::is_current(SequenceId id, uint64_t epoch) const {
+  const auto found = sequences_.find(id);
+  return found != sequences_.end() && found->second.status == SequenceStatus::running &&
+         found->second.epoch == epoch;
+}
+
+StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResult> results) {
+  if (in_flight_.empty() || in_flight_.front().step != step) {
+    const bool planned = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                     [&](const PlannedStep& in_flight) { return in_flight.step == step; });
+    if (!planned && step < next_step_ && results.empty()) return {};  // an empty plan
+    fail("scheduler: step ", step, " finished out of order or twice (oldest step in flight: ",
+         in_flight_.empty() ? std::string("none") : std::to_string(in_flight_.front().step), ")");
+  }
+  const PlannedStep& planned = in_flight_.front();
+  // Validate everything before changing anything.
+  std::map<SequenceId, uint64_t> samplers;  // sequence -> epoch it sampled in
+  for (const Work& work : planned.work)
+    if (work.samples) samplers[work.id] = work.epoch;
+  std::set<SequenceId> reported;
+  for (const StepResult& result : results) {
+    const auto sampler = samplers.find(result.id);
+    if (sampler == samplers.end())
+      fail("step ", step, ": a result for request ", result.id.request, " choice ", result.id.choice,
+           ", which did not sample in it");
+    if (!reported.insert(result.id).second)
+      fail("step ", step, ": two results for request ", result.id.request, " choice ", result.id.choice);
+    if (result.token < 0) fail("step ", step, ": sampled token id ", result.token, " is negative");
+  }
+  for (const auto& [id, epoch] : samplers)
+    if (is_current(id, epoch) && reported.count(id) == 0)
+      fail("step ", step, ": no sampled token for request ", id.request, " choice ", id.choice);
+
+  const PlannedStep done = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  for (const Work& work : done.work) {
+    if (!is_current(work.id, work.epoch)) continue;  // finished, cancelled or preempted meanwhile
+    Sequence& sequence = at(work.id);
+    sequence.computed = std::max(sequence.computed, work.end);
+    if (work.snapshot != kNoSnapshot && sequence.pending_snapshot == work.snapshot) {
+      free_snapshot(sequence.snapshot);  // only the latest boundary is kept
+      sequence.snapshot = work.snapshot;
+      sequence.snapshot_boundary = sequence.pending_snapshot_boundary;
+      sequence.pending_snapshot = kNoSnapshot;
+    }
+  }
+  StepOutcome outcome;
+  for (const StepResult& result : results) {
+    if (!is_current(result.id, samplers.at(result.id))) continue;
+    Sequence& sequence = at(result.id);
+    sequence.tokens.push_back(result.token);
+    --sequence.pending_samples;
+    if (result.stop) {
+      finish(sequence, FinishReason::stop, outcome);
+    } else if (sequence.generated() >= sequence.max_tokens) {
+      finish(sequence, FinishReason::length, outcome);
+    }
+  }
+  return outcome;
+}
+
+std::vector<SequenceId> Scheduler::cancel(RequestId request) {
+  std::vector<SequenceId> cancelled;
+  auto found = sequences_.lower_bound(SequenceId{request, 0});
+  while (found != sequences_.end() && found->first.request == request) {
+    Sequence& sequence = found->second;
+    release_all(sequence);
+    running_.erase(sequence.key());
+    waiting_.erase(sequence.key());
+    cancelled.push_back(sequence.id);
+    dropped_.push_back(sequence.id);
+    found = sequences_.erase(found);
+  }
+  return cancelled;
+}
+
+std::optional<SequenceView> Scheduler::sequence(SequenceId id) const {
+  const auto found = sequences_.find(id);
+  if (found == sequences_.end()) return std::nullopt;
+  const Sequence& sequence = found->second;
+  SequenceView view;
+  view.status = sequence.status;
+  view.epoch = sequence.epoch;
+  view.priority = sequence.priority;
+  view.tokens = sequence.tokens;
+  view.prompt_tokens = sequence.prompt_tokens;
+  view.computed_tokens = sequence.computed;
+  view.block_table = sequence.blocks;
+  view.state_blocks = sequence.state_blocks;
+  return view;
+}
+
+SchedulerCounters Scheduler::counters() const {
+  SchedulerCounters counters;
+  counters.running = static_cast<int64_t>(running_.size());
+  counters.waiting = static_cast<int64_t>(sequences_.size() - running_.size());
+  counters.preemptions = preemptions_;
+  counters.prefix_queried_tokens = queried_tokens_;
+  counters.prefix_hit_tokens = hit_tokens_;
+  counters.total_blocks = pool_.total_blocks();
+  counters.free_blocks = pool_.free_blocks();
+  counters.in_use_blocks = pool_.in_use_blocks();
+  counters.evictable_blocks = pool_.evictable_blocks();
+  counters.cached_blocks = prefix_cache_.cached_blocks();
+  counters.snapshots = snapshots_.snapshots();
+  counters.snapshot_blocks = snapshots_.blocks();
+  counters.steps_in_flight = static_cast<int64_t>(in_flight_.size());
+  return counters;
+}
+
+void Scheduler::clear_prefix_cache() {
+  for (EvictedBlock evicted : prefix_cache_.evict(std::numeric_limits<int64_t>::max()))
+    free_snapshot(evicted.snapshot);
+}
+
+void Scheduler::check_consistency() const {
+  const auto total = static_cast<std::size_t>(pool_.total_blocks());
+  std::vector<int64_t> references(total, 0);
+  std::vector<char> cached(total, 0);
+  std::set<SnapshotHandle> owned;  // every snapshot someone is responsible for
+  const auto own = [&](SnapshotHandle handle, const char* owner) {
+    if (handle == kNoSnapshot) return;
+    if (!owned.insert(handle).second) fail("consistency: snapshot ", handle, " has two owners (", owner, ")");
+  };
+  for (const auto& [id, sequence] : sequences_) {
+    const bool running = sequence.status == SequenceStatus::running;
+    if (running != (running_.count(sequence.key()) != 0))
+      fail("consistency: request ", id.request, " choice ", id.choice, " running set disagrees with its status");
+    const bool queued = sequence.status == SequenceStatus::waiting || sequence.status == SequenceStatus::preempted;
+    if (queued != (waiting_.count(sequence.key()) != 0))
+      fail("consistency: request ", id.request, " choice ", id.choice, " waiting set disagrees with its status");
+    if (!running && (!sequence.blocks.empty() || !sequence.state_blocks.empty() ||
+                     sequence.snapshot != kNoSnapshot || sequence.pending_snapshot != kNoSnapshot))
+      fail("consistency: request ", id.request, " choice ", id.choice, " holds cache memory while not running");
+    if (running && static_cast<int64_t>(sequence.blocks.size()) < ceil_div(sequence.scheduled, config_.block_tokens))
+      fail("consistency: request ", id.request, " choice ", id.choice, " has fewer blocks than positions");
+    for (BlockId block : sequence.blocks) ++references[static_cast<std::size_t>(block)];
+    for (BlockId block : sequence.state_blocks) ++references[static_cast<std::size_t>(block)];
+    own(sequence.snapshot, "a sequence");
+    own(sequence.pending_snapshot, "a sequence's pending");
+  }
+  if (running_.size() + waiting_.size() > sequences_.size()) fail("consistency: queues name unknown sequences");
+  for (const EvictedBlock& node : prefix_cache_.contents()) {
+    cached[static_cast<std::size_t>(node.block)] = 1;
+    own(node.snapshot, "the prefix cache");
+  }
+  for (SnapshotHandle handle : snapshots_.handles()) {
+    if (owned.count(handle) == 0) fail("consistency: snapshot ", handle, " is stored but nobody owns it (leaked)");
+    for (BlockId block : snapshots_.blocks_of(handle)) ++references[static_cast<std::size_t>(block)];
+  }
+  if (static_cast<int64_t>(owned.size()) != snapshots_.snapshots())
+    fail("consistency: ", owned.size(), " snapshots owned but ", snapshots_.snapshots(), " stored");
+  int64_t free = 0;
+  int64_t evictable = 0;
+  for (std::size_t block = 0; block < total; ++block) {
+    const auto id = static_cast<BlockId>(block);
+    if (pool_.ref_count(id) != references[block])
+      fail("consistency: block ", block, " has ", pool_.ref_count(id), " references, the scheduler accounts for ",
+           references[block]);
+    if (pool_.cached(id) != (cached[block] != 0))
+      fail("consistency: block ", block, " cached flag disagrees with the prefix cache");
+    if (references[block] == 0) ++(cached[block] ? evictable : free);
+  }
+  if (free != pool_.free_blocks() || evictable != pool_.evictable_blocks())
+    fail("consistency: ", free, " free and ", evictable, " evictable blocks counted, the pool says ",
+         pool_.free_blocks(), " and ", pool_.evictable_blocks());
+}
+
+}  // namespace deepinfer::engine
