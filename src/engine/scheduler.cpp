@@ -25,7 +25,7 @@ const SchedulerConfig& validated(const SchedulerConfig& config) {
 
 }  // namespace
 
-SchedulerConfig scheduler_config(const CacheLayout& layout, int64_t cache_memory_bytes, int64_t max_batch_tokens,
+SchedulerConfig scheduler_config(const model::CacheLayout& layout, int64_t cache_memory_bytes, int64_t max_batch_tokens,
                                  int32_t max_running_sequences) {
   SchedulerConfig config;
   config.cache_memory_bytes = cache_memory_bytes;

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "engine/block_pool.h"
-#include "engine/cache_layout.h"
+#include "model/cache_layout.h"
 #include "engine/prefix_cache.h"
 #include "engine/snapshot_store.h"
 
@@ -62,7 +62,7 @@ struct SchedulerConfig {
 };
 
 // The config for a model's cache layout (block_tokens, block_bytes, state blocks, snapshot bytes).
-SchedulerConfig scheduler_config(const CacheLayout& layout, int64_t cache_memory_bytes, int64_t max_batch_tokens,
+SchedulerConfig scheduler_config(const model::CacheLayout& layout, int64_t cache_memory_bytes, int64_t max_batch_tokens,
                                  int32_t max_running_sequences);
 
 struct RequestSpec {
