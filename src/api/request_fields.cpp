@@ -109,7 +109,26 @@ void check_tool_name(const std::string& name, const std::string& where) {
   if (!valid) reject(where + ": expected 1-128 ASCII letters, digits, underscores or hyphens", where);
 }
 
+namespace {
+// Stops descending once the limit is passed, so its own recursion is bounded too.
+bool nests_deeper_than(const Json& value, int limit) {
+  if (!value.is_structured()) return false;
+  if (limit == 0) return true;
+  for (const Json& item : value) {
+    if (nests_deeper_than(item, limit - 1)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void check_nesting(const Json& value, const std::string& where) {
+  if (nests_deeper_than(value, kMaxJsonNesting)) {
+    reject(str_cat(where, ": nested deeper than ", kMaxJsonNesting, " levels"), where);
+  }
+}
+
 void check_parameters_schema(const Json& schema, const std::string& where) {
+  check_nesting(schema, where);
   const Json* type = find(schema, "type");
   if (!schema.is_object() || (type != nullptr && *type != "object")) {
     reject(where + " must be a JSON Schema of type object", where);
@@ -162,11 +181,39 @@ bool contains_word_json(const Conversation& conversation) {
   return false;
 }
 
+// The bracket depth of JSON text, strings skipped; the text need not be valid JSON.
+int bracket_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
 
 void validate_conversation(const Conversation& conversation) {
-  check_image_marker(conversation);
   const std::vector<Message>& messages = conversation.messages;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    for (const ToolCall& call : messages[i].tool_calls) {
+      if (bracket_depth(call.arguments) > fields::kMaxJsonNesting) {
+        const std::string param = str_cat("messages[", i, "].tool_calls");
+        reject(str_cat(param, ": arguments nested deeper than ", fields::kMaxJsonNesting, " levels"), param);
+      }
+    }
+  }
+  check_image_marker(conversation);
   for (std::size_t i = 0; i < messages.size(); ++i) {
     if (!messages[i].prefix) continue;
     const std::string param = str_cat("messages[", i, "].prefix");

@@ -37,6 +37,10 @@ void check_max_tokens(int64_t value);
 void check_tool_name(const std::string& name, const std::string& where);
 // A JSON Schema object whose type (when given) is "object"; `where` names the field.
 void check_parameters_schema(const Json& schema, const std::string& where);
+// Values are printed into the prompt recursively: nesting is bounded so no request can exhaust
+// the stack. `where` names the field.
+inline constexpr int kMaxJsonNesting = 128;
+void check_nesting(const Json& value, const std::string& where);
 
 }  // namespace deepinfer::api::fields
 

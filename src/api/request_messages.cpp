@@ -124,6 +124,7 @@ Message assistant_turn(const Json& value, const std::string& where) {
       call.id = fields::string(fields::require(block, "id", block_where + "."), block_where + ".id");
       call.name = fields::string(fields::require(block, "name", block_where + "."), block_where + ".name");
       const Json* input = fields::find(block, "input");
+      if (input != nullptr) fields::check_nesting(*input, block_where + ".input");
       call.arguments = input == nullptr ? "{}" : python_json(*input);
       message.tool_calls.push_back(std::move(call));
     } else {

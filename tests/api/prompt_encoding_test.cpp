@@ -195,6 +195,23 @@ TEST(RequestValidationTest, RefusesMalformedBodiesWithA400) {
             "(accepted)");
 }
 
+TEST(RequestValidationTest, RefusesJsonNestedTooDeeplyToPrint) {
+  const std::string deep_arguments = std::string(200, '[') + std::string(200, ']');
+  ordered_json body = ordered_json::parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]},
+      {"role": "tool", "tool_call_id": "c", "content": "r"}]})");
+  body["messages"][1]["tool_calls"][0]["function"]["arguments"] = deep_arguments;
+  EXPECT_THROW(parse_chat_completions_request(body), ApiError);
+  body["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{\"a\": [[1]]}";
+  EXPECT_NO_THROW(parse_chat_completions_request(body));
+
+  ordered_json deep_schema = ordered_json::object();
+  for (int i = 0; i < 200; ++i) deep_schema = ordered_json{{"type", "object"}, {"properties", {{"p", deep_schema}}}};
+  ordered_json with_tool = ordered_json::parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+  with_tool["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", deep_schema}}}}};
+  EXPECT_THROW(parse_chat_completions_request(with_tool), ApiError);
+}
+
 TEST(RequestValidationTest, CarriesSamplingOptions) {
   const ApiRequest request = parse_chat_completions_request(ordered_json::parse(
       R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0.5, "top_p": 0.9,
