@@ -20,6 +20,13 @@ void Tokenizer::Impl::encode(std::string_view text, std::vector<TokenId>& ids) c
       });
 }
 
+void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<TokenId>& ids) const {
+  tokenizer::WordCache& cache = tokenizer::WordCache::for_thread(cache_owner);
+  pre_tokenizer.run(text, [&](std::string_view word, bool byte_level) {
+    model.encode_word(word, byte_level, &cache, ids);
+  });
+}
+
 void Tokenizer::Impl::check_id(TokenId id) const {
   if (id < 0 || static_cast<std::size_t>(id) >= flags.size()) {
     fail(origin, ": token id ", id, " is out of range (vocabulary size ", flags.size(), ")");
@@ -50,6 +57,17 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
     impl_->encode(text, ids);
   } else {
     impl_->encode(tokenizer::utf8_lossy(text), ids);
+  }
+  return ids;
+}
+
+std::vector<TokenId> Tokenizer::encode_plain(std::string_view text) const {
+  std::vector<TokenId> ids;
+  ids.reserve(text.size() / 3 + 4);
+  if (tokenizer::is_valid_utf8(text)) {
+    impl_->encode_plain(text, ids);
+  } else {
+    impl_->encode_plain(tokenizer::utf8_lossy(text), ids);
   }
   return ids;
 }

@@ -23,6 +23,9 @@ class Tokenizer {
   // Text is UTF-8; invalid sequences are replaced by U+FFFD first (as a lossy UTF-8 decode does),
   // so any byte string encodes. Added tokens inside the text are recognised. No BOS is added.
   std::vector<TokenId> encode(std::string_view text) const;
+  // As encode(), but added tokens are not recognised: the whole text goes through the
+  // pre-tokenizer and BPE, so a user who types a control token's spelling gets ordinary text ids.
+  std::vector<TokenId> encode_plain(std::string_view text) const;
 
   // Ids out of range throw. `skip_special_tokens` drops added tokens flagged special.
   std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = false) const;

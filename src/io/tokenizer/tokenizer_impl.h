@@ -41,6 +41,7 @@ struct Tokenizer::Impl {
 
   // `text` must be valid UTF-8.
   void encode(std::string_view text, std::vector<TokenId>& ids) const;
+  void encode_plain(std::string_view text, std::vector<TokenId>& ids) const;
   // Throws for ids outside [0, vocab_size()).
   void check_id(TokenId id) const;
   // Whether decoding shows the id at all (known, and not a skipped special token).
