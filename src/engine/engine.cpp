@@ -69,11 +69,8 @@ struct Engine::Impl {
     int32_t open_choices = 0;
   };
 
-  Impl(const model::Model& model, EngineOptions options)
-      : model(model),
-        options(options),
-        scheduler(configure(model, options)),
-        executor(model, scheduler) {}
+  Impl(const model::Model& loaded, EngineOptions chosen)
+      : model(loaded), options(chosen), scheduler(configure(loaded, chosen)), executor(loaded, scheduler) {}
 
   static SchedulerConfig configure(const model::Model& model, const EngineOptions& options) {
     SchedulerConfig config = scheduler_config(model.cache_layout(options.block_tokens), options.cache_memory_bytes,
@@ -153,7 +150,7 @@ struct Engine::Impl {
     for (const FinishedSequence& done : outcome.finished) {
       StreamEvent& event = events[done.id];
       event.choice = done.id.choice;
-      event.finish = done.reason == engine::FinishReason::stop ? FinishReason::Stop : FinishReason::Length;
+      event.finish = done.reason == SequenceEnd::stop ? FinishReason::Stop : FinishReason::Length;
     }
     for (auto& [sequence, event] : events) {
       const auto request = by_scheduler_id.find(sequence.request);
@@ -175,11 +172,23 @@ struct Engine::Impl {
     std::vector<Submission> submissions;
     std::vector<RequestId> cancels;
     bool stop = false;
+    int64_t clears = 0;
     {
       std::lock_guard lock(mutex);
       submissions.swap(inbox);
       cancels.swap(cancel_inbox);
       stop = stopping;
+      clears = clear_requests;
+    }
+    if (clears > 0) {
+      scheduler.clear_prefix_cache();
+      publish_stats();
+      {
+        std::lock_guard lock(mutex);
+        clears_done += clears;
+        clear_requests -= clears;
+      }
+      cleared.notify_all();
     }
     for (Submission& submission : submissions) admit(submission);
     if (stop)  // the engine is being destroyed: everything left ends as cancelled
@@ -200,6 +209,8 @@ struct Engine::Impl {
     published.total_blocks = counters.total_blocks;
     published.free_blocks = counters.free_blocks;
     published.cached_blocks = counters.cached_blocks;
+    published.in_use_blocks = counters.in_use_blocks;
+    published.snapshots = counters.snapshots;
     published.block_bytes = scheduler.config().block_bytes;
     published.schedule_seconds = host_seconds;
     published.compute_seconds = compute_seconds;
@@ -228,7 +239,7 @@ struct Engine::Impl {
         if (stopping && inbox.empty() && cancel_inbox.empty()) return;
         idle = true;
         idle_changed.notify_all();
-        wake.wait(lock, [&] { return !inbox.empty() || !cancel_inbox.empty() || stopping; });
+        wake.wait(lock, [&] { return !inbox.empty() || !cancel_inbox.empty() || clear_requests > 0 || stopping; });
         idle = false;
         continue;
       }
@@ -279,6 +290,9 @@ struct Engine::Impl {
   std::condition_variable idle_changed;
   std::vector<Submission> inbox;
   std::vector<RequestId> cancel_inbox;
+  int64_t clear_requests = 0;  // clear_prefix_cache() calls not served yet
+  int64_t clears_done = 0;
+  std::condition_variable cleared;
   bool stopping = false;
   bool accepting = true;
   bool idle = true;
@@ -350,6 +364,14 @@ EngineStats Engine::stats() const {
   EngineStats out = impl_->published;
   out.waiting += static_cast<int64_t>(impl_->inbox.size());
   return out;
+}
+
+void Engine::clear_prefix_cache() {
+  std::unique_lock lock(impl_->mutex);
+  const int64_t target = impl_->clears_done + impl_->clear_requests + 1;
+  ++impl_->clear_requests;
+  impl_->wake.notify_all();
+  impl_->cleared.wait(lock, [&] { return impl_->clears_done >= target || impl_->finished_loop; });
 }
 
 void Engine::drain() {

@@ -102,7 +102,9 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   int64_t total_blocks = 0;
   int64_t free_blocks = 0;
+  int64_t in_use_blocks = 0;      // referenced by a running sequence (or a snapshot)
   int64_t cached_blocks = 0;      // held by the prefix cache (evictable or in use)
+  int64_t snapshots = 0;
   int64_t block_bytes = 0;
   // Time the loop thread spent planning steps vs computing them.
   double schedule_seconds = 0;
@@ -124,6 +126,9 @@ class Engine {
   // FinishReason::Cancelled and its blocks go back. Unknown or finished ids are ignored.
   void cancel(RequestId id);
   EngineStats stats() const;
+  // Evicts every cached prefix block no request is using, and their snapshots (vLLM's
+  // reset_prefix_cache). Returns once done.
+  void clear_prefix_cache();
   // Stops taking requests and returns when every running and waiting request has finished.
   void drain();
 
