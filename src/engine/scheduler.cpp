@@ -155,6 +155,10 @@ bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
   const int64_t total = sequence.total();
   int64_t end = begin + std::min(total - begin, budget_);
   if (end < total && end / block * block > begin) end = end / block * block;  // a boundary: snapshot-able
+  // Stop at the prompt's last full block too, so that a snapshot there makes the prompt's
+  // prefix reusable by requests that share it (a system prompt, n > 1 retries, edits).
+  const int64_t prompt_boundary = prompt_snapshot_boundary(sequence);
+  if (config_.prefix_caching && begin < prompt_boundary && prompt_boundary < end) end = prompt_boundary;
   const int64_t needed = ceil_div(end, block);
   while (static_cast<int64_t>(sequence.blocks.size()) < needed) {
     const std::optional<BlockId> allocated = allocate(sequence, mode);
@@ -312,6 +316,10 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
+int64_t Scheduler::prompt_snapshot_boundary(const Sequence& sequence) const {
+  return sequence.prompt_tokens / config_.block_tokens * config_.block_tokens;
+}
+
 void Scheduler::cache_prefix(Sequence& sequence) {
   if (sequence.snapshot == kNoSnapshot) return;
   const int64_t boundary = sequence.snapshot_boundary;
@@ -355,7 +363,7 @@ void Scheduler::preempt(Sequence& sequence) {
   dropped_.push_back(sequence.id);
 }
 
-void Scheduler::finish(Sequence& sequence, FinishReason reason, StepOutcome& outcome) {
+void Scheduler::finish(Sequence& sequence, SequenceEnd reason, StepOutcome& outcome) {
   if (config_.prefix_caching) cache_prefix(sequence);
   release_all(sequence);
   outcome.finished.push_back({sequence.id, reason,
@@ -410,6 +418,9 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
       sequence.snapshot = work.snapshot;
       sequence.snapshot_boundary = sequence.pending_snapshot_boundary;
       sequence.pending_snapshot = kNoSnapshot;
+      // The prompt's own prefix goes into the cache at once: requests sharing it need not wait
+      // for this one to finish.
+      if (sequence.snapshot_boundary == prompt_snapshot_boundary(sequence)) cache_prefix(sequence);
     }
   }
   StepOutcome outcome;
@@ -419,9 +430,9 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
     sequence.tokens.push_back(result.token);
     --sequence.pending_samples;
     if (result.stop) {
-      finish(sequence, FinishReason::stop, outcome);
+      finish(sequence, SequenceEnd::stop, outcome);
     } else if (sequence.generated() >= sequence.max_tokens) {
-      finish(sequence, FinishReason::length, outcome);
+      finish(sequence, SequenceEnd::length, outcome);
     }
   }
   return outcome;

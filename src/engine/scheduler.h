@@ -136,11 +136,11 @@ struct StepResult {
   bool stop = false;  // a stop token / EOS ended the sequence (the length limit is the scheduler's)
 };
 
-enum class FinishReason { stop, length };
+enum class SequenceEnd { stop, length };
 
 struct FinishedSequence {
   SequenceId id;
-  FinishReason reason = FinishReason::stop;
+  SequenceEnd reason = SequenceEnd::stop;
   std::vector<int32_t> generated;
 };
 
@@ -276,9 +276,11 @@ class Scheduler {
   bool admit(Sequence& sequence);
   void fork_children(Sequence& parent, StepPlan& plan, PlannedStep& planned);
   void cache_prefix(Sequence& sequence);
+  // The prompt's last full-block boundary: prefill stops there and snapshots (prefix caching).
+  int64_t prompt_snapshot_boundary(const Sequence& sequence) const;
   void release_all(Sequence& sequence);
   void preempt(Sequence& sequence);
-  void finish(Sequence& sequence, FinishReason reason, StepOutcome& outcome);
+  void finish(Sequence& sequence, SequenceEnd reason, StepOutcome& outcome);
 
   SchedulerConfig config_;
   BlockPool pool_;

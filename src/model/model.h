@@ -119,6 +119,9 @@ class Model {
   // Throws deepinfer::Error (leaving `sequence` unchanged) on a snapshot of another model or
   // block size, a truncated or corrupt one, or missing blocks.
   void restore_snapshot(SequenceState& sequence, std::span<const std::byte> snapshot) const;
+  // An upper bound of save_snapshot()'s size at any position: the layout's fixed state at its
+  // worst position (CacheLayout::sequence_state_bytes) plus the snapshot's framing.
+  int64_t max_snapshot_bytes(int64_t block_tokens) const;
 
   // Appends `tokens` to the sequence. rows == All: logits is [tokens, vocab], row i for tokens[i];
   // rows == Last: logits is [vocab] for the last token only; rows == None: logits is empty.

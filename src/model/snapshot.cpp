@@ -210,4 +210,12 @@ void Model::restore_snapshot(SequenceState& sequence, std::span<const std::byte>
   sequence.bind_pages();
 }
 
+// Framing (save_snapshot): magic, fingerprint (10 + 5 per layer values), length, look-back count
+// and checksum, 8 bytes each, and 18 counts of 8 bytes per layer.
+int64_t Model::max_snapshot_bytes(int64_t block_tokens) const {
+  const CacheLayout layout = cache_layout(block_tokens);
+  const auto layers = static_cast<int64_t>(layout.layers.size());
+  return layout.sequence_state_bytes() + 8 * (15 + 5 * layers) + 18 * 8 * layers;
+}
+
 }  // namespace deepinfer::model

@@ -82,7 +82,7 @@ TEST(Scheduler, ChunkedPrefillSplitsAtBlockBoundariesWithinTheBudget) {
   scheduler.add_request(request(tokens(25, 100), 2));
   std::vector<std::pair<int64_t, int64_t>> chunks;
   std::vector<bool> logits;
-  for (int step = 0; step < 3; ++step) {
+  for (int step = 0; step < 4; ++step) {
     const StepPlan plan = scheduler.schedule();
     ASSERT_EQ(plan.sequences.size(), 1u);
     EXPECT_LE(plan.tokens(), 10);
@@ -93,10 +93,11 @@ TEST(Scheduler, ChunkedPrefillSplitsAtBlockBoundariesWithinTheBudget) {
     scheduler.on_step_finished(plan.step, executor.launch(plan));
     scheduler.check_consistency();
   }
-  // A chunk that is not the last ends on a block boundary (8 of 10, 8 of 10); the rest fits.
-  const std::vector<std::pair<int64_t, int64_t>> expected{{0, 8}, {8, 16}, {16, 25}};
+  // A chunk that is not the last ends on a block boundary (8 of 10, 8 of 10), and prefill stops
+  // at the prompt's last full block (24) for its snapshot; then the rest.
+  const std::vector<std::pair<int64_t, int64_t>> expected{{0, 8}, {8, 16}, {16, 24}, {24, 25}};
   EXPECT_EQ(chunks, expected);
-  EXPECT_EQ(logits, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(logits, (std::vector<bool>{false, false, false, true}));
   const StepPlan decode = scheduler.schedule();  // the sampled token's decode
   ASSERT_EQ(decode.sequences.size(), 1u);
   EXPECT_EQ(decode.sequences[0].begin, 25);
@@ -104,7 +105,7 @@ TEST(Scheduler, ChunkedPrefillSplitsAtBlockBoundariesWithinTheBudget) {
   EXPECT_TRUE(decode.sequences[0].needs_logits);
   const StepOutcome outcome = scheduler.on_step_finished(decode.step, executor.launch(decode));
   ASSERT_EQ(outcome.finished.size(), 1u);
-  EXPECT_EQ(outcome.finished[0].reason, FinishReason::length);
+  EXPECT_EQ(outcome.finished[0].reason, SequenceEnd::length);
   EXPECT_EQ(outcome.finished[0].generated.size(), 2u);
   expect_nothing_held(scheduler);
 }
@@ -230,9 +231,10 @@ TEST(Scheduler, ReusesTheCachedPrefixOfAFinishedRequest) {
   scheduler.add_request(request(first_prompt, 7));
   const std::vector<FinishedSequence> first = run_to_completion(scheduler, executor);
   ASSERT_EQ(first.size(), 1u);
-  // Prompt 10 + 7 generated: positions 0..15 computed, the last snapshot at 16 (4 blocks).
+  // Prompt 10 + 7 generated: positions 0..15 computed; cached with the snapshot at the prompt's
+  // last full block (8) and the last one (16): 4 blocks.
   EXPECT_EQ(scheduler.counters().cached_blocks, 4);
-  EXPECT_EQ(scheduler.counters().in_use_blocks, 2);  // the one snapshot, 24 bytes in 2 blocks
+  EXPECT_EQ(scheduler.counters().in_use_blocks, 4);  // two snapshots, 24 bytes in 2 blocks each
   EXPECT_EQ(scheduler.counters().evictable_blocks, 4);
 
   // The next turn resends prompt + reply and adds 3 tokens.
@@ -252,10 +254,21 @@ TEST(Scheduler, ReusesTheCachedPrefixOfAFinishedRequest) {
   run_to_completion(scheduler, executor);
   EXPECT_EQ(executor.restores, 1);
 
-  // A prompt diverging inside block 2 matches nothing: no snapshot ends at block 1.
+  // A prompt diverging inside block 2 resumes from the first prompt's snapshot at 8.
   std::vector<int32_t> diverging(next.begin(), next.begin() + 9);
   diverging.push_back(77);
   scheduler.add_request(request(diverging, 1));
+  const StepPlan resumed = scheduler.schedule();
+  EXPECT_EQ(resumed.sequences[0].begin, 8);
+  EXPECT_NE(resumed.sequences[0].restore, kNoSnapshot);
+  scheduler.on_step_finished(resumed.step, executor.launch(resumed));
+  run_to_completion(scheduler, executor);
+  EXPECT_EQ(executor.restores, 2);
+
+  // One diverging inside block 1 matches nothing: no snapshot ends at block 0.
+  std::vector<int32_t> early(next.begin(), next.begin() + 5);
+  early.push_back(78);
+  scheduler.add_request(request(early, 1));
   const StepPlan fresh = scheduler.schedule();
   EXPECT_EQ(fresh.sequences[0].begin, 0);
   EXPECT_EQ(fresh.sequences[0].restore, kNoSnapshot);
@@ -269,6 +282,12 @@ TEST(Scheduler, ForkedChoicesSharePromptBlocksAndCopyThePartialOne) {
   CheckingExecutor executor(scheduler);
   const RequestId id = scheduler.add_request(request(tokens(10, 3), 6, 0, 3));
   EXPECT_EQ(scheduler.sequence({id, 1})->status, SequenceStatus::waiting_for_fork);
+  // Prefill first stops at the prompt's last full block (8) for its snapshot; no fork yet.
+  const StepPlan head = scheduler.schedule();
+  ASSERT_EQ(head.sequences.size(), 1u);
+  EXPECT_EQ(head.sequences[0].end, 8);
+  EXPECT_TRUE(head.forks.empty());
+  scheduler.on_step_finished(head.step, executor.launch(head));
   const StepPlan plan = scheduler.schedule();
   ASSERT_EQ(plan.sequences.size(), 1u);  // only choice 0 computes the prompt
   ASSERT_EQ(plan.forks.size(), 2u);

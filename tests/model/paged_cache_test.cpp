@@ -132,6 +132,16 @@ TEST_P(PagedCacheTest, SnapshotSizeIsTheLayoutFigurePlusFraming) {
             layout.snapshot_bytes() + 8 * (1 + 1 + 10 + 5 * layers + 1 + 1 + 1) + 18 * 8 * layers);
 }
 
+// The engine reserves max_snapshot_bytes for a snapshot taken anywhere (a fork, a boundary).
+TEST_P(PagedCacheTest, SnapshotsAtEveryPositionFitTheBound) {
+  const auto all = ids();
+  SequenceState sequence = model().new_sequence(8, false);
+  for (std::size_t t = 0; t < all.size(); ++t) {
+    (void)run(model(), sequence, all, t, t + 1, 1);
+    EXPECT_LE(static_cast<int64_t>(model().save_snapshot(sequence).size()), model().max_snapshot_bytes(8)) << t + 1;
+  }
+}
+
 TEST_P(PagedCacheTest, MissingBlockIsRefusedBeforeTheStateChanges) {
   const auto all = ids();
   const auto want = reference();

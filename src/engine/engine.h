@@ -1,0 +1,140 @@
+#pragma once
+// The serving engine's public face, used by the server and the CLI: submit a request, read its
+// tokens as they are produced, cancel it, read counters. Behind it one engine thread runs the
+// step loop (scheduler.h plans, Model::forward_batch computes, sampler.h picks); docs/ENGINE.md
+// has the picture.
+//
+// Thread safety: every member may be called from any thread. A RequestStream is read by one
+// consumer.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+
+namespace deepinfer::model {
+class Model;
+}
+
+namespace deepinfer::engine {
+
+using RequestId = int64_t;
+
+struct EngineOptions {
+  int64_t cache_memory_bytes = int64_t{1} << 30;  // --cache-memory: blocks, snapshots, running state
+  int64_t block_tokens = 64;                      // tokens per cache block
+  int64_t max_batch_tokens = 512;                 // token budget of one step (decodes + prefill chunks)
+  int64_t max_running = 256;                      // sequences in one step at most
+  int64_t max_waiting = 4096;                     // submit() refuses beyond this (the server's 429)
+  bool prefix_caching = true;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;  // validate()d by submit; n choices share the prompt's cache
+  int64_t max_tokens = 256;
+  int32_t priority = 0;     // lower runs first; FCFS among equals
+  std::vector<int32_t> eos_token_ids;  // finish with reason Stop unless ignore_eos
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason reason);
+
+struct GeneratedToken {
+  int32_t token = -1;
+  float logprob = 0;                      // raw log-probability (when sampling.logprobs is set)
+  std::vector<TokenLogprob> top_logprobs;  // best first
+};
+
+// One event of one choice: tokens produced since the last event and, on the last one, why it
+// ended. prompt_tokens / cached_tokens are set on every event (cached = served from the prefix cache).
+struct StreamEvent {
+  int32_t choice = 0;
+  std::vector<GeneratedToken> tokens;
+  std::optional<FinishReason> finish;
+  std::string error;  // FinishReason::Error only
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+// A request's output, in order. Every choice ends with exactly one event carrying `finish`.
+class RequestStream {
+ public:
+  RequestId id() const { return id_; }
+  uint64_t seed() const { return seed_; }  // the request's seed, drawn by the engine if none was given
+  int32_t choices() const { return choices_; }
+
+  // The next event; blocks until one arrives, or until `timeout` passes (then nullopt).
+  std::optional<StreamEvent> next(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+  // True once every choice has delivered its finishing event and the consumer has read it.
+  bool done() const;
+
+  // Engine side.
+  RequestStream(RequestId id, uint64_t seed, int32_t choices) : id_(id), seed_(seed), choices_(choices) {}
+  void push(StreamEvent event);
+
+ private:
+  const RequestId id_;
+  const uint64_t seed_;
+  const int32_t choices_;
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;
+  int32_t finished_read_ = 0;
+};
+
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;      // computed or served from cache
+  int64_t generated_tokens = 0;
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t total_blocks = 0;
+  int64_t free_blocks = 0;
+  int64_t in_use_blocks = 0;      // referenced by a running sequence (or a snapshot)
+  int64_t cached_blocks = 0;      // held by the prefix cache (evictable or in use)
+  int64_t snapshots = 0;
+  int64_t block_bytes = 0;
+  // Time the loop thread spent planning steps vs computing them.
+  double schedule_seconds = 0;
+  double compute_seconds = 0;
+};
+
+class Engine {
+ public:
+  // Starts the engine thread. Throws deepinfer::Error when the options cannot hold one sequence.
+  Engine(const model::Model& model, EngineOptions options);
+  ~Engine();  // cancels what is left and joins the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Throws deepinfer::Error on an invalid request (bad sampling parameters, empty prompt, token
+  // outside the vocabulary, prompt + max_tokens beyond what the cache can ever hold, queue full).
+  std::shared_ptr<RequestStream> submit(GenerationRequest request);
+  // Ends the request wherever it is (waiting, prefilling, decoding); its choices finish with
+  // FinishReason::Cancelled and its blocks go back. Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+  EngineStats stats() const;
+  // Evicts every cached prefix block no request is using, and their snapshots (vLLM's
+  // reset_prefix_cache). Returns once done.
+  void clear_prefix_cache();
+  // Stops taking requests and returns when every running and waiting request has finished.
+  void drain();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,152 @@
+#include "engine/step_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace deepinfer::engine {
+
+StepExecutor::StepExecutor(const model::Model& model, Scheduler& scheduler)
+    : model_(model), scheduler_(scheduler), block_tokens_(scheduler.config().block_tokens) {}
+
+void StepExecutor::add_request(RequestId request, std::shared_ptr<const RequestSampling> sampling,
+                               const std::vector<int32_t>& prompt, int32_t choices) {
+  requests_[request] = std::move(sampling);
+  prompts_[request] = prompt;
+  for (int32_t choice = 0; choice < choices; ++choice) sequences_[SequenceId{request, choice}].history.emplace(prompt);
+}
+
+void StepExecutor::forget_request(RequestId request) {
+  requests_.erase(request);
+  prompts_.erase(request);
+  sequences_.erase(sequences_.lower_bound(SequenceId{request, 0}), sequences_.lower_bound(SequenceId{request + 1, 0}));
+}
+
+void StepExecutor::drop_state(SequenceId id) {
+  const auto found = sequences_.find(id);
+  if (found != sequences_.end()) found->second.state.reset();
+}
+
+void StepExecutor::forget_sequence(SequenceId id) { sequences_.erase(id); }
+
+StepExecutor::SequenceContext& StepExecutor::context(SequenceId id) {
+  const auto found = sequences_.find(id);
+  if (found == sequences_.end())
+    fail("engine: request ", id.request, " choice ", id.choice, " was never added to the executor");
+  return found->second;
+}
+
+std::vector<std::byte*> StepExecutor::payloads(const std::vector<BlockId>& table) {
+  std::vector<std::byte*> out;
+  out.reserve(table.size());
+  for (BlockId block : table) out.push_back(scheduler_.pool().payload(block).data());
+  return out;
+}
+
+void StepExecutor::prepare(const StepPlan& plan) {
+  if (prepared_) fail("engine: a step was prepared before the previous one finished");
+  for (SequenceId id : plan.dropped) drop_state(id);
+  Prepared prepared;
+  prepared.step = plan.step;
+  for (const ScheduledSequence& scheduled : plan.sequences) {
+    if (!scheduler_.is_current(scheduled.id, scheduled.epoch)) continue;
+    SequenceContext& sequence = context(scheduled.id);
+    if (scheduled.starts) {
+      sequence.state.emplace(model_.new_sequence(block_tokens_, /*external_pages=*/true));
+      if (scheduled.restore != kNoSnapshot) {
+        sequence.state->pages.blocks = payloads(scheduled.block_table);
+        model_.restore_snapshot(*sequence.state, scheduler_.snapshots().load(scheduled.restore));
+        prepared.restored.emplace_back(scheduled.id, scheduled.begin);
+      }
+    }
+    if (!sequence.state) fail("engine: request ", scheduled.id.request, " runs without a state");
+    if (sequence.state->length != scheduled.begin)
+      fail("engine: request ", scheduled.id.request, " choice ", scheduled.id.choice, " is at position ",
+           sequence.state->length, " but its step starts at ", scheduled.begin);
+    sequence.state->pages.blocks = payloads(scheduled.block_table);
+    PreparedItem item;
+    item.id = scheduled.id;
+    item.epoch = scheduled.epoch;
+    item.end = scheduled.end;
+    item.tokens = scheduled.tokens;
+    if (!item.tokens.empty() && item.tokens.back() == kPendingToken) item.tokens.back() = sequence.last_token;
+    if (std::find(item.tokens.begin(), item.tokens.end(), kPendingToken) != item.tokens.end())
+      fail("engine: request ", scheduled.id.request, " has a token that was never sampled");
+    item.needs_logits = scheduled.needs_logits;
+    item.save_snapshot = scheduled.save_snapshot;
+    if (item.needs_logits) item.logits.resize(static_cast<std::size_t>(model_.vocab_size()));
+    prepared.items.push_back(std::move(item));
+  }
+  for (const Fork& fork : plan.forks) {
+    if (!scheduler_.is_current(fork.child, fork.child_epoch)) continue;
+    PreparedFork prepared_fork{fork.parent, fork.child, fork.child_epoch, payloads(fork.block_table), {}};
+    for (const BlockCopy& copy : fork.copies)
+      prepared_fork.copies.emplace_back(scheduler_.pool().payload(copy.from).data(),
+                                        scheduler_.pool().payload(copy.to).data());
+    SequenceContext& child = context(fork.child);
+    child.history.emplace(prompts_.at(fork.child.request));
+    prepared.forks.push_back(std::move(prepared_fork));
+  }
+  prepared_ = std::move(prepared);
+}
+
+ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position) {
+  const RequestSampling& request = *requests_.at(id.request);
+  const SampleResult result = sample(logits, request.params, *context(id).history, request.seed,
+                                     static_cast<uint64_t>(id.choice), position);
+  return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
+}
+
+void StepExecutor::compute() {
+  if (!prepared_) fail("engine: compute() without a prepared step");
+  Prepared& prepared = *prepared_;
+  std::vector<model::BatchItem> batch;
+  for (PreparedItem& item : prepared.items)
+    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits,
+                                     item.needs_logits ? model::LogitRows::Last : model::LogitRows::None});
+  model_.forward_batch(batch);
+  for (PreparedFork& fork : prepared.forks) {
+    const model::SequenceState& parent = *context(fork.parent).state;
+    const model::CachePages& parent_pages = parent.pages;
+    for (const auto& [from, to] : fork.copies) std::memcpy(to, from, static_cast<std::size_t>(parent_pages.block_bytes));
+    SequenceContext& child = context(fork.child);
+    child.state.emplace(model_.new_sequence(block_tokens_, /*external_pages=*/true));
+    child.state->pages.blocks = fork.block_table;
+    model_.restore_snapshot(*child.state, model_.save_snapshot(parent));
+  }
+  for (PreparedItem& item : prepared.items)
+    if (item.save_snapshot != kNoSnapshot)
+      prepared.snapshots.emplace_back(item.save_snapshot, model_.save_snapshot(*context(item.id).state));
+  for (PreparedItem& item : prepared.items) {
+    if (!item.needs_logits) continue;
+    prepared.tokens.push_back(sample_for(item.id, item.epoch, item.logits, item.end));
+    for (const PreparedFork& fork : prepared.forks)
+      if (fork.parent == item.id) prepared.tokens.push_back(sample_for(fork.child, fork.child_epoch, item.logits, item.end));
+  }
+}
+
+StepExecutor::Finished StepExecutor::finish() {
+  if (!prepared_) fail("engine: finish() without a prepared step");
+  Prepared prepared = std::move(*prepared_);
+  prepared_.reset();
+  for (auto& [handle, bytes] : prepared.snapshots) scheduler_.snapshots().write(handle, bytes);
+  Finished out;
+  out.step = prepared.step;
+  out.restored = std::move(prepared.restored);
+  for (const PreparedItem& item : prepared.items) out.tokens_computed += static_cast<int64_t>(item.tokens.size());
+  for (ProducedToken& produced : prepared.tokens) {
+    // Preempted while the step computed: the scheduler ignores its token, so must the history.
+    if (!scheduler_.is_current(produced.id, produced.epoch)) continue;
+    SequenceContext& sequence = context(produced.id);
+    sequence.history->append(produced.token);
+    sequence.last_token = produced.token;
+    const std::vector<int32_t>& stops = requests_.at(produced.id.request)->stop_token_ids;
+    const bool stop = std::find(stops.begin(), stops.end(), produced.token) != stops.end();
+    out.results.push_back(StepResult{produced.id, produced.token, stop});
+    out.tokens.push_back(std::move(produced));
+  }
+  return out;
+}
+
+}  // namespace deepinfer::engine

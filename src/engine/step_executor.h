@@ -1,0 +1,112 @@
+#pragma once
+// Runs the scheduler's plans on the model: one Model::forward_batch per step, then the sampler.
+// A step goes through three phases so that the engine thread can plan the next step while this
+// one computes (docs/ENGINE.md, "Engine loop"):
+//   prepare(plan)  engine thread, after the previous step finished: skips work that is no longer
+//                  current, fills pending token ids, creates or restores sequence states, binds
+//                  their block tables to pool payloads, loads snapshots;
+//   compute()      any thread: the forward pass, fork copies and sampling; touches only the
+//                  prepared states and pool payloads, never the scheduler;
+//   finish()       engine thread: writes snapshots into the store, returns the StepResults for
+//                  Scheduler::on_step_finished and the tokens produced.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "engine/token_history.h"
+#include "model/model.h"
+
+namespace deepinfer::engine {
+
+// What the sampler needs to know about a request (shared by its choices).
+struct RequestSampling {
+  SamplingParams params;
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_token_ids;  // params.stop_token_ids plus EOS unless ignored
+};
+
+struct ProducedToken {
+  SequenceId id;
+  uint64_t epoch = 0;  // the sequence's epoch in the plan
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+class StepExecutor {
+ public:
+  StepExecutor(const model::Model& model, Scheduler& scheduler);
+
+  // A request's sampling settings; before its first plan. Forgotten by forget_request.
+  void add_request(RequestId request, std::shared_ptr<const RequestSampling> sampling,
+                   const std::vector<int32_t>& prompt, int32_t choices);
+  void forget_request(RequestId request);
+  // Drops a sequence's model state (preempted: recomputed later; history kept) or everything
+  // about it (finished or cancelled).
+  void drop_state(SequenceId id);
+  void forget_sequence(SequenceId id);
+
+  void prepare(const StepPlan& plan);
+  void compute();
+  struct Finished {
+    uint64_t step = 0;
+    std::vector<StepResult> results;
+    std::vector<ProducedToken> tokens;
+    int64_t tokens_computed = 0;
+    // Prompt tokens served from the prefix cache, per sequence restored in this step.
+    std::vector<std::pair<SequenceId, int64_t>> restored;
+  };
+  Finished finish();
+  bool prepared() const { return prepared_.has_value(); }
+
+ private:
+  struct SequenceContext {
+    std::optional<model::SequenceState> state;
+    std::optional<TokenHistory> history;
+    int32_t last_token = kPendingToken;
+  };
+  struct PreparedItem {
+    SequenceId id;
+    uint64_t epoch = 0;
+    int64_t end = 0;
+    std::vector<int32_t> tokens;
+    bool needs_logits = false;
+    SnapshotHandle save_snapshot = kNoSnapshot;
+    std::vector<float> logits;
+  };
+  struct PreparedFork {
+    SequenceId parent;
+    SequenceId child;
+    uint64_t child_epoch = 0;
+    std::vector<std::byte*> block_table;
+    std::vector<std::pair<const std::byte*, std::byte*>> copies;
+  };
+  struct Prepared {
+    uint64_t step = 0;
+    std::vector<PreparedItem> items;
+    std::vector<PreparedFork> forks;
+    std::vector<std::pair<SequenceId, int64_t>> restored;
+    // Filled by compute().
+    std::vector<ProducedToken> tokens;
+    std::vector<std::pair<SnapshotHandle, std::vector<std::byte>>> snapshots;
+  };
+
+  SequenceContext& context(SequenceId id);
+  std::vector<std::byte*> payloads(const std::vector<BlockId>& table);
+  ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position);
+
+  const model::Model& model_;
+  Scheduler& scheduler_;
+  int64_t block_tokens_;
+  std::map<RequestId, std::shared_ptr<const RequestSampling>> requests_;
+  std::map<RequestId, std::vector<int32_t>> prompts_;
+  std::map<SequenceId, SequenceContext> sequences_;
+  std::optional<Prepared> prepared_;
+};
+
+}  // namespace deepinfer::engine
