@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev
   libutf8proc-dev                     # Unicode normalisation (Engram token map)
+  libcpp-httplib-dev                  # the HTTP server (src/server) and the bench client
 )
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
