@@ -172,13 +172,12 @@ int run_serve(const std::vector<std::string>& argv) {
     }
     const int port = server->bind();
     server::ServedModel& model = server->model();
-    const engine::EngineStats stats = model.engine().stats();
     std::printf("deepinfer serve: listening on http://%s:%d  model \"%s\" from %s (%s, vocab %lld, context %lld tokens, "
                 "cache %lld blocks of %lld tokens, tokenizer %s)%s\n",
                 options.host.c_str(), port, model.name().c_str(), options.model_dir.c_str(),
                 model.format() == api::PromptFormat::V41 ? "V4.1" : "V4",
                 static_cast<long long>(model.model().vocab_size()), static_cast<long long>(model.context_length()),
-                static_cast<long long>(stats.total_blocks), static_cast<long long>(options.engine.block_tokens),
+                static_cast<long long>(model.total_blocks()), static_cast<long long>(options.engine.block_tokens),
                 model.tokenizer_origin().c_str(), options.api_key.empty() ? "" : ", API key required");
     std::fflush(stdout);
 

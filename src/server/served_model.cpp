@@ -42,7 +42,8 @@ ServedModel::ServedModel(const ServerOptions& options) {
   const model::CacheLayout layout = model_->cache_layout(engine_options_.block_tokens);
   const int64_t state_blocks =
       layout.block_bytes > 0 ? (layout.sequence_state_bytes() + layout.block_bytes - 1) / layout.block_bytes : 0;
-  const int64_t cache_tokens = (engine_->stats().total_blocks - state_blocks) * engine_options_.block_tokens;
+  total_blocks_ = layout.block_bytes > 0 ? engine_options_.cache_memory_bytes / layout.block_bytes : 0;
+  const int64_t cache_tokens = (total_blocks_ - state_blocks) * engine_options_.block_tokens;
   context_length_ = std::min(config.max_position_embeddings > 0 ? config.max_position_embeddings : cache_tokens,
                              cache_tokens);
   if (options.max_model_len) {

@@ -32,6 +32,8 @@ class ServedModel {
   // prompt + max_tokens may not exceed this.
   int64_t context_length() const { return context_length_; }
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
+  // Cache blocks the engine's memory holds (as its block pool divides it).
+  int64_t total_blocks() const { return total_blocks_; }
   // Where the tokenizer came from, for the startup line.
   const std::string& tokenizer_origin() const { return tokenizer_origin_; }
 
@@ -44,6 +46,7 @@ class ServedModel {
   engine::EngineOptions engine_options_;
   std::unique_ptr<engine::Engine> engine_;
   int64_t context_length_ = 0;
+  int64_t total_blocks_ = 0;
   std::vector<int32_t> eos_token_ids_;
 };
 

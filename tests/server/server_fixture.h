@@ -21,17 +21,15 @@ inline std::string tokenizer_path() { return std::string(DEEPINFER_ASSET_DIR) + 
 // prompts (whose markers have ids near 128800) fit. Written once per test process.
 inline const std::string& full_vocab_model_dir() {
   static test_support::ScratchDir dir;
-  static const bool written = [] {
+  static const std::string path = [] {
     std::ifstream in(std::string(DEEPINFER_TEST_DATA_DIR) + "/configs/tiny_v4.json");
     nlohmann::json config = nlohmann::json::parse(in);
     config["vocab_size"] = 129280;
-    config["num_nextn_predict_layers"] = 0;
     std::ofstream(dir.str() + "/config.json") << config.dump(2);
     test_support::write_random_checkpoint(dir.str());
-    return true;
+    return dir.str();
   }();
-  (void)written;
-  return dir.str();
+  return path;
 }
 
 inline ServerOptions test_options(const std::string& model_dir = full_vocab_model_dir()) {
