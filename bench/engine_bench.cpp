@@ -8,8 +8,9 @@
 //      against the tokens that could have been reused;
 //   4. cache bytes held per token during the largest-C loop, against Model::cache_layout(B), and
 //      the released V4-Flash / V4.1-Flash figures;
-//   5. the linear kernel's cost per token at 1, 8 and 32 tokens for the model's main shapes (what
-//      batching can gain at most).
+//   5. the linear kernel's cost per token at 1, 8 and 32 tokens for the model's main shapes, and
+//      Model::forward_batch decode steps of 1 .. 128 sequences without the engine (what batching
+//      can gain at most).
 //
 //   build/bench/engine_bench [--reps 3] [--requests 2] [--prompt 64] [--max-tokens 64]
 //                            [--concurrency 1,8,32,128] [--conversations 8] [--turns 6]
@@ -276,11 +277,14 @@ void replay(const Model& model, const Options& options) {
   std::mt19937_64 system_rng(42);
   const std::vector<int32_t> system = random_tokens(system_rng, options.system_tokens, model.vocab_size());
   std::mutex mutex;
-  std::vector<std::vector<int32_t>> seen;  // every prompt sent and every prompt + reply finished
+  // Every prompt sent and every prompt + reply finished, with how many of its leading tokens had
+  // their state computed: all of a prompt; all but the last token of prompt + reply (a sampled
+  // token is never fed back once the request ends).
+  std::vector<std::pair<std::vector<int32_t>, int64_t>> seen;
   struct Turn {
     int64_t prompt = 0;
     int64_t reusable = 0;        // longest prefix shared with anything sent or generated before
-    int64_t reusable_blocks = 0;  // of it, whole blocks short of the prompt's last token
+    int64_t reusable_blocks = 0;  // of it, whole blocks of computed state short of the prompt's last token
     int64_t cached = 0;          // served from the prefix cache (StreamEvent::cached_tokens)
   };
   std::vector<std::vector<Turn>> turns(static_cast<std::size_t>(options.conversations));
@@ -297,11 +301,14 @@ void replay(const Model& model, const Options& options) {
         turn.prompt = static_cast<int64_t>(conversation.size());
         {
           std::lock_guard lock(mutex);
-          for (const auto& earlier : seen)
-            turn.reusable = std::max<int64_t>(turn.reusable, static_cast<int64_t>(common_prefix(conversation, earlier)));
-          seen.push_back(conversation);
+          for (const auto& [earlier, computed] : seen) {
+            const auto shared = static_cast<int64_t>(common_prefix(conversation, earlier));
+            turn.reusable = std::max(turn.reusable, shared);
+            turn.reusable_blocks =
+                std::max(turn.reusable_blocks, std::min({shared, computed, turn.prompt - 1}) / block * block);
+          }
+          seen.emplace_back(conversation, turn.prompt);
         }
-        turn.reusable_blocks = std::min(turn.reusable, turn.prompt - 1) / block * block;
         const auto stream = engine.submit(greedy_request(conversation, options.reply_tokens));
         std::vector<int32_t> reply;
         while (true) {
@@ -314,7 +321,7 @@ void replay(const Model& model, const Options& options) {
         conversation.insert(conversation.end(), reply.begin(), reply.end());
         {
           std::lock_guard lock(mutex);
-          seen.push_back(conversation);
+          seen.emplace_back(conversation, static_cast<int64_t>(conversation.size()) - 1);
         }
         turns[static_cast<std::size_t>(c)].push_back(turn);
       }
@@ -427,9 +434,48 @@ void linear_per_token() {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The model alone: one forward_batch decode step of `batch` sequences, no engine
+
+void model_decode_scaling(const Model& model, const Options& options) {
+  std::printf("\n== Model::forward_batch decode, no engine: %lld-token contexts, one new token per sequence ==\n",
+              static_cast<long long>(options.prompt));
+  std::printf("%6s %12s %14s %10s\n", "batch", "ms/step", "ms/token", "vs 1");
+  std::mt19937_64 rng(11);
+  double base = 0;
+  for (int batch : options.concurrency) {
+    std::vector<deepinfer::model::SequenceState> sequences;
+    for (int i = 0; i < batch; ++i) {
+      sequences.push_back(model.new_sequence());
+      const std::vector<int32_t> prompt = random_tokens(rng, options.prompt, model.vocab_size());
+      model.forward(sequences.back(), prompt, {}, deepinfer::model::LogitRows::None);
+    }
+    std::vector<std::vector<float>> logits(static_cast<std::size_t>(batch),
+                                           std::vector<float>(static_cast<std::size_t>(model.vocab_size())));
+    std::vector<std::vector<int32_t>> next(static_cast<std::size_t>(batch));
+    std::vector<double> per_step;
+    const int steps = batch >= 32 ? 4 : 16;
+    for (int step = 0; step < steps; ++step) {
+      std::vector<deepinfer::model::BatchItem> items;
+      for (int i = 0; i < batch; ++i) {
+        next[static_cast<std::size_t>(i)] = random_tokens(rng, 1, model.vocab_size());
+        items.push_back(deepinfer::model::BatchItem{&sequences[static_cast<std::size_t>(i)], next[static_cast<std::size_t>(i)],
+                                                    logits[static_cast<std::size_t>(i)], deepinfer::model::LogitRows::Last});
+      }
+      const Clock::time_point start = Clock::now();
+      model.forward_batch(items);
+      per_step.push_back(1000 * std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    const double step_ms = median(per_step);
+    if (batch == options.concurrency.front()) base = step_ms / batch;
+    std::printf("%6d %12.2f %14.3f %9.2fx\n", batch, step_ms, step_ms / batch, base / (step_ms / batch));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each table row as it is measured, also into a file
   try {
     const Options options = parse(argc, argv);
     deepinfer::test_support::ScratchDir dir;
@@ -439,7 +485,10 @@ int main(int argc, char** argv) {
                 "BF16); %u hardware threads; EngineOptions defaults (max_batch_tokens %lld, block %lld)\n",
                 std::thread::hardware_concurrency(), static_cast<long long>(EngineOptions{}.max_batch_tokens),
                 static_cast<long long>(EngineOptions{}.block_tokens));
-    if (options.linear) linear_per_token();
+    if (options.linear) {
+      linear_per_token();
+      model_decode_scaling(model, options);
+    }
     throughput(model, options);
     if (options.replay) replay(model, options);
     released_layouts();
