@@ -1,7 +1,7 @@
 // Model::forward on CPU: a 48-token prefill and 32 single-token decode steps (after that prefill),
 // on one thread and on two, for the committed golden checkpoints (V4 and V4.1 tiny_fp8, hidden 64)
-// and a larger synthetic V4 model written by this benchmark (hidden 512, 4 layers, BF16, random
-// weights) whose shapes make the timings mean more than per-call overhead.
+// and the V4 benchmark model (tests/support/v4_benchmark_model.h: hidden 512, 4 layers, BF16,
+// random weights) whose shapes make the timings mean more than per-call overhead.
 //
 //   build/bench/model_forward_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
@@ -10,23 +10,15 @@
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
-#include <bit>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/thread_pool.h"
-#include "io/checkpoint_schema.h"
-#include "io/model_config.h"
 #include "model/model.h"
-#include "support/random_checkpoint.h"
+#include "support/v4_benchmark_model.h"
 
 namespace {
 
@@ -39,37 +31,11 @@ using deepinfer::model::Model;
 constexpr int64_t kPrefillTokens = 48;
 constexpr int64_t kDecodeSteps = 32;
 
-// tiny_v4.json scaled up: every matrix a BF16 U(-1, 1) / sqrt(cols), norms near 1.
-void write_synthetic_v4(const std::string& dir) {
-  std::ifstream in(std::string(DEEPINFER_TEST_DATA_DIR) + "/configs/tiny_v4.json");
-  nlohmann::json config = nlohmann::json::parse(in);
-  config["vocab_size"] = 4096;
-  config["hidden_size"] = 512;
-  config["num_hidden_layers"] = 4;
-  config["num_nextn_predict_layers"] = 0;
-  config["num_attention_heads"] = 8;
-  config["head_dim"] = 128;
-  config["qk_rope_head_dim"] = 64;
-  config["q_lora_rank"] = 256;
-  config["o_groups"] = 2;
-  config["o_lora_rank"] = 128;
-  config["sliding_window"] = 64;
-  config["compress_ratios"] = {0, 4, 16, 4};
-  config["index_n_heads"] = 8;
-  config["index_head_dim"] = 64;
-  config["index_topk"] = 8;
-  config["n_routed_experts"] = 16;
-  config["num_experts_per_tok"] = 4;
-  config["moe_intermediate_size"] = 256;
-  std::ofstream(dir + "/config.json") << config.dump(2);
-  deepinfer::test_support::write_random_checkpoint(dir);
-}
-
 class SyntheticDir {
  public:
   SyntheticDir() : path_(fs::temp_directory_path() / ("deepinfer_model_bench_" + std::to_string(::getpid()))) {
     fs::create_directories(path_);
-    write_synthetic_v4(path_.string());
+    deepinfer::test_support::write_v4_benchmark_model(path_.string());
   }
   ~SyntheticDir() { fs::remove_all(path_); }
   std::string str() const { return path_.string(); }

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <map>
@@ -211,9 +212,13 @@ struct Engine::Impl {
     published.cached_blocks = counters.cached_blocks;
     published.in_use_blocks = counters.in_use_blocks;
     published.snapshots = counters.snapshots;
+    published.snapshot_blocks = counters.snapshot_blocks;
+    published.running_state_blocks = counters.running_state_blocks;
+    published.running_tokens = counters.running_tokens;
     published.block_bytes = scheduler.config().block_bytes;
     published.schedule_seconds = host_seconds;
     published.compute_seconds = compute_seconds;
+    published.planning_seconds = planning_seconds;
   }
 
   // One step in flight at most. While it computes, this thread plans the next one; when it is
@@ -222,15 +227,19 @@ struct Engine::Impl {
     std::future<void> in_flight;
     while (true) {
       std::optional<StepPlan> plan;
+      Clock::time_point host_start;
       if (in_flight.valid()) {
-        plan = scheduler.schedule();
+        plan = timed_schedule();
         in_flight.get();  // rethrows a compute error
-        compute_seconds += seconds_since(compute_started);
+        // Planning that outlasted the step is host time nothing hid.
+        compute_seconds += std::chrono::duration<double>(compute_finished - compute_started).count();
+        host_start = std::max(compute_finished, planning_finished);
+      } else {
+        host_start = Clock::now();
       }
-      const Clock::time_point host_start = Clock::now();
       if (plan) finish_step();
       take_inbox();
-      if (!plan || plan->empty()) plan = scheduler.schedule();
+      if (!plan || plan->empty()) plan = timed_schedule();
       if (plan->empty()) {
         host_seconds += seconds_since(host_start);
         publish_stats();
@@ -245,10 +254,21 @@ struct Engine::Impl {
       }
       executor.prepare(*plan);
       host_seconds += seconds_since(host_start);
-      publish_stats();
       compute_started = Clock::now();
-      in_flight = std::async(std::launch::async, [this] { executor.compute(); });
+      in_flight = std::async(std::launch::async, [this] {
+        executor.compute();
+        compute_finished = Clock::now();  // read after in_flight.get(), which orders it
+      });
+      publish_stats();  // behind the step: compute() never touches the scheduler
     }
+  }
+
+  StepPlan timed_schedule() {
+    const Clock::time_point start = Clock::now();
+    StepPlan plan = scheduler.schedule();
+    planning_finished = Clock::now();
+    planning_seconds += std::chrono::duration<double>(planning_finished - start).count();
+    return plan;
   }
 
   void loop() {
@@ -302,7 +322,10 @@ struct Engine::Impl {
 
   // Engine thread only; published to stats() under `mutex` by publish_stats().
   Clock::time_point compute_started;
+  Clock::time_point compute_finished;   // written by the compute task
+  Clock::time_point planning_finished;
   double compute_seconds = 0;
+  double planning_seconds = 0;
   double host_seconds = 0;  // planning, publishing and preparing not hidden behind a computing step
   int64_t steps = 0;
   int64_t generated_tokens = 0;

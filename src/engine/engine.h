@@ -105,10 +105,17 @@ struct EngineStats {
   int64_t in_use_blocks = 0;      // referenced by a running sequence (or a snapshot)
   int64_t cached_blocks = 0;      // held by the prefix cache (evictable or in use)
   int64_t snapshots = 0;
+  int64_t snapshot_blocks = 0;       // of in_use_blocks, those holding snapshots
+  int64_t running_state_blocks = 0;  // of in_use_blocks, those reserved for running sequences' fixed state
+  int64_t running_tokens = 0;        // tokens whose cache state running sequences hold
   int64_t block_bytes = 0;
-  // Time the loop thread spent planning steps vs computing them.
+  // Wall time of the engine thread: schedule_seconds is host work (finishing a step, taking
+  // requests, planning, preparing) during which no step computes; compute_seconds is steps
+  // computing (forward, sampling). Their sum is the loop's busy time. planning_seconds is all
+  // time in Scheduler::schedule(), most of it overlapped with a computing step.
   double schedule_seconds = 0;
   double compute_seconds = 0;
+  double planning_seconds = 0;
 };
 
 class Engine {

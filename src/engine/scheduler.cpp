@@ -484,6 +484,11 @@ SchedulerCounters Scheduler::counters() const {
   counters.snapshots = snapshots_.snapshots();
   counters.snapshot_blocks = snapshots_.blocks();
   counters.steps_in_flight = static_cast<int64_t>(in_flight_.size());
+  for (const auto& [id, sequence] : sequences_) {
+    if (sequence.status != SequenceStatus::running) continue;
+    counters.running_tokens += sequence.computed;
+    counters.running_state_blocks += static_cast<int64_t>(sequence.state_blocks.size());
+  }
   return counters;
 }
 

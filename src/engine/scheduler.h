@@ -162,6 +162,10 @@ struct SchedulerCounters {
   int64_t snapshots = 0;
   int64_t snapshot_blocks = 0;
   int64_t steps_in_flight = 0;
+  // Running sequences: tokens whose state they hold (confirmed computed positions) and the pool
+  // blocks reserved for their fixed state. With in_use_blocks, the cache bytes held per token.
+  int64_t running_tokens = 0;
+  int64_t running_state_blocks = 0;
 };
 
 struct SequenceView {

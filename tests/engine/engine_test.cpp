@@ -109,8 +109,12 @@ void expect_everything_returned(Engine& engine) {
   EXPECT_EQ(stats.waiting, 0);
   EXPECT_EQ(stats.in_use_blocks, 0);
   EXPECT_EQ(stats.snapshots, 0);
+  EXPECT_EQ(stats.snapshot_blocks, 0);
+  EXPECT_EQ(stats.running_tokens, 0);
+  EXPECT_EQ(stats.running_state_blocks, 0);
   EXPECT_EQ(stats.cached_blocks, 0);
   EXPECT_EQ(stats.free_blocks, stats.total_blocks);
+  if (stats.steps > 0) EXPECT_GT(stats.compute_seconds, 0);
 }
 
 TEST(EngineTest, ConcurrentRequestsGiveTheSoloGreedyTokens) {

@@ -73,6 +73,8 @@ void expect_nothing_held(Scheduler& scheduler) {
   EXPECT_EQ(counters.cached_blocks, 0);
   EXPECT_EQ(counters.snapshots, 0);
   EXPECT_EQ(counters.snapshot_blocks, 0);
+  EXPECT_EQ(counters.running_tokens, 0);
+  EXPECT_EQ(counters.running_state_blocks, 0);
   EXPECT_EQ(counters.free_blocks, counters.total_blocks);
 }
 
@@ -117,7 +119,10 @@ TEST(Scheduler, DecodesComeFirstAndTheBudgetHoldsWithManySequences) {
   // Three 2-token prompts in one step, then three decodes per step.
   StepPlan plan = scheduler.schedule();
   EXPECT_EQ(plan.sequences.size(), 3u);
+  EXPECT_EQ(scheduler.counters().running_tokens, 0);  // planned, not computed yet
+  EXPECT_EQ(scheduler.counters().running_state_blocks, 3);
   scheduler.on_step_finished(plan.step, executor.launch(plan));
+  EXPECT_EQ(scheduler.counters().running_tokens, 3 * 2);
   scheduler.add_request(request(tokens(30, 500), 2));
   plan = scheduler.schedule();
   ASSERT_EQ(plan.sequences.size(), 4u);
@@ -130,6 +135,8 @@ TEST(Scheduler, DecodesComeFirstAndTheBudgetHoldsWithManySequences) {
   EXPECT_EQ(plan.sequences[3].end, 4);  // 5 tokens left, aligned down to a block boundary
   EXPECT_EQ(plan.tokens(), 7);
   scheduler.on_step_finished(plan.step, executor.launch(plan));
+  EXPECT_EQ(scheduler.counters().running_tokens, 3 * 3 + 4);
+  EXPECT_EQ(scheduler.counters().running_state_blocks, 4);
   run_to_completion(scheduler, executor);
   expect_nothing_held(scheduler);
 }
