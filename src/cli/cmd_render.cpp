@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/prompt_markers.h"
 #include "api/prompt_renderer.h"
 #include "api/prompt_tokens.h"
 #include "api/request.h"
@@ -60,10 +61,14 @@ const char* output_start_name(api::OutputStart start) {
   return "answer";
 }
 
-api::Conversation parse_body(const std::string& line, const std::string& where) {
+nlohmann::ordered_json parse_json(const std::string& line, const std::string& where) {
   nlohmann::ordered_json body = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) fail(where, ": expected a JSON object (a Chat Completions request body)");
   if (!body.contains("model")) body["model"] = "render";
+  return body;
+}
+
+api::Conversation parse_body(const nlohmann::ordered_json& body, const std::string& where) {
   try {
     return api::parse_chat_completions_request(body).conversation;
   } catch (const Error& e) {
@@ -71,9 +76,30 @@ api::Conversation parse_body(const std::string& line, const std::string& where) 
   }
 }
 
+// --train: the request without its answer must be one the server accepts. The answer itself is
+// parsed by the same adapter; a tool-calling answer gets placeholder results after it only so that
+// the adapter's "calls need results" rule passes (they are not rendered).
+api::Conversation parse_training_body(const nlohmann::ordered_json& body, const std::string& where) {
+  const auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array() || messages->empty() ||
+      !messages->back().is_object() || messages->back().value("role", "") != "assistant")
+    fail(where, ": --train needs the last message to be the assistant answer");
+  nlohmann::ordered_json asked_body = body;
+  asked_body["messages"].erase(asked_body["messages"].size() - 1);
+  api::Conversation conversation = parse_body(asked_body, where);
+  nlohmann::ordered_json answered = body;
+  if (const auto calls = messages->back().find("tool_calls"); calls != messages->back().end() && calls->is_array())
+    for (const auto& call : *calls)
+      answered["messages"].push_back({{"role", "tool"}, {"tool_call_id", call.value("id", "")}, {"content", ""}});
+  const api::Conversation full = parse_body(answered, where);
+  conversation.messages.push_back(full.messages.at(conversation.messages.size()));
+  return conversation;
+}
+
 nlohmann::ordered_json render_line(const api::PromptEncoder& encoder, api::PromptFormat format,
                                    const std::string& line, const std::string& where, bool train) {
-  api::Conversation conversation = parse_body(line, where);
+  const nlohmann::ordered_json body = parse_json(line, where);
+  const api::Conversation conversation = train ? parse_training_body(body, where) : parse_body(body, where);
   nlohmann::ordered_json out;
   if (!train) {
     const api::RenderedPrompt prompt = api::render_prompt(conversation, format);
@@ -85,10 +111,19 @@ nlohmann::ordered_json render_line(const api::PromptEncoder& encoder, api::Promp
   const auto& messages = conversation.messages;
   if (messages.empty() || messages.back().role != api::Role::Assistant || messages.back().prefix)
     fail(where, ": --train needs the last message to be the assistant answer (not a prefix)");
-  const api::RenderedPrompt full = api::render_prompt(conversation, format);
   api::Conversation asked = conversation;
   asked.messages.pop_back();
   const api::RenderedPrompt prompt = api::render_prompt(asked, format);
+  // A conversation ending in an assistant turn renders that turn, then the next turn's generation
+  // opener (`<｜Assistant｜><think>`): the answer ends at the first end-of-sentence marker after
+  // the prompt's pieces, and nothing after it is trained on.
+  api::RenderedPrompt full = api::render_prompt(conversation, format);
+  for (std::size_t i = prompt.pieces.size() > 0 ? prompt.pieces.size() - 1 : 0; i < full.pieces.size(); ++i) {
+    if (full.pieces[i].is_marker && full.pieces[i].text == api::markers::kEos) {
+      full.pieces.resize(i + 1);
+      break;
+    }
+  }
   const std::vector<TokenId> full_ids = encoder.encode(full);
   const std::vector<TokenId> prompt_ids = encoder.encode(prompt);
   const std::string full_text = full.text();

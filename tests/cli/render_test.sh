@@ -19,7 +19,7 @@ expect_eq "ids equal tokenize of the text" "[$(printf '%s' "$plain" | ids_of)]" 
 trained=$(printf '%s\n' "$answer" | "$DEEPINFER" render --train)
 start=$(printf '%s' "$trained" | field answer_start)
 prompt_ids=$(printf '%s' "$plain" | ids_of)
-expect_eq "answer_start is the prompt's length" "$start" "$(printf '%s' "$prompt_ids" | tr ',' '\n' | wc -l)"
+expect_eq "answer_start is the prompt's length" "$start" "$(printf '%s' "$prompt_ids" | awk -F, '{print NF}')"
 full_ids=$(printf '%s' "$trained" | ids_of)
 expect_eq "the prompt is a prefix of the training ids" "${full_ids:0:${#prompt_ids}}" "$prompt_ids"
 tail_ids="[${full_ids:$((${#prompt_ids} + 1))}]"

@@ -5,7 +5,7 @@
 # Usage: tools/train/prepare.sh [path/to/deepinfer] [make_data.py options...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-deepinfer=${1:-$root/build/src/deepinfer}
+deepinfer=${1:-$root/build/deepinfer}
 shift || true
 data=$root/scratch/train/data
 packed=$root/scratch/train/packed

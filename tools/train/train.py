@@ -18,8 +18,8 @@ path and the engine do not; checked against a fresh-cache forward at start, `pat
 log). The FP4/FP8 cache fake-quantisers keep their forward values and pass gradients straight
 through (their rounding has zero gradient otherwise). Router biases follow DeepSeek's
 auxiliary-loss-free balancing (a fixed step toward equal load). The indexers get no gradient
-(top-k); index_topk and the candidate pool cover the whole 512-token training window, so their
-selection never drops an entry in training and only acts beyond 512 tokens.
+(top-k); index_topk and the candidate pool cover 1024 tokens, more than the 640-token training window,
+so their selection never drops an entry in training and only acts beyond 1024 tokens.
 """
 
 import argparse
@@ -87,11 +87,11 @@ def text_config(a):
         "kv_source_layer_ids": [2, 4],
         "index_source_layer_ids": [2, 4, 6],
         "candidate_source_layer_id": 4,
-        "candidate_topk_blocks": 32,
+        "candidate_topk_blocks": 64,
         "candidate_block_size": 16,
         "index_n_heads": 4,
         "index_head_dim": 64,
-        "index_topk": 512,
+        "index_topk": 1024,
         "rope_theta": 10000.0,
         "compress_rope_theta": 160000.0,
         "rope_scaling": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32.0, "beta_slow": 1.0},
@@ -324,7 +324,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--experts", type=int, default=16)
     ap.add_argument("--moe-inter", type=int, default=384)
-    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--seq", type=int, default=640)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
