@@ -32,6 +32,9 @@ expect_eq "one output line per input line" "$(printf '%s\n%s\n' "$ask" "$ask" | 
 
 tools='"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}]'
 required='{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}],'"$tools"',"tool_choice":"required"}'
+calling='{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]}],'"$tools"'}'
+expect_eq "--train: a tool-calling answer ends with the calls block and EOS" \
+  "$(printf '%s\n' "$calling" | "$DEEPINFER" render --train | grep -c '</think>\\n\\n<｜DSML｜ calls>\\n<｜DSML｜ invoke name=\\"f\\">\\n<｜DSML｜ parameter name=\\"a\\" string=\\"false\\">1</｜DSML｜ parameter>\\n</｜DSML｜ invoke>\\n</｜DSML｜ calls><｜end▁of▁sentence｜>"')" "1"
 expect_exit "--train refuses a prompt the answer does not continue (required tool_choice)" 1 \
   "$DEEPINFER" render --train <<<"$required"
 expect_exit "--train needs an assistant answer last" 1 "$DEEPINFER" render --train <<<"$ask"
