@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"inspect", "describe a checkpoint folder: config, tensors, what is missing", deepinfer::cli::run_inspect},
     {"generate", "run one prompt through a model on the CPU and print the continuation", deepinfer::cli::run_generate},
     {"serve", "serve a model over HTTP (OpenAI / DeepSeek / Anthropic APIs)", deepinfer::cli::run_serve},
+    {"render", "Chat Completions requests -> the served prompt text and ids (training data)", deepinfer::cli::run_render},
 };
 
 void print_usage(std::FILE* out) {
