@@ -211,6 +211,7 @@ struct Engine::Impl {
     published.cached_blocks = counters.cached_blocks;
     published.in_use_blocks = counters.in_use_blocks;
     published.snapshots = counters.snapshots;
+    published.snapshot_blocks = counters.snapshot_blocks;
     published.block_bytes = scheduler.config().block_bytes;
     published.schedule_seconds = host_seconds;
     published.compute_seconds = compute_seconds;

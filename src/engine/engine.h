@@ -105,6 +105,7 @@ struct EngineStats {
   int64_t in_use_blocks = 0;      // referenced by a running sequence (or a snapshot)
   int64_t cached_blocks = 0;      // held by the prefix cache (evictable or in use)
   int64_t snapshots = 0;
+  int64_t snapshot_blocks = 0;    // pool blocks holding snapshots (counted in in_use_blocks)
   int64_t block_bytes = 0;
   // Time the loop thread spent planning steps vs computing them.
   double schedule_seconds = 0;
