@@ -24,11 +24,11 @@ export async function requirePackages(...names) {
   }
 }
 
-export async function startServer(extraArgs = []) {
+export async function startServer(extraArgs = [], extraEnv = {}) {
   const binary = process.env.DEEPINFER ?? path.join(repoRoot, 'build/deepinfer');
   const args = ['serve', '--model', modelDir, '--served-model-name', modelName, '--port', '0',
                 '--cache-memory', '64M', '--threads', '2', ...extraArgs];
-  const child = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...extraEnv } });
   let stderr = '';
   child.stderr.on('data', (data) => { stderr += data; });
   const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
