@@ -83,6 +83,13 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
         engine.total_blocks > 0
             ? static_cast<double>(engine.total_blocks - engine.free_blocks) / static_cast<double>(engine.total_blocks)
             : 0.0);
+  // Blocks held by sequences only (the prefix cache's evictable blocks and its snapshots
+  // excluded): back to 0 whenever the server is idle, so a leak shows.
+  gauge("deepinfer:kv_cache_blocks_in_use", "Cache blocks held by running or waiting sequences.",
+        static_cast<double>(engine.in_use_blocks - engine.snapshot_blocks));
+  gauge("deepinfer:kv_cache_snapshot_blocks", "Cache blocks holding the prefix cache's state snapshots.",
+        static_cast<double>(engine.snapshot_blocks));
+  gauge("deepinfer:kv_cache_blocks_total", "Cache blocks the cache memory holds.", static_cast<double>(engine.total_blocks));
   header(out, "deepinfer:time_to_first_token_seconds", "histogram", "From request arrival to the first token.");
   time_to_first_token_.render("deepinfer:time_to_first_token_seconds", out);
   header(out, "deepinfer:time_per_output_token_seconds", "histogram", "Mean time between generated tokens.");

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "server/handlers.h"
 #include "server/http_io.h"
+#include "server/listen_backlog.h"
 
 namespace deepinfer::server {
 namespace {
@@ -129,6 +130,8 @@ int Server::bind() {
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port < 0) fail("cannot listen on ", options_.host, ":", options_.port, " (address in use or not available)");
   port_ = port;
+  if (!widen_listen_backlog(port_))
+    options_.log("deepinfer serve: could not widen the listen backlog; bursts of connections may wait");
   return port_;
 }
 

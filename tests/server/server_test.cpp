@@ -224,6 +224,16 @@ TEST_F(ServerTest, MetricsCountRequestsAndTokens) {
             count_of(before, "deepinfer:prompt_tokens_total{model_name=\"tiny\"}"));
   EXPECT_GT(count_of(after, "deepinfer:e2e_request_latency_seconds_count"),
             count_of(before, "deepinfer:e2e_request_latency_seconds_count"));
+  // The engine publishes its counters after the step that finished the request: poll for idle.
+  const std::string in_use = "deepinfer:kv_cache_blocks_in_use{model_name=\"tiny\"}";
+  std::string idle = after;
+  for (int i = 0; i < 200 && count_of(idle, in_use) != 0.0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    idle = server().client().Get("/metrics")->body;
+  }
+  EXPECT_NE(idle.find(in_use + " 0\n"), std::string::npos) << idle;
+  EXPECT_EQ(count_of(after, "deepinfer:kv_cache_blocks_total{model_name=\"tiny\"}"),
+            static_cast<double>(server().server().model().total_blocks()));
   for (const char* name : {"deepinfer:time_to_first_token_seconds_bucket", "deepinfer:num_requests_running",
                            "deepinfer:num_requests_waiting", "deepinfer:kv_cache_usage_perc",
                            "deepinfer:prefix_cache_hits_total", "deepinfer:time_per_output_token_seconds_sum"})

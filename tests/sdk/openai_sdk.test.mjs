@@ -1,0 +1,237 @@
+// The official `openai` npm SDK against `deepinfer serve`: chat (with and without streaming),
+// a tools round trip, a forced tool call, JSON mode, logprobs, completions from token ids, and
+// the SDK's typed errors. Random weights: the checks are protocol and invariants, not content.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { modelName, requirePackages, startServer } from './server.mjs';
+
+await requirePackages('openai');
+const { default: OpenAI } = await import('openai');
+
+let server;
+let client;
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: `${server.baseUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+});
+after(async () => {
+  if (server) assert.equal(await server.stop(), 0, 'SIGTERM exits 0');
+});
+
+const user = (content) => [{ role: 'user', content }];
+const weatherTool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Current weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+};
+
+function checkUsage(usage) {
+  assert.ok(usage.prompt_tokens > 0);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+  assert.equal(usage.prompt_tokens_details.cached_tokens + usage.prompt_cache_miss_tokens, usage.prompt_tokens);
+}
+
+// Streams a chat request and assembles what the SDK hands out.
+async function streamChat(request) {
+  const stream = await client.chat.completions.create({ ...request, stream: true,
+                                                        stream_options: { include_usage: true } });
+  const out = { text: '', reasoning: '', pieces: 0, finish: null, usage: null, ids: new Set(), roles: [], toolCalls: [] };
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    out.ids.add(chunk.id);
+    if (chunk.usage) out.usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      if (choice.delta.role) out.roles.push(choice.delta.role);
+      if (choice.delta.content) {
+        out.text += choice.delta.content;
+        out.pieces += 1;
+      }
+      if (choice.delta.reasoning_content) {  // DeepSeek's field: thinking is on by default
+        out.reasoning += choice.delta.reasoning_content;
+        out.pieces += 1;
+      }
+      for (const call of choice.delta.tool_calls ?? []) {
+        const slot = (out.toolCalls[call.index] ??= { id: '', name: '', arguments: '' });
+        slot.id += call.id ?? '';
+        slot.name += call.function?.name ?? '';
+        slot.arguments += call.function?.arguments ?? '';
+      }
+      if (choice.finish_reason) {
+        assert.equal(out.finish, null, 'one finish_reason per stream');
+        out.finish = choice.finish_reason;
+      }
+    }
+  }
+  return out;
+}
+
+test('models.list names the served model', async () => {
+  const models = [];
+  for await (const model of client.models.list()) models.push(model);
+  assert.deepEqual(models.map((m) => m.id), [modelName]);
+  assert.ok(models[0].max_model_len > 0);
+});
+
+test('chat without streaming', async () => {
+  const completion = await client.chat.completions.create({
+    model: modelName, messages: user('Hello there'), max_tokens: 8, temperature: 0 });
+  assert.equal(completion.object, 'chat.completion');
+  assert.equal(completion.model, modelName);
+  assert.match(completion.id, /^chatcmpl-/);
+  const [choice] = completion.choices;
+  assert.equal(choice.message.role, 'assistant');
+  assert.equal(typeof choice.message.content, 'string');
+  assert.ok(['stop', 'length'].includes(choice.finish_reason), choice.finish_reason);
+  assert.ok(completion.usage.completion_tokens <= 8);
+  checkUsage(completion.usage);
+});
+
+test('greedy chat streams exactly the non-streaming answer', async () => {
+  for (const [prompt, thinking] of [['Hello there', 'enabled'], ['Write a haiku about the sea', 'disabled'],
+                                    ['1 2 3 4', 'disabled']]) {
+    const request = { model: modelName, messages: user(prompt), max_tokens: 12, temperature: 0,
+                      thinking: { type: thinking } };
+    const whole = await client.chat.completions.create(request);
+    const streamed = await streamChat(request);
+    assert.equal(streamed.ids.size, 1, 'one id across the chunks');
+    assert.deepEqual(streamed.roles, ['assistant']);
+    assert.equal(streamed.text, whole.choices[0].message.content ?? '', `same text for "${prompt}"`);
+    assert.equal(streamed.reasoning, whole.choices[0].message.reasoning_content ?? '');
+    // Thinking mode answers in reasoning_content first; without it the text is the content.
+    assert.ok((thinking === 'enabled' ? streamed.reasoning : streamed.text).length > 0);
+    assert.equal(streamed.finish, whole.choices[0].finish_reason);
+    assert.equal(streamed.usage.completion_tokens, whole.usage.completion_tokens);
+    assert.equal(streamed.usage.prompt_tokens, whole.usage.prompt_tokens);
+    // Each token becomes at most one piece (a piece can hold several tokens of one character).
+    assert.ok(streamed.pieces <= streamed.usage.completion_tokens);
+    checkUsage(streamed.usage);
+  }
+});
+
+test('tools round trip: a tool call and its result in the history', async () => {
+  const messages = [
+    { role: 'user', content: 'What is the weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [
+      { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temperature_c": 21, "sky": "clear"}' },
+  ];
+  const completion = await client.chat.completions.create({
+    model: modelName, messages, tools: [weatherTool], max_tokens: 10, temperature: 0 });
+  const [choice] = completion.choices;
+  assert.equal(choice.message.role, 'assistant');
+  assert.ok(['stop', 'length', 'tool_calls'].includes(choice.finish_reason), choice.finish_reason);
+  for (const call of choice.message.tool_calls ?? []) {
+    assert.equal(call.type, 'function');
+    assert.equal(typeof call.function.name, 'string');
+    assert.equal(typeof call.function.arguments, 'string');
+  }
+  checkUsage(completion.usage);
+  // The history (call + result) is in the prompt: longer than the question alone.
+  const bare = await client.chat.completions.create({
+    model: modelName, messages: messages.slice(0, 1), tools: [weatherTool], max_tokens: 1 });
+  assert.ok(completion.usage.prompt_tokens > bare.usage.prompt_tokens + 10);
+});
+
+test('a forced tool_choice', async () => {
+  const request = { model: modelName, messages: user('Weather in Oslo?'), tools: [weatherTool],
+                    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+                    thinking: { type: 'disabled' },  // DeepSeek refuses a forced call in thinking mode
+                    max_tokens: 16, temperature: 0 };
+  const completion = await client.chat.completions.create(request);
+  const [choice] = completion.choices;
+  const calls = choice.message.tool_calls ?? [];
+  // Random weights rarely complete a DSML invoke: then no call is reported and the markup
+  // never leaks into the content (docs/API.md, parser behaviour).
+  assert.ok(!(choice.message.content ?? '').includes('DSML'));
+  for (const call of calls) {
+    assert.match(call.id, /^call_/);
+    assert.equal(call.type, 'function');
+    assert.equal(typeof call.function.arguments, 'string');
+  }
+  // The prompt prefilled the calls block, so the answer is parsed as calls: the finish reason
+  // says tool_calls once one started, else the model ran out (length) or ended (stop).
+  if (calls.length > 0) assert.ok(['tool_calls', 'length'].includes(choice.finish_reason), choice.finish_reason);
+  else assert.ok(['stop', 'length'].includes(choice.finish_reason), choice.finish_reason);
+  const streamed = await streamChat(request);
+  assert.equal(streamed.finish, choice.finish_reason);
+  assert.deepEqual(streamed.toolCalls.map((c) => [c.id, c.name, c.arguments]),
+                   calls.map((c) => [c.id, c.function.name, c.function.arguments]));
+});
+
+test('JSON mode', async () => {
+  const completion = await client.chat.completions.create({
+    model: modelName, messages: user('Reply with a JSON object'), response_format: { type: 'json_object' },
+    thinking: { type: 'disabled' },
+    max_tokens: 8, temperature: 0 });
+  const [choice] = completion.choices;
+  assert.ok(['stop', 'length'].includes(choice.finish_reason), choice.finish_reason);
+  assert.equal(typeof (choice.message.content ?? ''), 'string');
+  checkUsage(completion.usage);
+});
+
+test('chat logprobs are accepted', async () => {
+  const completion = await client.chat.completions.create({
+    model: modelName, messages: user('Hi'), logprobs: true, top_logprobs: 2, max_tokens: 3, temperature: 0 });
+  assert.equal(completion.object, 'chat.completion');
+  assert.ok(completion.usage.completion_tokens <= 3);
+});
+
+test('completions from token ids, with logprobs, streamed and not', async () => {
+  const request = { model: modelName, prompt: [0, 300, 4000, 17], max_tokens: 6, temperature: 0, logprobs: 2 };
+  const whole = await client.completions.create(request);
+  assert.equal(whole.object, 'text_completion');
+  assert.equal(whole.usage.prompt_tokens, 4);
+  const [choice] = whole.choices;
+  const generated = whole.usage.completion_tokens;
+  assert.ok(generated >= 1 && generated <= 6);
+  assert.ok(['stop', 'length'].includes(choice.finish_reason));
+  assert.equal(choice.logprobs.tokens.length, generated);
+  assert.equal(choice.logprobs.tokens.join(''), choice.text);
+  for (const [i, logprob] of choice.logprobs.token_logprobs.entries()) {
+    assert.ok(logprob <= 0);
+    const top = Object.values(choice.logprobs.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 2);
+    assert.ok(Math.max(...top) >= logprob - 1e-6, 'greedy picks a top token');
+  }
+
+  const stream = await client.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let tokens = 0;
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      tokens += c.logprobs?.tokens?.length ?? 0;
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  assert.equal(text, choice.text);
+  assert.equal(tokens, generated, 'one logprobs entry per streamed token: none lost, none repeated');
+  assert.equal(usage.completion_tokens, generated);
+  assert.equal(finish, choice.finish_reason);
+});
+
+test('errors arrive as the SDK\'s typed errors', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'no-such-model', messages: user('hi'), max_tokens: 1 }),
+    (error) => error instanceof OpenAI.NotFoundError && error.status === 404 && error.code === 'model_not_found');
+  await assert.rejects(
+    client.chat.completions.create({ model: modelName, messages: user('hi'), max_tokens: 100000000 }),
+    (error) => error instanceof OpenAI.BadRequestError && error.code === 'context_length_exceeded');
+  await assert.rejects(
+    client.completions.create({ model: modelName, prompt: [0, 1 << 30], max_tokens: 1 }),
+    (error) => error instanceof OpenAI.BadRequestError && error.param === 'prompt');
+  await assert.rejects(
+    client.chat.completions.create({ model: modelName, messages: user('hi'), max_tokens: 1,
+                                     response_format: { type: 'json_object' } }),
+    (error) => error instanceof OpenAI.BadRequestError && error.param === 'response_format');
+  await assert.rejects(
+    client.chat.completions.create({ model: modelName, messages: user('hi'), max_tokens: 1, tools: [weatherTool],
+                                     tool_choice: 'required' }),
+    (error) => error instanceof OpenAI.BadRequestError && /[Tt]hinking mode/.test(error.message));
+});
