@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"tokenize", "text <-> token ids with a model's tokenizer", deepinfer::cli::run_tokenize},
     {"inspect", "describe a checkpoint folder: config, tensors, what is missing", deepinfer::cli::run_inspect},
     {"generate", "run one prompt through a model on the CPU and print the continuation", deepinfer::cli::run_generate},
+    {"serve", "serve a model over HTTP (OpenAI / DeepSeek / Anthropic APIs)", deepinfer::cli::run_serve},
     {"bench", "benchmark a running OpenAI-compatible server: TTFT, TPOT, ITL, throughput", deepinfer::cli::run_bench},
 };
 

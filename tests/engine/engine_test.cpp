@@ -157,6 +157,7 @@ TEST(EngineTest, BatchInvarianceOverRandomMixes) {
   }
   for (int mix = 0; mix < 200; ++mix) {
     EngineOptions options = small_options();
+    options.cache_memory_bytes = 4 << 20;  // an engine per mix: keep its arena small
     options.max_batch_tokens = std::uniform_int_distribution<int64_t>(4, 48)(rng);
     options.block_tokens = std::uniform_int_distribution<int64_t>(0, 1)(rng) ? 4 : 8;
     Engine engine(tiny_v4(), options);

@@ -1,0 +1,204 @@
+// `deepinfer serve`: the HTTP server (OpenAI Chat Completions / Completions, Anthropic Messages)
+// over one model. SIGTERM or Ctrl-C lets running requests finish, then exits 0.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/server.h"
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deepinfer serve --model DIR [options]\n"
+    "\n"
+    "Serves the model over HTTP with DeepSeek's API semantics: POST /v1/chat/completions,\n"
+    "/v1/completions, /v1/messages (Anthropic); GET /v1/models, /health, /metrics (Prometheus).\n"
+    "SIGTERM / Ctrl-C stops taking requests, lets the running ones finish, then exits 0.\n"
+    "\n"
+    "options:\n"
+    "  --model DIR              checkpoint folder (config.json, *.safetensors)\n"
+    "  --tokenizer PATH         tokenizer.json (default: DIR/tokenizer.json, else the bundled V4.1 one)\n"
+    "  --served-model-name NAME the name clients put in \"model\" (default: the folder's name)\n"
+    "  --host H                 address to listen on (default 127.0.0.1)\n"
+    "  --port P                 port (default 8000; 0 picks a free one)\n"
+    "  --threads N              compute threads (default: all cores; also DEEPINFER_THREADS)\n"
+    "  --http-threads N         concurrent connections (default 512; each stream holds one)\n"
+    "  --cache-memory SIZE      cache memory, bytes or with K/M/G suffix (default 1G)\n"
+    "  --max-batch-tokens N     tokens per engine step (default 512)\n"
+    "  --max-running N          sequences per step (default 256)\n"
+    "  --max-waiting N          queued requests before 429 (default 4096)\n"
+    "  --max-model-len N        prompt + max_tokens limit (default: what the model and cache allow)\n"
+    "  --max-body-bytes N       larger request bodies get 413 (default 8 MiB)\n"
+    "  --api-key KEY            require \"Authorization: Bearer KEY\" (or x-api-key) on /v1 (also DEEPINFER_API_KEY)\n"
+    "  --cors                   answer browsers from any origin (off by default)\n"
+    "  --no-prefix-caching      do not reuse cached prompt prefixes\n"
+    "\n"
+    "exit codes: 0 stopped by a signal, 1 the model could not be loaded or the port bound, 2 bad command line\n";
+
+int64_t parse_count(const Args& args, const std::string& option, int64_t fallback, int64_t minimum) {
+  auto text = args.get(option);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text->size() || value < minimum)
+    throw UsageError{option + " expects an integer >= " + std::to_string(minimum) + ", got '" + *text + "'"};
+  return value;
+}
+
+int64_t parse_size(const Args& args, const std::string& option, int64_t fallback) {
+  auto text = args.get(option);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  double scale = 1;
+  if (used > 0 && used + 1 == text->size()) {
+    switch ((*text)[used]) {
+      case 'K': case 'k': scale = 1024.0; break;
+      case 'M': case 'm': scale = 1024.0 * 1024; break;
+      case 'G': case 'g': scale = 1024.0 * 1024 * 1024; break;
+      default: used = 0;
+    }
+    if (used > 0) ++used;
+  }
+  if (used == 0 || used != text->size() || !(value > 0) || value * scale > 9.0e18)
+    throw UsageError{option + " expects a size such as 4G or 512M, got '" + *text + "'"};
+  return static_cast<int64_t>(value * scale);
+}
+
+// Model::load reports no progress, so on a terminal an elapsed-time line shows it is working.
+class LoadingIndicator {
+ public:
+  explicit LoadingIndicator(std::string what) : active_(isatty(STDERR_FILENO) != 0) {
+    if (!active_) return;
+    thread_ = std::thread([this, what = std::move(what)] {
+      const auto start = std::chrono::steady_clock::now();
+      static constexpr char kSpin[] = "|/-\\";
+      for (int tick = 0; !stop_; ++tick) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "\r%c loading %s  %.1f s", kSpin[tick % 4], what.c_str(), seconds);
+        std::fflush(stderr);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      std::fputs("\r\033[K", stderr);
+    });
+  }
+  ~LoadingIndicator() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  bool active_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+int run_serve(const std::vector<std::string>& argv) {
+  try {
+    Args args(argv, {"--help", "--cors", "--no-prefix-caching"},
+              {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
+               "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
+               "--max-body-bytes", "--api-key"});
+    if (args.has("--help")) {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    }
+    if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
+    server::ServerOptions options;
+    auto model_dir = args.get("--model");
+    if (!model_dir)
+      throw UsageError{"no model to serve: pass --model DIR (this build has no embedded default model)"};
+    options.model_dir = *model_dir;
+    if (auto tokenizer = args.get("--tokenizer")) {
+      options.tokenizer = *tokenizer;
+    } else if (!std::filesystem::exists(std::filesystem::path(*model_dir) / "tokenizer.json")) {
+      options.tokenizer = asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
+    }
+    options.served_model_name = args.get("--served-model-name").value_or("");
+    options.host = args.get("--host").value_or("127.0.0.1");
+    options.port = static_cast<int>(parse_count(args, "--port", 8000, 0));
+    if (options.port > 65535) throw UsageError{"--port must be at most 65535"};
+    if (args.get("--threads")) setenv("DEEPINFER_THREADS", std::to_string(parse_count(args, "--threads", 1, 1)).c_str(), 1);
+    options.http_threads = static_cast<int>(parse_count(args, "--http-threads", 512, 1));
+    options.engine.cache_memory_bytes = parse_size(args, "--cache-memory", options.engine.cache_memory_bytes);
+    options.engine.max_batch_tokens = parse_count(args, "--max-batch-tokens", options.engine.max_batch_tokens, 1);
+    options.engine.max_running = parse_count(args, "--max-running", options.engine.max_running, 1);
+    options.engine.max_waiting = parse_count(args, "--max-waiting", options.engine.max_waiting, 1);
+    options.engine.prefix_caching = !args.has("--no-prefix-caching");
+    if (args.get("--max-model-len")) options.max_model_len = parse_count(args, "--max-model-len", 0, 2);
+    options.max_body_bytes = parse_size(args, "--max-body-bytes", options.max_body_bytes);
+    if (auto key = args.get("--api-key")) {
+      options.api_key = *key;
+    } else if (const char* env = std::getenv("DEEPINFER_API_KEY"); env != nullptr) {
+      options.api_key = env;
+    }
+    options.cors = args.has("--cors");
+
+    // Signals go to one waiting thread, not to whichever thread runs: block them before any
+    // thread (engine, HTTP pool, compute pool) is created so every thread inherits the mask.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
+    std::unique_ptr<server::Server> server;
+    {
+      LoadingIndicator indicator(options.model_dir);
+      server = std::make_unique<server::Server>(options);
+    }
+    const int port = server->bind();
+    server::ServedModel& model = server->model();
+    std::printf("deepinfer serve: listening on http://%s:%d  model \"%s\" from %s (%s, vocab %lld, context %lld tokens, "
+                "cache %lld blocks of %lld tokens, tokenizer %s)%s\n",
+                options.host.c_str(), port, model.name().c_str(), options.model_dir.c_str(),
+                model.format() == api::PromptFormat::V41 ? "V4.1" : "V4",
+                static_cast<long long>(model.model().vocab_size()), static_cast<long long>(model.context_length()),
+                static_cast<long long>(model.total_blocks()), static_cast<long long>(options.engine.block_tokens),
+                model.tokenizer_origin().c_str(), options.api_key.empty() ? "" : ", API key required");
+    std::fflush(stdout);
+
+    std::thread signal_waiter([&server, signals] {
+      int received = 0;
+      sigwait(&signals, &received);
+      std::fprintf(stderr, "deepinfer serve: %s received, finishing running requests\n",
+                   received == SIGTERM ? "SIGTERM" : "SIGINT");
+      server->shutdown();
+    });
+    server->serve();
+    signal_waiter.join();
+    std::fprintf(stderr, "deepinfer serve: stopped\n");
+    return kExitOk;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "deepinfer serve: %s\n\n%s", e.message.c_str(), kUsage);
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer serve: %s\n", e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace deepinfer::cli

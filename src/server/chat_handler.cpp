@@ -1,0 +1,46 @@
+#include <memory>
+
+#include "api/chunk_chat_completions.h"
+#include "api/prompt_renderer.h"
+#include "api/request.h"
+#include "server/chat_style_response.h"
+#include "server/handlers.h"
+#include "server/http_io.h"
+
+namespace deepinfer::server {
+
+void handle_chat_completions(const HandlerContext& context, const httplib::Request& request,
+                             httplib::Response& response, Clock::time_point arrival) {
+  const api::ApiRequest parsed = api::parse_chat_completions_request(parse_json_body(request));
+  check_model_name(parsed.options.model, context.model.name());
+  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
+
+  ChatStyleJob job;
+  job.endpoint = "/v1/chat/completions";
+  job.id = make_response_id("chatcmpl-");
+  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
+  job.parsing = chat_parsing_options(parsed, prompt, /*parse_tools_whenever_given=*/false);
+  job.stream = parsed.options.stream;
+
+  api::ChatCompletionsFormat format;
+  format.id = job.id;
+  format.model = context.model.name();
+  format.created = unix_seconds();
+  format.thinking = parsed.conversation.thinking;
+  format.include_usage = !job.stream || parsed.options.include_usage;
+  if (job.stream) {
+    auto writer = std::make_shared<api::ChatCompletionsChunkWriter>(format);
+    job.frames = [writer](const api::StreamEvent& event) {
+      std::vector<std::string> frames;
+      for (const api::WireJson& chunk : writer->write(event)) frames.push_back(api::sse_data(chunk));
+      return frames;
+    };
+    job.end_frame = api::sse_done();
+    job.error_frame = [](const api::ApiError& error) { return "data: " + error_body(error) + "\n\n"; };
+  } else {
+    job.body = [format](const api::CollectedOutput& output) { return api::chat_completion_body(format, output); };
+  }
+  respond_chat_style(context, std::move(job), arrival, response);
+}
+
+}  // namespace deepinfer::server

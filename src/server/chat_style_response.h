@@ -1,0 +1,50 @@
+#pragma once
+// The response loop Chat Completions and Anthropic Messages share: run the request in the engine,
+// decode the answer with the output parser, and either stream each event as SSE frames or gather
+// the answer into one body. A matched stop string ends the request in the engine at once.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+
+#include "api/api_error.h"
+#include "api/output_collector.h"
+#include "api/output_parser.h"
+#include "api/prompt_renderer.h"
+#include "api/request.h"
+#include "api/sse_format.h"
+#include "engine/engine.h"
+#include "server/generation.h"
+#include "server/handler_context.h"
+
+namespace deepinfer::server {
+
+struct ChatStyleJob {
+  std::string endpoint;
+  std::string id;
+  engine::GenerationRequest request;
+  api::OutputParsingOptions parsing;
+  bool stream = false;
+  // Streaming: the SSE frames one event becomes (a stateful protocol writer inside).
+  std::function<std::vector<std::string>(const api::StreamEvent&)> frames;
+  std::string end_frame;  // written after the last event ("data: [DONE]\n\n" for Chat)
+  // The frame that reports a failure after the stream started (the status line is already sent).
+  std::function<std::string(const api::ApiError&)> error_frame;
+  // Not streaming: the body of the complete answer.
+  std::function<api::WireJson(const api::CollectedOutput&)> body;
+};
+
+// The request: prompt, max_tokens (checked against the context), sampling, EOS ids.
+engine::GenerationRequest make_generation_request(const ServedModel& model, std::vector<int32_t> prompt,
+                                                  const api::GenerationOptions& options);
+// OutputParsingOptions for a parsed chat-style request (recipe §2.1). Anthropic Messages parses
+// tool calls whenever tools are given.
+api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, const api::RenderedPrompt& prompt,
+                                               bool parse_tools_whenever_given);
+
+// Submits and answers; throws api::ApiError before anything is sent when the request is refused.
+void respond_chat_style(const HandlerContext& context, ChatStyleJob job, Clock::time_point arrival,
+                        httplib::Response& response);
+
+}  // namespace deepinfer::server

@@ -1,0 +1,201 @@
+// POST /v1/completions: the model's raw text (no chat parsing), one choice per n, with stop
+// strings, legacy logprobs (tokens, token_logprobs, top_logprobs, text_offset) and echo.
+#include <algorithm>
+#include <memory>
+
+#include "api/chunk_chat_completions.h"
+#include "api/sse_format.h"
+#include "server/chat_style_response.h"
+#include "server/completions_request.h"
+#include "server/event_stream.h"
+#include "server/handlers.h"
+#include "server/http_io.h"
+#include "server/stop_string_filter.h"
+
+namespace deepinfer::server {
+namespace {
+
+using api::WireJson;
+
+constexpr std::chrono::milliseconds kPoll{100};
+
+// One choice's text as it is produced.
+class CompletionChoice {
+ public:
+  CompletionChoice(const ServedModel& model, const CompletionsRequest& request)
+      : model_(model), detokenizer_(model.tokenizer()), stops_(request.options.stop),
+        logprobs_(request.options.sampling.logprobs.has_value()) {
+    if (request.echo) pending_text_ = request.prompt_text;
+    offset_ = static_cast<int64_t>(pending_text_.size());
+  }
+
+  // Takes one engine event; returns true when this choice has something to show.
+  void add(const engine::StreamEvent& event) {
+    if (finish_reason_) return;
+    const auto& eos = model_.eos_token_ids();
+    const auto tokenizer_vocab = static_cast<int32_t>(model_.tokenizer().vocab_size());
+    for (const engine::GeneratedToken& token : event.tokens) {
+      if (stops_.stopped()) break;
+      if (std::find(eos.begin(), eos.end(), token.token) != eos.end()) continue;
+      ++completion_tokens_;
+      const bool known = token.token < tokenizer_vocab;
+      if (known) pending_text_ += stops_.push(detokenizer_.push(token.token));
+      if (logprobs_) {
+        const std::string piece = known ? model_.tokenizer().decode(std::span(&token.token, 1)) : std::string();
+        tokens_.push_back(piece);
+        token_logprobs_.push_back(token.logprob);
+        WireJson top = WireJson::object();
+        for (const engine::TokenLogprob& alternative : token.top_logprobs)
+          if (alternative.token < tokenizer_vocab)
+            top[model_.tokenizer().decode(std::span(&alternative.token, 1))] = alternative.logprob;
+        top_logprobs_.push_back(top);
+        text_offsets_.push_back(offset_);
+        offset_ += static_cast<int64_t>(piece.size());
+      }
+    }
+    if (stops_.stopped()) {
+      finish_reason_ = "stop";
+    } else if (event.finish) {
+      if (*event.finish == engine::FinishReason::Error)
+        throw api::ApiError(500, "generation failed: " + event.error, "", "internal_error", "internal_error");
+      pending_text_ += stops_.push(detokenizer_.finish());
+      pending_text_ += stops_.finish();
+      finish_reason_ = *event.finish == engine::FinishReason::Length ? "length" : "stop";
+    }
+  }
+
+  bool done() const { return finish_reason_.has_value(); }
+  bool has_news() const { return !pending_text_.empty() || !tokens_.empty() || (finish_reason_ && !reported_finish_); }
+  int64_t completion_tokens() const { return completion_tokens_; }
+
+  // The choice object with what arrived since the last call (streaming), or all of it.
+  WireJson take(int index) {
+    WireJson logprobs = nullptr;
+    if (logprobs_)
+      logprobs = {{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_logprobs_},
+                  {"text_offset", text_offsets_}};
+    WireJson finish = nullptr;
+    if (finish_reason_) {
+      finish = *finish_reason_;
+      reported_finish_ = true;
+    }
+    WireJson choice = {{"text", std::exchange(pending_text_, {})}, {"index", index}, {"logprobs", logprobs},
+                       {"finish_reason", finish}};
+    tokens_.clear();
+    token_logprobs_.clear();
+    top_logprobs_.clear();
+    text_offsets_.clear();
+    return choice;
+  }
+
+ private:
+  const ServedModel& model_;
+  IncrementalDetokenizer detokenizer_;
+  StopStringFilter stops_;
+  bool logprobs_;
+  std::string pending_text_;
+  int64_t offset_ = 0;
+  int64_t completion_tokens_ = 0;
+  std::vector<std::string> tokens_;
+  std::vector<float> token_logprobs_;
+  std::vector<WireJson> top_logprobs_;
+  std::vector<int64_t> text_offsets_;
+  std::optional<std::string> finish_reason_;
+  bool reported_finish_ = false;
+};
+
+struct CompletionJob {
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  bool include_usage = false;
+  std::shared_ptr<Generation> generation;
+  std::vector<CompletionChoice> choices;
+
+  WireJson envelope(WireJson choices_json) const {
+    return {{"id", id},           {"object", "text_completion"}, {"created", created},
+            {"model", model},     {"system_fingerprint", "fp_deepinfer"}, {"choices", std::move(choices_json)}};
+  }
+  WireJson usage() const {
+    api::CompletionUsage completion;
+    for (const auto& choice : choices) completion.completion_tokens += choice.completion_tokens();
+    return api::chat_usage({std::nullopt, generation->prompt_tokens(), generation->cached_tokens()}, completion,
+                           /*reasoning_tokens=*/false);
+  }
+  bool all_done() const {
+    return std::all_of(choices.begin(), choices.end(), [](const auto& c) { return c.done(); });
+  }
+  // Feeds one engine event; ends the request in the engine once every choice has its answer.
+  void add(const engine::StreamEvent& event) {
+    choices.at(static_cast<std::size_t>(event.choice)).add(event);
+    if (all_done()) generation->cancel();
+  }
+  RequestRecord record() const {
+    RequestRecord r = generation->record("/v1/completions", 200);
+    r.completion_tokens = 0;
+    for (const auto& choice : choices) r.completion_tokens += choice.completion_tokens();
+    return r;
+  }
+};
+
+}  // namespace
+
+void handle_completions(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                        Clock::time_point arrival) {
+  CompletionsRequest parsed = parse_completions_request(parse_json_body(request), context.model.tokenizer());
+  check_model_name(parsed.options.model, context.model.name());
+  engine::GenerationRequest generation_request =
+      make_generation_request(context.model, parsed.prompt, parsed.options);
+
+  auto job = std::make_shared<CompletionJob>();
+  job->id = make_response_id("cmpl-");
+  job->model = context.model.name();
+  job->created = unix_seconds();
+  job->include_usage = parsed.options.include_usage;
+  for (int32_t k = 0; k < parsed.options.sampling.n; ++k) job->choices.emplace_back(context.model, parsed);
+  job->generation = std::make_shared<Generation>(context.model, std::move(generation_request), arrival);
+
+  if (!parsed.options.stream) {
+    while (!job->generation->finished()) {
+      if (auto event = job->generation->next(kPoll)) job->add(*event);
+    }
+    WireJson choices = WireJson::array();
+    for (std::size_t k = 0; k < job->choices.size(); ++k) choices.push_back(job->choices[k].take(static_cast<int>(k)));
+    WireJson body = job->envelope(std::move(choices));
+    body["usage"] = job->usage();
+    send_json(response, body);
+    context.report(job->id, job->record(), job->generation->cached_tokens());
+    return;
+  }
+
+  send_event_stream(
+      response,
+      [job](EventSink& sink) {
+        try {
+          while (!job->generation->finished()) {
+            auto event = job->generation->next(kPoll);
+            if (!sink.alive()) return;
+            if (!event) continue;
+            job->add(*event);
+            auto& choice = job->choices.at(static_cast<std::size_t>(event->choice));
+            if (!choice.has_news()) continue;
+            if (!sink.write(api::sse_data(job->envelope(WireJson::array({choice.take(event->choice)})))))
+              return;
+          }
+          if (job->include_usage) {
+            WireJson last = job->envelope(WireJson::array());
+            last["usage"] = job->usage();
+            if (!sink.write(api::sse_data(last))) return;
+          }
+          sink.write(api::sse_done());
+        } catch (const api::ApiError& error) {
+          sink.write("data: " + error_body(error) + "\n\n");
+        }
+      },
+      [context, job](bool client_stayed) {
+        if (!job->generation->finished()) job->generation->cancel();
+        context.report(job->id, job->record(), job->generation->cached_tokens(), !client_stayed);
+      });
+}
+
+}  // namespace deepinfer::server

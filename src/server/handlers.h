@@ -1,0 +1,21 @@
+#pragma once
+// The endpoint handlers. Each answers the request, or throws api::ApiError before anything was
+// sent (the router turns it into the error object).
+#include <httplib.h>
+
+#include "server/generation.h"
+#include "server/handler_context.h"
+
+namespace deepinfer::server {
+
+// POST /v1/chat/completions (DeepSeek's Chat Completions, recipe §3.1).
+void handle_chat_completions(const HandlerContext& context, const httplib::Request& request,
+                             httplib::Response& response, Clock::time_point arrival);
+// POST /v1/messages (Anthropic Messages, recipe §3.3).
+void handle_messages(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                     Clock::time_point arrival);
+// POST /v1/completions (legacy Completions: raw prompt text or token ids, logprobs, echo, n).
+void handle_completions(const HandlerContext& context, const httplib::Request& request,
+                        httplib::Response& response, Clock::time_point arrival);
+
+}  // namespace deepinfer::server

@@ -1,0 +1,44 @@
+#include <memory>
+
+#include "api/chunk_anthropic_messages.h"
+#include "api/prompt_renderer.h"
+#include "api/request.h"
+#include "server/chat_style_response.h"
+#include "server/handlers.h"
+#include "server/http_io.h"
+
+namespace deepinfer::server {
+
+void handle_messages(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                     Clock::time_point arrival) {
+  const api::ApiRequest parsed = api::parse_messages_request(parse_json_body(request));
+  check_model_name(parsed.options.model, context.model.name());
+  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
+
+  ChatStyleJob job;
+  job.endpoint = "/v1/messages";
+  job.id = make_response_id("msg_");
+  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
+  job.parsing = chat_parsing_options(parsed, prompt, /*parse_tools_whenever_given=*/true);
+  job.stream = parsed.options.stream;
+
+  const api::MessagesFormat format{job.id, context.model.name()};
+  if (job.stream) {
+    auto writer = std::make_shared<api::MessagesEventWriter>(format);
+    job.frames = [writer](const api::StreamEvent& event) {
+      std::vector<std::string> frames;
+      for (const api::MessagesEvent& out : writer->write(event)) frames.push_back(api::sse_event(out.type, out.data));
+      return frames;
+    };
+    job.error_frame = [](const api::ApiError& error) {
+      // Anthropic's stream error event: {"type": "error", "error": {"type", "message"}}.
+      api::WireJson data = {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error.what()}}}};
+      return api::sse_event("error", data);
+    };
+  } else {
+    job.body = [format](const api::CollectedOutput& output) { return api::messages_body(format, output); };
+  }
+  respond_chat_style(context, std::move(job), arrival, response);
+}
+
+}  // namespace deepinfer::server

@@ -1,0 +1,95 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace deepinfer::server {
+namespace {
+
+std::string number(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+void header(std::string& out, const std::string& name, const char* type, const char* help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  std::size_t bucket = 0;
+  while (bucket < bounds_.size() && value > bounds_[bucket]) ++bucket;
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, std::string& out) const {
+  int64_t cumulative = 0;
+  for (std::size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n";
+  out += name + "_count " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics()
+    : time_to_first_token_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                            20.0, 40.0, 80.0}),
+      time_per_output_token_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}),
+      latency_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+                960.0}) {}
+
+void Metrics::record(const RequestRecord& record) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{record.endpoint, record.status}];
+  prompt_tokens_ += record.prompt_tokens;
+  generation_tokens_ += record.completion_tokens;
+  if (record.time_to_first_token >= 0) time_to_first_token_.observe(record.time_to_first_token);
+  if (record.time_per_output_token >= 0) time_per_output_token_.observe(record.time_per_output_token);
+  latency_.observe(record.latency);
+}
+
+std::string Metrics::render(const engine::EngineStats& engine, const std::string& model_name) const {
+  const std::string label = "model_name=\"" + model_name + "\"";
+  std::string out;
+  auto counter = [&](const std::string& name, const char* help, int64_t value) {
+    header(out, name, "counter", help);
+    out += name + "{" + label + "} " + std::to_string(value) + "\n";
+  };
+  auto gauge = [&](const std::string& name, const char* help, double value) {
+    header(out, name, "gauge", help);
+    out += name + "{" + label + "} " + number(value) + "\n";
+  };
+  std::lock_guard lock(mutex_);
+  header(out, "deepinfer:requests_total", "counter", "HTTP requests answered, by endpoint and status.");
+  for (const auto& [key, count] : requests_)
+    out += "deepinfer:requests_total{" + label + ",endpoint=\"" + key.first + "\",status=\"" +
+           std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
+  counter("deepinfer:prompt_tokens_total", "Prompt tokens of answered requests.", prompt_tokens_);
+  counter("deepinfer:generation_tokens_total", "Tokens generated for answered requests.", generation_tokens_);
+  counter("deepinfer:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          engine.prefix_queried_tokens);
+  counter("deepinfer:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", engine.prefix_hit_tokens);
+  counter("deepinfer:num_preemptions_total", "Sequences preempted for cache memory.", engine.preemptions);
+  gauge("deepinfer:num_requests_running", "Sequences in the running batch.", static_cast<double>(engine.running));
+  gauge("deepinfer:num_requests_waiting", "Sequences waiting to be scheduled.", static_cast<double>(engine.waiting));
+  gauge("deepinfer:kv_cache_usage_perc", "Fraction of cache blocks not free (in use or held by the prefix cache).",
+        engine.total_blocks > 0
+            ? static_cast<double>(engine.total_blocks - engine.free_blocks) / static_cast<double>(engine.total_blocks)
+            : 0.0);
+  header(out, "deepinfer:time_to_first_token_seconds", "histogram", "From request arrival to the first token.");
+  time_to_first_token_.render("deepinfer:time_to_first_token_seconds", out);
+  header(out, "deepinfer:time_per_output_token_seconds", "histogram", "Mean time between generated tokens.");
+  time_per_output_token_.render("deepinfer:time_per_output_token_seconds", out);
+  header(out, "deepinfer:e2e_request_latency_seconds", "histogram", "From request arrival to the last byte.");
+  latency_.render("deepinfer:e2e_request_latency_seconds", out);
+  return out;
+}
+
+}  // namespace deepinfer::server

@@ -1,0 +1,53 @@
+#pragma once
+// The loaded model and everything a request needs to reach it: tokenizer, prompt encoder, the
+// engine, the served name and the context limit. Shared read-only by all handler threads (the
+// engine is thread-safe).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/conversation.h"
+#include "api/prompt_tokens.h"
+#include "engine/engine.h"
+#include "io/tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "server/server_options.h"
+
+namespace deepinfer::server {
+
+class ServedModel {
+ public:
+  // Loads the checkpoint and starts the engine. Throws deepinfer::Error for a bad folder,
+  // tokenizer or options.
+  explicit ServedModel(const ServerOptions& options);
+  ~ServedModel();
+
+  const std::string& name() const { return name_; }
+  const model::Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return encoder_->tokenizer(); }
+  const api::PromptEncoder& encoder() const { return *encoder_; }
+  api::PromptFormat format() const { return format_; }
+  engine::Engine& engine() { return *engine_; }
+  const engine::EngineOptions& engine_options() const { return engine_options_; }
+  // prompt + max_tokens may not exceed this.
+  int64_t context_length() const { return context_length_; }
+  const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
+  // Cache blocks the engine's memory holds (as its block pool divides it).
+  int64_t total_blocks() const { return total_blocks_; }
+  // Where the tokenizer came from, for the startup line.
+  const std::string& tokenizer_origin() const { return tokenizer_origin_; }
+
+ private:
+  std::string name_;
+  std::unique_ptr<model::Model> model_;
+  api::PromptFormat format_ = api::PromptFormat::V41;
+  std::unique_ptr<api::PromptEncoder> encoder_;
+  std::string tokenizer_origin_;
+  engine::EngineOptions engine_options_;
+  std::unique_ptr<engine::Engine> engine_;
+  int64_t context_length_ = 0;
+  int64_t total_blocks_ = 0;
+  std::vector<int32_t> eos_token_ids_;
+};
+
+}  // namespace deepinfer::server

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `deepinfer serve` end to end: start on a free port, answer /health and a completion, stop on SIGTERM.
+source "$(dirname "$0")/lib.sh"
+golden="$DEEPINFER_TEST_DATA_DIR/golden"
+log="${TMPDIR:-/tmp}/deepinfer_serve_test.$$"
+
+expect_exit "no --model names the option" 2 "$DEEPINFER" serve
+expect_eq "error names --model" "$("$DEEPINFER" serve 2>&1 | head -1 | grep -c -- 'pass --model DIR')" "1"
+expect_exit "bad port" 2 "$DEEPINFER" serve --model "$golden/v41/tiny_fp8" --port many
+expect_exit "not a model folder" 1 "$DEEPINFER" serve --model /nonexistent --port 0
+
+"$DEEPINFER" serve --model "$golden/v4/real_vocab" --served-model-name tiny --port 0 --cache-memory 64M >"$log" 2>"$log.err" &
+pid=$!
+port=""
+for _ in $(seq 1 200); do
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+expect_eq "startup line names the model" "$(grep -c 'model "tiny" from .*real_vocab' "$log")" "1"
+expect_eq "health" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" "200"
+chat=$(curl -s -H 'Content-Type: application/json' \
+  -d '{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":4}' "http://127.0.0.1:$port/v1/chat/completions")
+expect_eq "chat completion answers" "$(echo "$chat" | grep -c '"object":"chat.completion"')" "1"
+body=$(curl -s -H 'Content-Type: application/json' -d '{"model":"tiny","prompt":[0,5,17],"max_tokens":3}' \
+  "http://127.0.0.1:$port/v1/completions")
+expect_eq "completion answers" "$(echo "$body" | grep -c '"object":"text_completion"')" "1"
+expect_eq "request log line" "$(grep -c 'request id=cmpl-.* endpoint=/v1/completions status=200' "$log.err")" "1"
+kill -TERM "$pid"
+wait "$pid"
+expect_eq "SIGTERM exits 0" "$?" "0"
+rm -f "$log" "$log.err"
+finish

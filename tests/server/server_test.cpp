@@ -1,0 +1,392 @@
+// The HTTP server end to end, in process, on a free port: protocol shape, errors, limits,
+// cancellation. Random weights: the text is gibberish, the tests check the protocol.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <vector>
+
+#include "server_fixture.h"
+
+namespace deepinfer::server::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RunningServer(test_options()); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static RunningServer& server() { return *server_; }
+  static httplib::Result post(const std::string& path, const Json& body) {
+    return server().client().Post(path.c_str(), body.dump(), "application/json");
+  }
+  static Json chat_body(int max_tokens, bool stream = false) {
+    Json body = {{"model", "tiny"},
+                 {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+                 {"thinking", {{"type", "disabled"}}},
+                 {"temperature", 0},
+                 {"max_tokens", max_tokens}};
+    if (stream) body["stream"] = true;
+    return body;
+  }
+  static Json error_of(const httplib::Result& result) { return Json::parse(result->body).at("error"); }
+
+  static inline RunningServer* server_ = nullptr;
+};
+
+TEST_F(ServerTest, ChatCompletionNonStreaming) {
+  auto result = post("/v1/chat/completions", chat_body(6));
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  Json body = Json::parse(result->body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  const std::string finish = body["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" || finish == "stop") << finish;
+  const Json& usage = body["usage"];
+  // <BOS><User>Hello there<Assistant></think>: 4 marker ids plus the text's.
+  EXPECT_GT(usage["prompt_tokens"].get<int>(), 4);
+  EXPECT_LE(usage["completion_tokens"].get<int>(), 6);
+  EXPECT_EQ(usage["prompt_cache_hit_tokens"].get<int>() + usage["prompt_cache_miss_tokens"].get<int>(),
+            usage["prompt_tokens"].get<int>());
+  EXPECT_EQ(usage["total_tokens"], usage["prompt_tokens"].get<int>() + usage["completion_tokens"].get<int>());
+}
+
+TEST_F(ServerTest, ChatCompletionAlsoAnswersWithoutTheV1Prefix) {
+  auto result = post("/chat/completions", chat_body(2));
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200) << result->body;
+}
+
+TEST_F(ServerTest, ChatCompletionStreamsChunksUsageAndDone) {
+  Json body = chat_body(5, true);
+  body["stream_options"] = {{"include_usage", true}};
+  auto result = post("/v1/chat/completions", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(result->get_header_value("Content-Type"), "text/event-stream");
+  auto lines = sse_data_lines(result->body);
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines.back(), "[DONE]");
+  Json first = Json::parse(lines.front());
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  for (std::size_t i = 0; i + 2 < lines.size(); ++i) {
+    Json chunk = Json::parse(lines[i]);
+    EXPECT_TRUE(chunk.contains("usage") && chunk["usage"].is_null()) << lines[i];
+    EXPECT_EQ(chunk["id"], first["id"]);
+  }
+  Json last = Json::parse(lines[lines.size() - 2]);
+  EXPECT_FALSE(last["choices"][0]["finish_reason"].is_null());
+  EXPECT_GT(last["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_TRUE(last["usage"].contains("prompt_cache_hit_tokens"));
+  EXPECT_TRUE(last["usage"]["completion_tokens_details"].contains("reasoning_tokens"));
+}
+
+TEST_F(ServerTest, ChatStreamWithoutIncludeUsageLeavesTheKeyOutUntilTheEnd) {
+  auto result = post("/v1/chat/completions", chat_body(3, true));
+  ASSERT_TRUE(result);
+  auto lines = sse_data_lines(result->body);
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_FALSE(Json::parse(lines.front()).contains("usage"));
+}
+
+TEST_F(ServerTest, CompletionsWithTokenIdsAndLogprobs) {
+  Json body = {{"model", "tiny"}, {"prompt", {0, 300, 4000, 17}}, {"max_tokens", 4},
+               {"logprobs", 2},   {"temperature", 0},              {"echo", true}};
+  auto result = post("/v1/completions", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  Json out = Json::parse(result->body);
+  EXPECT_EQ(out["object"], "text_completion");
+  const Json& choice = out["choices"][0];
+  const Json& logprobs = choice["logprobs"];
+  const auto generated = out["usage"]["completion_tokens"].get<std::size_t>();
+  EXPECT_EQ(out["usage"]["prompt_tokens"], 4);
+  ASSERT_EQ(logprobs["tokens"].size(), generated);
+  ASSERT_EQ(logprobs["token_logprobs"].size(), generated);
+  ASSERT_EQ(logprobs["top_logprobs"].size(), generated);
+  ASSERT_EQ(logprobs["text_offset"].size(), generated);
+  for (std::size_t i = 0; i < generated; ++i) {
+    EXPECT_LE(logprobs["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_LE(logprobs["top_logprobs"][i].size(), 2u);
+    EXPECT_GE(logprobs["top_logprobs"][i].size(), 1u);
+  }
+  // echo: the prompt's text comes first.
+  const std::string prompt_text = server().server().model().tokenizer().decode(std::vector<int32_t>{0, 300, 4000, 17});
+  EXPECT_EQ(choice["text"].get<std::string>().substr(0, prompt_text.size()), prompt_text);
+}
+
+TEST_F(ServerTest, CompletionsSeedRepeatsAndNGivesChoices) {
+  Json body = {{"model", "tiny"}, {"prompt", "Once upon a time"}, {"max_tokens", 6},
+               {"temperature", 1.0}, {"seed", 42}, {"n", 2}};
+  auto a = post("/v1/completions", body);
+  auto b = post("/v1/completions", body);
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->status, 200) << a->body;
+  Json ja = Json::parse(a->body), jb = Json::parse(b->body);
+  ASSERT_EQ(ja["choices"].size(), 2u);
+  EXPECT_EQ(ja["choices"][1]["index"], 1);
+  EXPECT_EQ(ja["choices"], jb["choices"]);
+}
+
+TEST_F(ServerTest, CompletionsStreamWithUsage) {
+  Json body = {{"model", "tiny"}, {"prompt", {0, 10, 20}}, {"max_tokens", 4}, {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  auto result = post("/v1/completions", body);
+  ASSERT_TRUE(result);
+  auto lines = sse_data_lines(result->body);
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines.back(), "[DONE]");
+  Json usage_chunk = Json::parse(lines[lines.size() - 2]);
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], 3);
+  bool finished = false;
+  for (std::size_t i = 0; i + 2 < lines.size(); ++i)
+    finished = finished || !Json::parse(lines[i])["choices"][0]["finish_reason"].is_null();
+  EXPECT_TRUE(finished);
+}
+
+TEST_F(ServerTest, MessagesStreamEventsComeInOrder) {
+  Json body = {{"model", "tiny"},
+               {"max_tokens", 5},
+               {"stream", true},
+               {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  auto result = post("/v1/messages", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  std::vector<std::string> events;
+  std::size_t at = 0;
+  while ((at = result->body.find("event: ", at)) != std::string::npos) {
+    const std::size_t end = result->body.find('\n', at);
+    events.push_back(result->body.substr(at + 7, end - at - 7));
+    at = end;
+  }
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.front(), "message_start");
+  EXPECT_EQ(events[events.size() - 2], "message_delta");
+  EXPECT_EQ(events.back(), "message_stop");
+  int open_blocks = 0;
+  for (const std::string& event : events) {
+    if (event == "content_block_start") ++open_blocks;
+    if (event == "content_block_stop") --open_blocks;
+    EXPECT_GE(open_blocks, 0);
+    EXPECT_LE(open_blocks, 1);
+  }
+  EXPECT_EQ(open_blocks, 0);
+}
+
+TEST_F(ServerTest, MessagesNonStreaming) {
+  Json body = {{"model", "tiny"}, {"max_tokens", 3}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+               {"thinking", {{"type", "disabled"}}}};
+  auto result = post("/v1/messages", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  Json out = Json::parse(result->body);
+  EXPECT_EQ(out["type"], "message");
+  EXPECT_EQ(out["role"], "assistant");
+  EXPECT_GT(out["usage"]["input_tokens"].get<int>() + out["usage"]["cache_read_input_tokens"].get<int>(), 0);
+}
+
+TEST_F(ServerTest, ModelsAndHealth) {
+  auto models = server().client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  Json out = Json::parse(models->body);
+  ASSERT_EQ(out["data"].size(), 1u);
+  EXPECT_EQ(out["data"][0]["id"], "tiny");
+  EXPECT_GT(out["data"][0]["max_model_len"].get<int64_t>(), 0);
+  auto health = server().client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ServerTest, MetricsCountRequestsAndTokens) {
+  auto count_of = [](const std::string& text, const std::string& series) -> double {
+    const std::size_t at = text.find(series + " ");
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + series.size() + 1));
+  };
+  const std::string requests =
+      "deepinfer:requests_total{model_name=\"tiny\",endpoint=\"/v1/chat/completions\",status=\"200\"}";
+  const std::string bad =
+      "deepinfer:requests_total{model_name=\"tiny\",endpoint=\"/v1/chat/completions\",status=\"400\"}";
+  const std::string before = server().client().Get("/metrics")->body;
+  ASSERT_EQ(post("/v1/chat/completions", chat_body(2))->status, 200);
+  ASSERT_EQ(server().client().Post("/v1/chat/completions", "{", "application/json")->status, 400);
+  const std::string after = server().client().Get("/metrics")->body;
+  EXPECT_EQ(count_of(after, requests), count_of(before, requests) + 1);
+  EXPECT_EQ(count_of(after, bad), count_of(before, bad) + 1);
+  EXPECT_GT(count_of(after, "deepinfer:prompt_tokens_total{model_name=\"tiny\"}"),
+            count_of(before, "deepinfer:prompt_tokens_total{model_name=\"tiny\"}"));
+  EXPECT_GT(count_of(after, "deepinfer:e2e_request_latency_seconds_count"),
+            count_of(before, "deepinfer:e2e_request_latency_seconds_count"));
+  for (const char* name : {"deepinfer:time_to_first_token_seconds_bucket", "deepinfer:num_requests_running",
+                           "deepinfer:num_requests_waiting", "deepinfer:kv_cache_usage_perc",
+                           "deepinfer:prefix_cache_hits_total", "deepinfer:time_per_output_token_seconds_sum"})
+    EXPECT_NE(after.find(name), std::string::npos) << name;
+}
+
+TEST_F(ServerTest, UnknownModelIs404) {
+  Json body = chat_body(2);
+  body["model"] = "gpt-4";
+  auto result = post("/v1/chat/completions", body);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 404);
+  EXPECT_EQ(error_of(result)["code"], "model_not_found");
+}
+
+TEST_F(ServerTest, MalformedRequestsAre400WithTheErrorObject) {
+  auto malformed = server().client().Post("/v1/chat/completions", "{\"model\": ", "application/json");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+  EXPECT_EQ(error_of(malformed)["type"], "invalid_request_error");
+
+  Json wrong_type = chat_body(2);
+  wrong_type["messages"] = "hello";
+  EXPECT_EQ(post("/v1/chat/completions", wrong_type)->status, 400);
+
+  Json zero = chat_body(0);
+  EXPECT_EQ(post("/v1/chat/completions", zero)->status, 400);
+
+  Json huge = chat_body(2);
+  huge["max_tokens"] = int64_t{1} << 40;
+  auto too_long = post("/v1/chat/completions", huge);
+  EXPECT_EQ(too_long->status, 400);
+  EXPECT_EQ(error_of(too_long)["code"], "context_length_exceeded");
+
+  Json bad_tool = chat_body(2);
+  bad_tool["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}}}}}}};
+  EXPECT_EQ(post("/v1/chat/completions", bad_tool)->status, 400);
+
+  EXPECT_EQ(server().client().Post("/v1/completions", "[1, 2]", "application/json")->status, 400);
+  Json bad_prompt = {{"model", "tiny"}, {"prompt", {0, 999999999}}};
+  EXPECT_EQ(post("/v1/completions", bad_prompt)->status, 400);
+
+  auto unknown_path = server().client().Get("/v1/nothing");
+  ASSERT_TRUE(unknown_path);
+  EXPECT_EQ(unknown_path->status, 404);
+  EXPECT_TRUE(Json::parse(unknown_path->body).contains("error"));
+}
+
+TEST_F(ServerTest, ConcurrentRequestsAllSucceed) {
+  std::vector<std::future<int>> results;
+  for (int i = 0; i < 8; ++i)
+    results.push_back(std::async(std::launch::async, [i] {
+      Json body = chat_body(3 + i % 3, i % 2 == 1);
+      return post("/v1/chat/completions", body)->status;
+    }));
+  for (auto& result : results) EXPECT_EQ(result.get(), 200);
+}
+
+TEST_F(ServerTest, ClientThatDisconnectsMidStreamFreesItsCache) {
+  engine::Engine& engine = server().server().model().engine();
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  const int64_t context = server().server().model().context_length();
+  ASSERT_GT(context, 1000);
+  request.body = chat_body(static_cast<int>(context - 100), true).dump();
+  request.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto client = server().client();
+  client.send(request);  // returns once the receiver refused more
+  EXPECT_EQ(chunks, 3);
+  // Generating the whole context would take far longer than this wait: only a cancellation ends
+  // it in time.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    engine::EngineStats stats = engine.stats();
+    if (stats.running == 0 && stats.waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  engine.clear_prefix_cache();
+  const engine::EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.in_use_blocks, 0);
+}
+
+TEST(ServerLimits, ApiKeyIsRequiredOnV1) {
+  ServerOptions options = test_options();
+  options.api_key = "secret";
+  RunningServer server(options);
+  auto client = server.client();
+  auto missing = client.Get("/v1/models");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 401);
+  EXPECT_EQ(Json::parse(missing->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer secret"}})->status, 200);
+  EXPECT_EQ(client.Get("/v1/models", {{"x-api-key", "secret"}})->status, 200);
+  EXPECT_EQ(client.Get("/health")->status, 200);
+}
+
+TEST(ServerLimits, OversizedBodyIs413) {
+  ServerOptions options = test_options();
+  options.max_body_bytes = 1024;
+  RunningServer server(options);
+  Json body = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", std::string(4096, 'a')}}}}};
+  auto result = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 413);
+  EXPECT_TRUE(Json::parse(result->body).contains("error"));
+}
+
+TEST(ServerLimits, FullQueueIs429) {
+  ServerOptions options = test_options();
+  options.engine.max_running = 1;
+  options.engine.max_waiting = 1;
+  RunningServer server(options);
+  std::atomic<bool> release{false};
+  auto hold = [&] {
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.body = Json{{"model", "tiny"}, {"prompt", {0, 5, 6}}, {"stream", true}}.dump();  // the whole context
+    request.set_header("Content-Type", "application/json");
+    request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !release.load(); };
+    auto client = server.client();
+    client.send(request);
+  };
+  std::thread running(hold);
+  std::thread waiting(hold);
+  engine::Engine& engine = server.server().model().engine();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    engine::EngineStats stats = engine.stats();
+    if (stats.running == 1 && stats.waiting == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto refused = server.client().Post("/v1/completions",
+                                      Json{{"model", "tiny"}, {"prompt", {0, 5}}, {"max_tokens", 2}}.dump(),
+                                      "application/json");
+  release = true;
+  running.join();
+  waiting.join();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429);
+  EXPECT_EQ(Json::parse(refused->body)["error"]["type"], "rate_limit_error");
+}
+
+TEST(ServerVocabulary, PromptIdsBeyondTheModelsVocabularyAre400) {
+  // The tiny V4.1 fixture has 512 ids; the V4.1 tokenizer's markers (~128800) are beyond them.
+  RunningServer server(test_options(std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/v41/tiny_fp8"));
+  Json chat = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  auto refused = server.client().Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(Json::parse(refused->body)["error"]["message"].get<std::string>().find(
+                "token outside the model's vocabulary"),
+            std::string::npos);
+  Json completion = {{"model", "tiny"}, {"prompt", {0, 5, 17, 99}}, {"max_tokens", 3}};
+  auto ok = server.client().Post("/v1/completions", completion.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+}  // namespace
+}  // namespace deepinfer::server::testing
