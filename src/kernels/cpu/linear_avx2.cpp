@@ -38,7 +38,7 @@ namespace deepinfer::kernels::cpu {
 namespace {
 
 constexpr int kRowBlock = 4;
-constexpr int kTokenBlock = 2;
+constexpr int kTokenBlock = 3;
 constexpr int64_t kPanelCols = 512;  // a multiple of 8: chunk boundaries never move
 
 // ---- decoding a span of one weight row into f32 -------------------------------------------
@@ -200,33 +200,29 @@ void multiply_panel(const Panel& panel, const float* x, int64_t x_stride, float*
     for (int t = 0; t < TOKENS; ++t) _mm256_storeu_ps(accumulators + (t * row_stride + i) * 8, acc[i][t]);
 }
 
-// All tokens against `rows` (<= kRowBlock) decoded rows of one panel.
+// All tokens against `rows` (<= kRowBlock) decoded rows of one panel. A full row block takes the
+// tokens three at a time (12 accumulators + 3 x + 1 weight = the 16 ymm registers; 7 loads per
+// 12 FMAs), then the one or two left over.
 void multiply_panel_all_tokens(const Panel& panel, int rows, const float* x, int64_t tokens, int64_t cols,
                                float* accumulators) {
-  int64_t t = 0;
-  for (; t + kTokenBlock <= tokens; t += kTokenBlock) {
-    float* acc = accumulators + t * kRowBlock * 8;
-    if (rows == kRowBlock) {
-      multiply_panel<kRowBlock, kTokenBlock>(panel, x + t * cols, cols, acc, kRowBlock);
-    } else {
-      for (int i = 0; i < rows; ++i) {
-        Panel row_panel = panel;
-        row_panel.weights = panel.weights + i * panel.stride;
-        multiply_panel<1, kTokenBlock>(row_panel, x + t * cols, cols, acc + i * 8, kRowBlock);
-      }
-    }
+  if (rows == kRowBlock) {
+    int64_t t = 0;
+    for (; t + kTokenBlock <= tokens; t += kTokenBlock)
+      multiply_panel<kRowBlock, kTokenBlock>(panel, x + t * cols, cols, accumulators + t * kRowBlock * 8, kRowBlock);
+    if (tokens - t == 2)
+      multiply_panel<kRowBlock, 2>(panel, x + t * cols, cols, accumulators + t * kRowBlock * 8, kRowBlock);
+    else if (tokens - t == 1)
+      multiply_panel<kRowBlock, 1>(panel, x + t * cols, cols, accumulators + t * kRowBlock * 8, kRowBlock);
+    return;
   }
-  for (; t < tokens; ++t) {
-    float* acc = accumulators + t * kRowBlock * 8;
-    if (rows == kRowBlock) {
-      multiply_panel<kRowBlock, 1>(panel, x + t * cols, cols, acc, kRowBlock);
-    } else {
-      for (int i = 0; i < rows; ++i) {
-        Panel row_panel = panel;
-        row_panel.weights = panel.weights + i * panel.stride;
-        multiply_panel<1, 1>(row_panel, x + t * cols, cols, acc + i * 8, kRowBlock);
-      }
-    }
+  for (int i = 0; i < rows; ++i) {
+    Panel row_panel = panel;
+    row_panel.weights = panel.weights + i * panel.stride;
+    int64_t t = 0;
+    for (; t + 6 <= tokens; t += 6)
+      multiply_panel<1, 6>(row_panel, x + t * cols, cols, accumulators + (t * kRowBlock + i) * 8, kRowBlock);
+    for (; t < tokens; ++t)
+      multiply_panel<1, 1>(row_panel, x + t * cols, cols, accumulators + (t * kRowBlock + i) * 8, kRowBlock);
   }
 }
 
