@@ -1,5 +1,9 @@
 #include "model/ops.h"
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 namespace deepinfer::model {
 
 void rms_norm(const float* x, int64_t n, const float* weight, float eps, float* out) {
@@ -23,9 +27,36 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] /= sum;
 }
 
+// Four 8-lane partial sums: element 32m + 8q + j goes to lane j of sum q by FMA in increasing m;
+// then sums (0 + 1) + (2 + 3), the lanes in a fixed tree ((j, j+4), (j, j+2), (0, 1)), and the
+// last n % 32 elements one by one by FMA. The order depends on n alone, so a dot product gives
+// the same bits however many rows, heads or sequences its caller handles; the four sums keep the
+// FMA unit busy where one chain would wait on its latency. The portable branch does the same
+// operations in the same order (same bits, slowly).
 float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  const int64_t vector_end = n / 32 * 32;
+#ifdef __AVX2__
+  __m256 sums[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < vector_end; i += 32)
+    for (int q = 0; q < 4; ++q)
+      sums[q] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * q), _mm256_loadu_ps(b + i + 8 * q), sums[q]);
+  const __m256 total = _mm256_add_ps(_mm256_add_ps(sums[0], sums[1]), _mm256_add_ps(sums[2], sums[3]));
+  __m128 half = _mm_add_ps(_mm256_castps256_ps128(total), _mm256_extractf128_ps(total, 1));
+  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  half = _mm_add_ss(half, _mm_movehdup_ps(half));
+  float sum = _mm_cvtss_f32(half);
+#else
+  float sums[4][8] = {};
+  for (int64_t i = 0; i < vector_end; i += 32)
+    for (int q = 0; q < 4; ++q)
+      for (int j = 0; j < 8; ++j) sums[q][j] = std::fma(a[i + 8 * q + j], b[i + 8 * q + j], sums[q][j]);
+  float lanes[8];
+  for (int j = 0; j < 8; ++j) lanes[j] = (sums[0][j] + sums[1][j]) + (sums[2][j] + sums[3][j]);
+  for (int j = 0; j < 4; ++j) lanes[j] += lanes[j + 4];
+  for (int j = 0; j < 2; ++j) lanes[j] += lanes[j + 2];
+  float sum = lanes[0] + lanes[1];
+#endif
+  for (int64_t i = vector_end; i < n; ++i) sum = std::fma(a[i], b[i], sum);
   return sum;
 }
 

@@ -1,7 +1,7 @@
 // AVX2 + FMA linear kernel.
 //
 // Work split: the pool partitions OUTPUT ROWS in blocks of kRowBlock; the reduction over columns
-// is never split. A thread decodes a panel (kRowBlock rows x kPanelCols columns) of weights into
+// is never split. A thread decodes a panel (kPanelRows rows x kPanelCols columns) of weights into
 // an L1-resident f32 buffer once and takes its product with every token, so decoding is paid
 // once per weight whatever the token count, and no dequantized matrix ever exists.
 //
@@ -37,9 +37,10 @@
 namespace deepinfer::kernels::cpu {
 namespace {
 
-constexpr int kRowBlock = 4;
-constexpr int kTokenBlock = 2;
-constexpr int64_t kPanelCols = 512;  // a multiple of 8: chunk boundaries never move
+constexpr int kRowBlock = 4;     // rows of one micro-kernel, and the unit the pool splits rows by
+constexpr int kPanelRows = 16;   // rows decoded together: each token block passes all of them
+constexpr int kTokenBlock = 3;
+constexpr int64_t kPanelCols = 256;  // a multiple of 8: chunk boundaries never move; 16 KB of f32 per panel
 
 // ---- decoding a span of one weight row into f32 -------------------------------------------
 
@@ -200,59 +201,57 @@ void multiply_panel(const Panel& panel, const float* x, int64_t x_stride, float*
     for (int t = 0; t < TOKENS; ++t) _mm256_storeu_ps(accumulators + (t * row_stride + i) * 8, acc[i][t]);
 }
 
-// All tokens against `rows` (<= kRowBlock) decoded rows of one panel.
-void multiply_panel_all_tokens(const Panel& panel, int rows, const float* x, int64_t tokens, int64_t cols,
-                               float* accumulators) {
-  int64_t t = 0;
-  for (; t + kTokenBlock <= tokens; t += kTokenBlock) {
-    float* acc = accumulators + t * kRowBlock * 8;
-    if (rows == kRowBlock) {
-      multiply_panel<kRowBlock, kTokenBlock>(panel, x + t * cols, cols, acc, kRowBlock);
-    } else {
-      for (int i = 0; i < rows; ++i) {
-        Panel row_panel = panel;
-        row_panel.weights = panel.weights + i * panel.stride;
-        multiply_panel<1, kTokenBlock>(row_panel, x + t * cols, cols, acc + i * 8, kRowBlock);
-      }
-    }
+// All tokens against `rows` (<= kPanelRows) decoded rows of one panel. Tokens go three at a time
+// (4 rows x 3 tokens = 12 accumulators + 3 x + 1 weight: the 16 ymm registers, 7 loads per 12
+// FMAs) over every 4-row group of the panel, so a token block's x stays in L1 while the panel's
+// rows pass; then the one or two tokens left over, and rows left over one at a time.
+template <int TOKENS>
+void multiply_token_block(const Panel& panel, int rows, const float* x, int64_t cols, float* accumulators) {
+  int i = 0;
+  for (; i + kRowBlock <= rows; i += kRowBlock) {
+    Panel group = panel;
+    group.weights = panel.weights + i * panel.stride;
+    multiply_panel<kRowBlock, TOKENS>(group, x, cols, accumulators + i * 8, kPanelRows);
   }
-  for (; t < tokens; ++t) {
-    float* acc = accumulators + t * kRowBlock * 8;
-    if (rows == kRowBlock) {
-      multiply_panel<kRowBlock, 1>(panel, x + t * cols, cols, acc, kRowBlock);
-    } else {
-      for (int i = 0; i < rows; ++i) {
-        Panel row_panel = panel;
-        row_panel.weights = panel.weights + i * panel.stride;
-        multiply_panel<1, 1>(row_panel, x + t * cols, cols, acc + i * 8, kRowBlock);
-      }
-    }
+  for (; i < rows; ++i) {
+    Panel row = panel;
+    row.weights = panel.weights + i * panel.stride;
+    multiply_panel<1, TOKENS>(row, x, cols, accumulators + i * 8, kPanelRows);
   }
 }
 
+void multiply_panel_all_tokens(const Panel& panel, int rows, const float* x, int64_t tokens, int64_t cols,
+                               float* accumulators) {
+  int64_t t = 0;
+  for (; t + kTokenBlock <= tokens; t += kTokenBlock)
+    multiply_token_block<kTokenBlock>(panel, rows, x + t * cols, cols, accumulators + t * kPanelRows * 8);
+  if (tokens - t == 2) multiply_token_block<2>(panel, rows, x + t * cols, cols, accumulators + t * kPanelRows * 8);
+  else if (tokens - t == 1) multiply_token_block<1>(panel, rows, x + t * cols, cols, accumulators + t * kPanelRows * 8);
+}
+
 struct Scratch {
-  std::vector<float> weights;        // kRowBlock x (kPanelCols) decoded panel
-  std::vector<float> accumulators;  // tokens x kRowBlock x 8 lanes
+  std::vector<float> weights;        // kPanelRows x kPanelCols decoded panel
+  std::vector<float> accumulators;  // tokens x kPanelRows x 8 lanes
 };
 
 void linear_rows(const float* x, int64_t tokens, const WeightMatrix& w, float* y, int64_t first_row, int64_t end_row) {
   thread_local Scratch scratch;  // grows to the largest call a thread has seen; no per-call allocation
-  scratch.weights.resize(kRowBlock * kPanelCols);
-  const auto accumulator_floats = static_cast<std::size_t>(tokens * kRowBlock * 8);
+  scratch.weights.resize(kPanelRows * kPanelCols);
+  const auto accumulator_floats = static_cast<std::size_t>(tokens * kPanelRows * 8);
   if (scratch.accumulators.size() < accumulator_floats) scratch.accumulators.resize(accumulator_floats);
   float* weights = scratch.weights.data();
   float* accumulators = scratch.accumulators.data();
 
-  for (int64_t row0 = first_row; row0 < end_row; row0 += kRowBlock) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, end_row - row0));
+  for (int64_t row0 = first_row; row0 < end_row; row0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, end_row - row0));
     std::fill(accumulators, accumulators + accumulator_floats, 0.0f);
     for (int64_t col0 = 0; col0 < w.cols; col0 += kPanelCols) {
       const int64_t width = std::min(kPanelCols, w.cols - col0);
       const int64_t padded = (width + 7) / 8 * 8;
       const bool last_panel = col0 + kPanelCols >= w.cols;
-      const int64_t next_row0 = last_panel ? row0 + kRowBlock : row0;
+      const int64_t next_row0 = last_panel ? row0 + kPanelRows : row0;
       const int64_t next_col0 = last_panel ? 0 : col0 + kPanelCols;
-      for (int64_t r = next_row0; r < std::min(next_row0 + kRowBlock, end_row); ++r)
+      for (int64_t r = next_row0; r < std::min(next_row0 + kPanelRows, end_row); ++r)
         prefetch_span(w, r, next_col0, std::min(kPanelCols, w.cols - next_col0));
       for (int i = 0; i < rows; ++i) {
         float* row_weights = weights + i * kPanelCols;
@@ -267,7 +266,8 @@ void linear_rows(const float* x, int64_t tokens, const WeightMatrix& w, float* y
       multiply_panel_all_tokens(panel, rows, x + col0, tokens, w.cols, accumulators);
     }
     for (int64_t t = 0; t < tokens; ++t)
-      for (int i = 0; i < rows; ++i) y[t * w.rows + row0 + i] = horizontal_sum(_mm256_loadu_ps(accumulators + (t * kRowBlock + i) * 8));
+      for (int i = 0; i < rows; ++i)
+        y[t * w.rows + row0 + i] = horizontal_sum(_mm256_loadu_ps(accumulators + (t * kPanelRows + i) * 8));
   }
 }
 
