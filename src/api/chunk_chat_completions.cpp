@@ -16,6 +16,28 @@ std::string tool_call_id(const std::string& response_id, int index) {
   return "call_" + response_id + "_" + std::to_string(index);
 }
 
+WireJson byte_values(const std::string& bytes) {
+  WireJson out = WireJson::array();
+  for (const char byte : bytes) out.push_back(static_cast<int>(static_cast<unsigned char>(byte)));
+  return out;
+}
+
+WireJson logprobs_json(const std::vector<TokenLogprob>& tokens) {
+  WireJson content = WireJson::array();
+  for (const TokenLogprob& token : tokens) {
+    WireJson top = WireJson::array();
+    for (const LogprobAlternative& alternative : token.top_logprobs)
+      top.push_back({{"token", alternative.token},
+                     {"logprob", alternative.logprob},
+                     {"bytes", byte_values(alternative.bytes)}});
+    content.push_back({{"token", token.token},
+                       {"logprob", token.logprob},
+                       {"bytes", byte_values(token.bytes)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
 }  // namespace
 
 std::string chat_finish_reason(FinishReason reason) {
@@ -45,11 +67,11 @@ ChatCompletionsChunkWriter::ChatCompletionsChunkWriter(ChatCompletionsFormat for
 
 WireJson ChatCompletionsChunkWriter::chunk(WireJson delta,
                                            const std::optional<std::string>& finish_reason,
-                                           const WireJson* usage) const {
+                                           const WireJson* usage, WireJson logprobs) const {
   WireJson choice;
   choice["index"] = 0;
   choice["delta"] = std::move(delta);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish_reason ? WireJson(*finish_reason) : WireJson(nullptr);
   WireJson out;
   out["id"] = format_.id;
@@ -87,6 +109,7 @@ std::vector<WireJson> ChatCompletionsChunkWriter::write(const StreamEvent& event
   } else {
     const OutputEvent& output = std::get<OutputEvent>(event);
     WireJson delta;
+    WireJson logprobs = nullptr;
     switch (output.kind) {
       case OutputEvent::Kind::reasoning_delta:
         delta["content"] = nullptr;
@@ -95,6 +118,7 @@ std::vector<WireJson> ChatCompletionsChunkWriter::write(const StreamEvent& event
       case OutputEvent::Kind::content_delta:
         delta["content"] = output.text;
         if (format_.thinking) delta["reasoning_content"] = nullptr;
+        if (format_.logprobs) logprobs = logprobs_json(output.logprobs);
         break;
       case OutputEvent::Kind::tool_call_start: {
         WireJson call;
@@ -113,7 +137,7 @@ std::vector<WireJson> ChatCompletionsChunkWriter::write(const StreamEvent& event
         break;
       }
     }
-    chunks.push_back(chunk(std::move(delta), std::nullopt, nullptr));
+    chunks.push_back(chunk(std::move(delta), std::nullopt, nullptr, std::move(logprobs)));
   }
   return chunks;
 }
@@ -139,7 +163,7 @@ WireJson chat_completion_body(const ChatCompletionsFormat& format, const Collect
   WireJson choice;
   choice["index"] = 0;
   choice["message"] = std::move(message);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = format.logprobs ? logprobs_json(output.content_logprobs) : WireJson(nullptr);
   choice["finish_reason"] = chat_finish_reason(output.finish->reason);
   WireJson body;
   body["id"] = format.id;

@@ -24,6 +24,9 @@ struct ChatCompletionsFormat {
   // usage.completion_tokens_details.reasoning_tokens, as the DeepSeek API documents it. The
   // recipe's goldens predate it, so the conformance test turns it off.
   bool reasoning_tokens = true;
+  // The request asked for logprobs: content chunks and the message carry
+  // {"content": [...], "refusal": null} instead of null.
+  bool logprobs = false;
 };
 
 // Finish reason as Chat Completions spells it (stop_sequence and end_of_stream become "stop").
@@ -39,7 +42,7 @@ class ChatCompletionsChunkWriter {
 
  private:
   WireJson chunk(WireJson delta, const std::optional<std::string>& finish_reason,
-                 const WireJson* usage) const;
+                 const WireJson* usage, WireJson logprobs = nullptr) const;
 
   ChatCompletionsFormat format_;
   std::optional<std::string> fingerprint_;

@@ -13,7 +13,10 @@ void CollectedOutput::add(const StreamEvent& event) {
     const OutputEvent& output = std::get<OutputEvent>(event);
     switch (output.kind) {
       case OutputEvent::Kind::reasoning_delta: reasoning += output.text; break;
-      case OutputEvent::Kind::content_delta: content += output.text; break;
+      case OutputEvent::Kind::content_delta:
+        content += output.text;
+        content_logprobs.insert(content_logprobs.end(), output.logprobs.begin(), output.logprobs.end());
+        break;
       case OutputEvent::Kind::tool_call_start: tool_calls.push_back({output.text, ""}); break;
       case OutputEvent::Kind::tool_call_arguments_delta:
         if (output.tool_index >= 0 && static_cast<std::size_t>(output.tool_index) < tool_calls.size())

@@ -18,6 +18,7 @@ struct CollectedOutput {
   std::string reasoning;
   std::string content;
   std::vector<CollectedToolCall> tool_calls;
+  std::vector<TokenLogprob> content_logprobs;
   std::optional<StreamFinish> finish;  // set once the answer is complete
 
   void add(const StreamEvent& event);

@@ -7,8 +7,26 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace deepinfer::api {
+
+// One generated token's log-probability (Chat Completions `logprobs.content[]`). `bytes` are the
+// token's raw bytes (part of a character for a token that splits one); `token` is their text with
+// U+FFFD where they are not whole UTF-8.
+struct LogprobAlternative {
+  std::string token;
+  std::string bytes;
+  float logprob = 0;
+  bool operator==(const LogprobAlternative&) const = default;
+};
+struct TokenLogprob {
+  std::string token;
+  std::string bytes;
+  float logprob = 0;
+  std::vector<LogprobAlternative> top_logprobs;  // best first
+  bool operator==(const TokenLogprob&) const = default;
+};
 
 // A piece of the answer recognised by OutputParser.
 struct OutputEvent {
@@ -21,6 +39,10 @@ struct OutputEvent {
   Kind kind;
   std::string text;
   int tool_index = -1;  // set for the tool-call kinds only
+  // content_delta only, when the request asked for logprobs: the answer tokens that reached the
+  // content since the previous content_delta (a token whose text the parser holds back comes
+  // with the event that releases it).
+  std::vector<TokenLogprob> logprobs = {};
 
   bool operator==(const OutputEvent&) const = default;
 };

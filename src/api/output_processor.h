@@ -27,6 +27,8 @@ class OutputProcessor {
   // The backend's output ended without a finish (finish reason end_of_stream).
   std::vector<StreamEvent> end_of_stream();
 
+  // The next text() starts inside <think>: its tokens are reasoning tokens.
+  bool in_reasoning() const { return parser_.in_reasoning(); }
   // StreamFinish has been produced; nothing more will be.
   bool done() const { return done_; }
 

@@ -23,6 +23,7 @@ struct GenerationOptions {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // Chat Completions stream_options.include_usage
+  bool ignore_eos = false;     // vLLM's extension: generate max_tokens tokens, past EOS
   engine::SamplingParams sampling;
 };
 

@@ -317,6 +317,24 @@ ApiRequest parse_chat_completions_request(const nlohmann::ordered_json& body) {
     fields::check_max_tokens(*max_tokens);
     options.max_tokens = max_tokens;
   }
+  // OpenAI's rules and wording: top_logprobs needs logprobs: true; without top_logprobs each
+  // token comes with an empty top_logprobs list.
+  const bool logprobs = fields::optional_bool(body, "logprobs").value_or(false);
+  if (const std::optional<int64_t> top = fields::optional_integer(body, "top_logprobs")) {
+    if (*top < 0)
+      reject(str_cat("Invalid 'top_logprobs': integer below minimum value. Expected a value >= 0, but got ", *top,
+                     " instead."),
+             "top_logprobs");
+    if (*top > engine::kMaxLogprobs)
+      reject(str_cat("Invalid 'top_logprobs': integer above maximum value. Expected a value <= ",
+                     engine::kMaxLogprobs, ", but got ", *top, " instead."),
+             "top_logprobs");
+    if (!logprobs) reject("Invalid value for 'top_logprobs': 'logprobs' must be true when 'top_logprobs' is set.", "top_logprobs");
+    options.sampling.logprobs = static_cast<int32_t>(*top);
+  } else if (logprobs) {
+    options.sampling.logprobs = 0;
+  }
+  options.ignore_eos = fields::optional_bool(body, "ignore_eos").value_or(false);
 
   validate_conversation(conversation);
   return request;

@@ -243,6 +243,7 @@ ApiRequest parse_messages_request(const nlohmann::ordered_json& body) {
     }
   }
   options.stream = fields::optional_bool(body, "stream").value_or(false);
+  options.ignore_eos = fields::optional_bool(body, "ignore_eos").value_or(false);
   if (const std::optional<double> t = fields::optional_number(body, "temperature")) {
     fields::check_range(*t, 0, 2, "temperature");
     options.sampling.temperature = static_cast<float>(*t);

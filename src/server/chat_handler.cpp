@@ -28,6 +28,7 @@ void handle_chat_completions(const HandlerContext& context, const httplib::Reque
   format.created = unix_seconds();
   format.thinking = parsed.conversation.thinking;
   format.include_usage = !job.stream || parsed.options.include_usage;
+  format.logprobs = parsed.options.sampling.logprobs.has_value();
   if (job.stream) {
     auto writer = std::make_shared<api::ChatCompletionsChunkWriter>(format);
     job.frames = [writer](const api::StreamEvent& event) {

@@ -21,6 +21,7 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
   request.prompt = std::move(prompt);
   request.sampling = options.sampling;
   request.eos_token_ids = model.eos_token_ids();
+  request.ignore_eos = options.ignore_eos;
   try {
     engine::validate(request.sampling, model.model().vocab_size());
   } catch (const Error& error) {
@@ -44,8 +45,9 @@ api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, c
 
 void respond_chat_style(const HandlerContext& context, ChatStyleJob job, Clock::time_point arrival,
                         httplib::Response& response) {
+  ChoiceOutputOptions choice_options{job.request.sampling.logprobs.has_value(), job.request.ignore_eos};
   auto generation = std::make_shared<Generation>(context.model, std::move(job.request), arrival);
-  auto output = std::make_shared<ChoiceOutput>(context.model, job.parsing);
+  auto output = std::make_shared<ChoiceOutput>(context.model, job.parsing, choice_options);
 
   if (!job.stream) {
     api::CollectedOutput collected;

@@ -24,7 +24,7 @@ class CompletionChoice {
  public:
   CompletionChoice(const ServedModel& model, const CompletionsRequest& request)
       : model_(model), detokenizer_(model.tokenizer()), stops_(request.options.stop),
-        logprobs_(request.options.sampling.logprobs.has_value()) {
+        logprobs_(request.options.sampling.logprobs.has_value()), ignore_eos_(request.options.ignore_eos) {
     if (request.echo) pending_text_ = request.prompt_text;
     offset_ = static_cast<int64_t>(pending_text_.size());
   }
@@ -36,9 +36,11 @@ class CompletionChoice {
     const auto tokenizer_vocab = static_cast<int32_t>(model_.tokenizer().vocab_size());
     for (const engine::GeneratedToken& token : event.tokens) {
       if (stops_.stopped()) break;
-      if (std::find(eos.begin(), eos.end(), token.token) != eos.end()) continue;
+      const bool is_eos = std::find(eos.begin(), eos.end(), token.token) != eos.end();
+      if (is_eos && !ignore_eos_) continue;
       ++completion_tokens_;
-      const bool known = token.token < tokenizer_vocab;
+      // EOS under ignore_eos counts as generated but, like an id without text, shows nothing.
+      const bool known = !is_eos && token.token < tokenizer_vocab;
       if (known) pending_text_ += stops_.push(detokenizer_.push(token.token));
       if (logprobs_) {
         const std::string piece = known ? model_.tokenizer().decode(std::span(&token.token, 1)) : std::string();
@@ -93,6 +95,7 @@ class CompletionChoice {
   IncrementalDetokenizer detokenizer_;
   StopStringFilter stops_;
   bool logprobs_;
+  bool ignore_eos_;
   std::string pending_text_;
   int64_t offset_ = 0;
   int64_t completion_tokens_ = 0;

@@ -89,6 +89,7 @@ CompletionsRequest parse_completions_request(const nlohmann::ordered_json& body,
     }
   }
   out.echo = fields::optional_bool(body, "echo").value_or(false);
+  options.ignore_eos = fields::optional_bool(body, "ignore_eos").value_or(false);
   if (const auto* stop = fields::find(body, "stop")) {
     if (stop->is_string()) {
       options.stop.push_back(stop->get<std::string>());

@@ -1,6 +1,9 @@
 #include "server/generation.h"
 
 #include <algorithm>
+#include <span>
+#include <utility>
+#include <variant>
 
 #include "api/api_error.h"
 #include "core/error.h"
@@ -101,13 +104,40 @@ RequestRecord Generation::record(std::string endpoint, int status) const {
   return record;
 }
 
-ChoiceOutput::ChoiceOutput(const ServedModel& model, api::OutputParsingOptions parsing)
-    : model_(model), processor_(std::move(parsing)), pieces_(model.tokenizer()) {}
+ChoiceOutput::ChoiceOutput(const ServedModel& model, api::OutputParsingOptions parsing, ChoiceOutputOptions options)
+    : model_(model), processor_(std::move(parsing)), pieces_(model.tokenizer()), options_(options) {}
+
+api::TokenLogprob ChoiceOutput::token_logprob(const engine::GeneratedToken& token) const {
+  const Tokenizer& tokenizer = model_.tokenizer();
+  const auto tokenizer_vocab = static_cast<int32_t>(tokenizer.vocab_size());
+  // An id past the tokenizer's vocabulary has no text: it is reported with empty bytes.
+  auto text_of = [&](int32_t id, std::string& text, std::string& bytes) {
+    if (id < 0 || id >= tokenizer_vocab) return;
+    text = tokenizer.decode(std::span(&id, 1));
+    bytes = tokenizer.token_bytes(id);
+  };
+  api::TokenLogprob out;
+  out.logprob = token.logprob;
+  text_of(token.token, out.token, out.bytes);
+  for (const engine::TokenLogprob& alternative : token.top_logprobs) {
+    api::LogprobAlternative entry;
+    entry.logprob = alternative.logprob;
+    text_of(alternative.token, entry.token, entry.bytes);
+    out.top_logprobs.push_back(std::move(entry));
+  }
+  return out;
+}
 
 std::vector<api::StreamEvent> ChoiceOutput::add(const engine::StreamEvent& event) {
   std::vector<api::StreamEvent> out;
-  auto append = [&out](std::vector<api::StreamEvent> events) {
-    for (auto& e : events) out.push_back(std::move(e));
+  // Content tokens go out with the first content_delta after them.
+  auto append = [this, &out](std::vector<api::StreamEvent> events) {
+    for (auto& e : events) {
+      if (auto* output = std::get_if<api::OutputEvent>(&e);
+          output && output->kind == api::OutputEvent::Kind::content_delta && !pending_logprobs_.empty())
+        output->logprobs = std::exchange(pending_logprobs_, {});
+      out.push_back(std::move(e));
+    }
   };
   if (processor_.done()) return out;
   if (!started_) {
@@ -118,10 +148,12 @@ std::vector<api::StreamEvent> ChoiceOutput::add(const engine::StreamEvent& event
   const auto tokenizer_vocab = static_cast<int32_t>(model_.tokenizer().vocab_size());
   for (const engine::GeneratedToken& token : event.tokens) {
     if (processor_.done()) break;
-    if (std::find(eos.begin(), eos.end(), token.token) != eos.end()) continue;
-    if (token.token >= tokenizer_vocab) {
-      // An id the model has but the tokenizer does not (the tokenizer stops short of the model's
-      // vocabulary): it has no text, but it was generated.
+    const bool is_eos = std::find(eos.begin(), eos.end(), token.token) != eos.end();
+    if (is_eos && !options_.ignore_eos) continue;
+    if (options_.logprobs && !processor_.in_reasoning()) pending_logprobs_.push_back(token_logprob(token));
+    if (is_eos || token.token >= tokenizer_vocab) {
+      // EOS under ignore_eos, or an id the model has but the tokenizer does not (the tokenizer
+      // stops short of the model's vocabulary): no text, but it was generated.
       append(processor_.text("", 1));
       continue;
     }

@@ -65,11 +65,19 @@ class Generation {
   int64_t generated_tokens_ = 0;
 };
 
+struct ChoiceOutputOptions {
+  // Attach each answer token's log-probability to the content_delta that carries its text
+  // (reasoning and tool-call tokens have none: Chat Completions reports content tokens only).
+  bool logprobs = false;
+  // The request runs past EOS: an EOS id is then a generated token (counted, no text).
+  bool ignore_eos = false;
+};
+
 // Decodes one choice of a chat-style answer (Chat Completions, Messages): token ids -> text pieces
 // -> OutputProcessor events. EOS ids end the answer without text.
 class ChoiceOutput {
  public:
-  ChoiceOutput(const ServedModel& model, api::OutputParsingOptions parsing);
+  ChoiceOutput(const ServedModel& model, api::OutputParsingOptions parsing, ChoiceOutputOptions options = {});
   // The events one engine event of this choice becomes. The first call also starts the answer
   // with the prompt usage. Throws api::ApiError (500) when the engine failed the request.
   std::vector<api::StreamEvent> add(const engine::StreamEvent& event);
@@ -80,7 +88,11 @@ class ChoiceOutput {
   const ServedModel& model_;
   api::OutputProcessor processor_;
   api::TokenPieceDecoder pieces_;
+  ChoiceOutputOptions options_;
+  std::vector<api::TokenLogprob> pending_logprobs_;  // content tokens whose text has not come out yet
   bool started_ = false;
+
+  api::TokenLogprob token_logprob(const engine::GeneratedToken& token) const;
 };
 
 }  // namespace deepinfer::server

@@ -1,5 +1,5 @@
 // The official `openai` npm SDK against `deepinfer serve`: chat (with and without streaming),
-// a tools round trip, a forced tool call, JSON mode, logprobs, completions from token ids, and
+// a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids, and
 // the SDK's typed errors. Random weights: the checks are protocol and invariants, not content.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -172,11 +172,31 @@ test('JSON mode', async () => {
   checkUsage(completion.usage);
 });
 
-test('chat logprobs are accepted', async () => {
-  const completion = await client.chat.completions.create({
-    model: modelName, messages: user('Hi'), logprobs: true, top_logprobs: 2, max_tokens: 3, temperature: 0 });
+test('chat logprobs: one entry per answer token, best alternatives first, streamed the same', async () => {
+  const request = { model: modelName, messages: user('Hi'), logprobs: true, top_logprobs: 2, max_tokens: 5,
+                    temperature: 0, thinking: { type: 'disabled' } };
+  const completion = await client.chat.completions.create(request);
   assert.equal(completion.object, 'chat.completion');
-  assert.ok(completion.usage.completion_tokens <= 3);
+  const [choice] = completion.choices;
+  assert.equal(choice.logprobs.refusal, null);
+  const content = choice.logprobs.content;
+  assert.equal(content.length, completion.usage.completion_tokens);
+  for (const entry of content) {
+    assert.equal(typeof entry.token, 'string');
+    assert.ok(entry.logprob <= 0);
+    assert.ok(Array.isArray(entry.bytes) && entry.bytes.every((b) => Number.isInteger(b) && b >= 0 && b < 256));
+    assert.equal(entry.top_logprobs.length, 2);
+    assert.ok(entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob, 'best first');
+    assert.ok(entry.top_logprobs[0].logprob >= entry.logprob - 1e-6, 'greedy picks the best token');
+  }
+
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+
+  await assert.rejects(client.chat.completions.create({ ...request, logprobs: false }),
+                       (error) => error instanceof OpenAI.BadRequestError && error.param === 'top_logprobs');
 });
 
 test('completions from token ids, with logprobs, streamed and not', async () => {

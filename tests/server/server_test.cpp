@@ -122,6 +122,214 @@ TEST_F(ServerTest, CompletionsWithTokenIdsAndLogprobs) {
   EXPECT_EQ(choice["text"].get<std::string>().substr(0, prompt_text.size()), prompt_text);
 }
 
+// The tokens a chat logprobs list names, by their raw bytes, for comparison with the legacy list.
+std::vector<std::string> token_bytes_of(const Json& content) {
+  std::vector<std::string> out;
+  for (const Json& entry : content) {
+    std::string bytes;
+    for (const Json& byte : entry["bytes"]) bytes.push_back(static_cast<char>(byte.get<int>()));
+    out.push_back(bytes);
+  }
+  return out;
+}
+
+TEST_F(ServerTest, ChatLogprobsListEveryAnswerTokenWithItsBestAlternatives) {
+  Json body = chat_body(6);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  auto result = post("/v1/chat/completions", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const Json out = Json::parse(result->body);
+  const Json& choice = out["choices"][0];
+  ASSERT_TRUE(choice["logprobs"].is_object()) << result->body;
+  EXPECT_TRUE(choice["logprobs"]["refusal"].is_null());
+  const Json& content = choice["logprobs"]["content"];
+  ASSERT_EQ(content.size(), out["usage"]["completion_tokens"].get<std::size_t>());
+  ASSERT_GT(content.size(), 0u);
+  for (const Json& entry : content) {
+    const double chosen = entry["logprob"].get<double>();
+    EXPECT_LE(chosen, 0.0);
+    const Json& top = entry["top_logprobs"];
+    ASSERT_EQ(top.size(), 3u);
+    for (std::size_t k = 0; k + 1 < top.size(); ++k)
+      EXPECT_GE(top[k]["logprob"].get<double>(), top[k + 1]["logprob"].get<double>()) << "best first";
+    // Greedy: the chosen token is the best one.
+    EXPECT_NEAR(top[0]["logprob"].get<double>(), chosen, 1e-5);
+    EXPECT_EQ(top[0]["bytes"], entry["bytes"]);
+    for (const Json& alternative : top) EXPECT_TRUE(alternative.contains("token") && alternative["bytes"].is_array());
+  }
+
+  // The same prompt ids through /v1/completions give the same tokens with the same logprobs.
+  const std::string rendered = "<｜begin▁of▁sentence｜><｜User｜>Hello there<｜Assistant｜></think>";
+  Json legacy = {{"model", "tiny"}, {"prompt", rendered}, {"max_tokens", 6}, {"logprobs", 3}, {"temperature", 0}};
+  auto legacy_result = post("/v1/completions", legacy);
+  ASSERT_TRUE(legacy_result);
+  ASSERT_EQ(legacy_result->status, 200) << legacy_result->body;
+  const Json legacy_out = Json::parse(legacy_result->body);
+  ASSERT_EQ(legacy_out["usage"]["prompt_tokens"], out["usage"]["prompt_tokens"]) << "same prompt ids";
+  const Json& legacy_choice = legacy_out["choices"][0];
+  EXPECT_EQ(legacy_choice["text"], choice["message"]["content"]);
+  const Json& token_logprobs = legacy_choice["logprobs"]["token_logprobs"];
+  const Json& legacy_tokens = legacy_choice["logprobs"]["tokens"];
+  ASSERT_EQ(legacy_tokens.size(), content.size());
+  ASSERT_EQ(token_logprobs.size(), content.size());
+  const std::vector<std::string> bytes = token_bytes_of(content);
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    EXPECT_EQ(content[i]["token"], legacy_tokens[i]) << i;
+    // A token that splits a character has bytes that are not its (repaired) text.
+    if (content[i]["token"].get<std::string>().find("\xEF\xBF\xBD") == std::string::npos)
+      EXPECT_EQ(bytes[i], content[i]["token"].get<std::string>()) << i;
+    else
+      EXPECT_NE(bytes[i], content[i]["token"].get<std::string>()) << i;
+    EXPECT_NEAR(token_logprobs[i].get<double>(), content[i]["logprob"].get<double>(), 1e-4) << i;
+  }
+}
+
+TEST_F(ServerTest, ChatLogprobsStreamedEqualTheWholeAnswers) {
+  Json body = chat_body(7);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 2;
+  auto whole = post("/v1/chat/completions", body);
+  body["stream"] = true;
+  auto streamed = post("/v1/chat/completions", body);
+  ASSERT_TRUE(whole && streamed);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  Json joined = Json::array();
+  std::string text;
+  for (const std::string& line : sse_data_lines(streamed->body)) {
+    if (line == "[DONE]") break;
+    const Json chunk = Json::parse(line);
+    const Json& choice = chunk["choices"][0];
+    const Json& delta = choice["delta"];
+    const bool has_text = delta.contains("content") && delta["content"].is_string() && !delta["content"].get<std::string>().empty();
+    if (has_text) {
+      text += delta["content"].get<std::string>();
+      ASSERT_TRUE(choice["logprobs"].is_object()) << line;
+    }
+    if (choice["logprobs"].is_object())
+      for (const Json& entry : choice["logprobs"]["content"]) joined.push_back(entry);
+  }
+  const Json whole_out = Json::parse(whole->body);
+  const Json& expected = whole_out["choices"][0];
+  EXPECT_EQ(text, expected["message"]["content"].get<std::string>());
+  EXPECT_EQ(joined, expected["logprobs"]["content"]);
+}
+
+TEST_F(ServerTest, ChatLogprobsWithoutTopLogprobsGiveEmptyAlternativesAndTheDefaultIsNull) {
+  Json body = chat_body(3);
+  auto plain = post("/v1/chat/completions", body);
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(Json::parse(plain->body)["choices"][0]["logprobs"].is_null());
+  body["logprobs"] = true;
+  auto result = post("/v1/chat/completions", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const Json out = Json::parse(result->body);
+  const Json& content = out["choices"][0]["logprobs"]["content"];
+  ASSERT_GT(content.size(), 0u) << result->body;
+  for (const Json& entry : content) EXPECT_EQ(entry["top_logprobs"], Json::array());
+}
+
+TEST_F(ServerTest, ChatLogprobsLeaveReasoningTokensOut) {
+  Json body = chat_body(8);
+  body["thinking"] = {{"type", "enabled"}};
+  body["logprobs"] = true;
+  auto result = post("/v1/chat/completions", body);
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const Json out = Json::parse(result->body);
+  const Json& usage = out["usage"];
+  const auto answer_tokens = usage["completion_tokens"].get<std::size_t>() -
+                             usage["completion_tokens_details"]["reasoning_tokens"].get<std::size_t>();
+  const Json& content = out["choices"][0]["logprobs"]["content"];
+  // Random weights rarely close </think>: then every token is reasoning and the list is empty.
+  EXPECT_LE(content.size(), answer_tokens);
+  if (usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"]) EXPECT_TRUE(content.empty());
+}
+
+TEST_F(ServerTest, ChatTopLogprobsErrorsFollowOpenAI) {
+  Json without = chat_body(2);
+  without["top_logprobs"] = 2;
+  auto missing = post("/v1/chat/completions", without);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 400);
+  EXPECT_EQ(error_of(missing)["param"], "top_logprobs");
+  EXPECT_NE(error_of(missing)["message"].get<std::string>().find("'logprobs' must be true"), std::string::npos);
+
+  Json disabled = without;
+  disabled["logprobs"] = false;
+  EXPECT_EQ(post("/v1/chat/completions", disabled)->status, 400);
+
+  Json above = chat_body(2);
+  above["logprobs"] = true;
+  above["top_logprobs"] = 21;
+  auto too_many = post("/v1/chat/completions", above);
+  ASSERT_TRUE(too_many);
+  EXPECT_EQ(too_many->status, 400);
+  EXPECT_EQ(error_of(too_many)["message"],
+            "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got 21 instead.");
+  above["top_logprobs"] = -1;
+  auto negative = post("/v1/chat/completions", above);
+  EXPECT_EQ(negative->status, 400);
+  EXPECT_EQ(error_of(negative)["message"],
+            "Invalid 'top_logprobs': integer below minimum value. Expected a value >= 0, but got -1 instead.");
+  above["top_logprobs"] = 20;
+  EXPECT_EQ(post("/v1/chat/completions", above)->status, 200);
+  Json not_bool = chat_body(2);
+  not_bool["logprobs"] = 3;  // the legacy integer form is a Completions field, not a Chat one
+  EXPECT_EQ(post("/v1/chat/completions", not_bool)->status, 400);
+}
+
+TEST_F(ServerTest, IgnoreEosGivesExactlyMaxTokensOnEveryEndpoint) {
+  constexpr int kTokens = 9;
+  Json chat = chat_body(kTokens);
+  chat["ignore_eos"] = true;
+  Json completions = {{"model", "tiny"}, {"prompt", {0, 300, 4000}}, {"max_tokens", kTokens},
+                      {"temperature", 0}, {"ignore_eos", true}};
+  Json messages = {{"model", "tiny"}, {"max_tokens", kTokens}, {"ignore_eos", true},
+                   {"thinking", {{"type", "disabled"}}},
+                   {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  for (const auto& [path, body] : {std::pair{"/v1/chat/completions", chat}, std::pair{"/v1/completions", completions}}) {
+    auto result = post(path, body);
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    const Json out = Json::parse(result->body);
+    EXPECT_EQ(out["usage"]["completion_tokens"], kTokens) << path;
+    EXPECT_EQ(out["choices"][0]["finish_reason"], "length") << path;
+  }
+  auto anthropic = post("/v1/messages", messages);
+  ASSERT_TRUE(anthropic);
+  ASSERT_EQ(anthropic->status, 200) << anthropic->body;
+  const Json out = Json::parse(anthropic->body);
+  EXPECT_EQ(out["usage"]["output_tokens"], kTokens);
+  EXPECT_EQ(out["stop_reason"], "max_tokens");
+
+  // EOS made certain by logit_bias: without ignore_eos the answer stops at once; with it, EOS
+  // tokens count as generated and the answer runs to max_tokens.
+  const int32_t eos = *server().server().model().tokenizer().eos_id();
+  Json forced = completions;
+  forced["logit_bias"] = {{std::to_string(eos), 100}};
+  forced["logprobs"] = 1;
+  auto forced_result = post("/v1/completions", forced);
+  ASSERT_TRUE(forced_result);
+  ASSERT_EQ(forced_result->status, 200) << forced_result->body;
+  const Json forced_out = Json::parse(forced_result->body);
+  EXPECT_EQ(forced_out["usage"]["completion_tokens"], kTokens);
+  EXPECT_EQ(forced_out["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(forced_out["choices"][0]["logprobs"]["tokens"].size(), static_cast<std::size_t>(kTokens));
+  forced.erase("ignore_eos");
+  auto stopped = post("/v1/completions", forced);
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(Json::parse(stopped->body)["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(Json::parse(stopped->body)["choices"][0]["finish_reason"], "stop");
+
+  Json not_bool = chat_body(2);
+  not_bool["ignore_eos"] = "yes";
+  EXPECT_EQ(post("/v1/chat/completions", not_bool)->status, 400);
+}
+
 TEST_F(ServerTest, CompletionsSeedRepeatsAndNGivesChoices) {
   Json body = {{"model", "tiny"}, {"prompt", "Once upon a time"}, {"max_tokens", 6},
                {"temperature", 1.0}, {"seed", 42}, {"n", 2}};

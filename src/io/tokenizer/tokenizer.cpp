@@ -115,6 +115,11 @@ std::optional<TokenId> Tokenizer::eos_id() const { return impl_->eos; }
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
     : impl_(tokenizer.impl_), skip_special_tokens_(skip_special_tokens) {}
 
+std::string Tokenizer::token_bytes(TokenId id) const {
+  impl_->check_id(id);
+  return impl_->decoded[static_cast<std::size_t>(id)];
+}
+
 std::string IncrementalDetokenizer::push(TokenId id) {
   impl_->check_id(id);
   if (!impl_->decodes(id, skip_special_tokens_)) return {};

@@ -29,6 +29,9 @@ class Tokenizer {
 
   // Ids out of range throw. `skip_special_tokens` drops added tokens flagged special.
   std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = false) const;
+  // The raw bytes one id decodes to, before any UTF-8 repair: a token holding part of a
+  // multi-byte character gives that part. Ids out of range throw.
+  std::string token_bytes(TokenId id) const;
 
   // Vocabulary plus added tokens: one more than the largest id.
   std::size_t vocab_size() const;
