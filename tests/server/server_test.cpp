@@ -246,7 +246,9 @@ TEST_F(ServerTest, ChatLogprobsLeaveReasoningTokensOut) {
   const Json& content = out["choices"][0]["logprobs"]["content"];
   // Random weights rarely close </think>: then every token is reasoning and the list is empty.
   EXPECT_LE(content.size(), answer_tokens);
-  if (usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"]) EXPECT_TRUE(content.empty());
+  if (usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"]) {
+    EXPECT_TRUE(content.empty());
+  }
 }
 
 TEST_F(ServerTest, ChatTopLogprobsErrorsFollowOpenAI) {
