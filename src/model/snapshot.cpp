@@ -25,6 +25,7 @@ uint64_t fnv1a(std::span<const std::byte> bytes) {
 class Writer {
  public:
   void raw(const void* data, std::size_t size) {
+    if (size == 0) return;  // an empty vector's data() may be null
     const auto* bytes = static_cast<const std::byte*>(data);
     out_.insert(out_.end(), bytes, bytes + size);
   }
@@ -45,6 +46,7 @@ class Reader {
   explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
   void raw(void* out, std::size_t size) {
     if (size > bytes_.size() - at_) fail("snapshot: truncated (", bytes_.size(), " bytes)");
+    if (size == 0) return;  // an empty vector's data() may be null
     std::memcpy(out, bytes_.data() + at_, size);
     at_ += size;
   }

@@ -575,11 +575,20 @@ TEST(ServerLimits, FullQueueIs429) {
   std::thread running(hold);
   std::thread waiting(hold);
   engine::Engine& engine = server.server().model().engine();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::chrono::steady_clock::now() < deadline) {
+  // Generous: sanitizer builds on a loaded CI box start slowly. Without this state the third
+  // request would queue behind a whole-context generation, so it is a precondition.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool full = false;
+  while (!full && std::chrono::steady_clock::now() < deadline) {
     engine::EngineStats stats = engine.stats();
-    if (stats.running == 1 && stats.waiting == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    full = stats.running == 1 && stats.waiting == 1;
+    if (!full) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!full) {
+    release = true;
+    running.join();
+    waiting.join();
+    FAIL() << "the engine never held one running and one waiting request";
   }
   auto refused = server.client().Post("/v1/completions",
                                       Json{{"model", "tiny"}, {"prompt", {0, 5}}, {"max_tokens", 2}}.dump(),
