@@ -572,23 +572,28 @@ TEST(ServerLimits, FullQueueIs429) {
     auto client = server.client();
     client.send(request);
   };
-  std::thread running(hold);
-  std::thread waiting(hold);
   engine::Engine& engine = server.server().model().engine();
-  // Generous: sanitizer builds on a loaded CI box start slowly. Without this state the third
-  // request would queue behind a whole-context generation, so it is a precondition.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool full = false;
-  while (!full && std::chrono::steady_clock::now() < deadline) {
-    engine::EngineStats stats = engine.stats();
-    full = stats.running == 1 && stats.waiting == 1;
-    if (!full) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // One request at a time: the server refuses when the (per-step) published waiting count has
+  // reached max_waiting, so a second request sent before the first was admitted could itself be
+  // refused. Generous deadlines: sanitizer builds on a loaded CI box are slow.
+  const auto wait_for = [&](auto condition) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (condition(engine.stats())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  std::thread running(hold);
+  const bool first_runs = wait_for([](const engine::EngineStats& stats) { return stats.running == 1 && stats.waiting == 0; });
+  std::thread waiting(hold);
+  const bool full =
+      first_runs && wait_for([](const engine::EngineStats& stats) { return stats.running == 1 && stats.waiting == 1; });
   if (!full) {
     release = true;
     running.join();
     waiting.join();
-    FAIL() << "the engine never held one running and one waiting request";
+    FAIL() << "the engine never held one running and one waiting request (first admitted: " << first_runs << ")";
   }
   auto refused = server.client().Post("/v1/completions",
                                       Json{{"model", "tiny"}, {"prompt", {0, 5}}, {"max_tokens", 2}}.dump(),
