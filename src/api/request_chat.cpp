@@ -231,16 +231,9 @@ ApiRequest parse_chat_completions_request(const nlohmann::ordered_json& body) {
   }
   if (const Json* choice = fields::find(body, "tool_choice")) {
     if (choice->is_string()) {
-      const std::string& mode = choice->get_ref<const std::string&>();
-      if (mode == "none") {
-        conversation.tool_choice = ToolChoice::None;
-      } else if (mode == "auto") {
-        conversation.tool_choice = ToolChoice::Auto;
-      } else if (mode == "required") {
-        conversation.tool_choice = ToolChoice::Required;
-      } else {
-        reject("tool_choice: expected 'none', 'auto', 'required' or a named function", "tool_choice");
-      }
+      const std::optional<ToolChoice> mode = fields::tool_choice_mode(choice->get_ref<const std::string&>());
+      if (!mode) reject("tool_choice: expected 'none', 'auto', 'required' or a named function", "tool_choice");
+      conversation.tool_choice = *mode;
     } else {
       const Json& named = fields::object(*choice, "tool_choice");
       const Json& function = fields::object(fields::require(named, "function", "tool_choice."), "tool_choice.function");
@@ -289,16 +282,7 @@ ApiRequest parse_chat_completions_request(const nlohmann::ordered_json& body) {
   if (const std::optional<int64_t> n = fields::optional_integer(body, "n"); n && *n != 1) {
     reject("Invalid n value (currently only n = 1 is supported)", "n");
   }
-  if (const std::optional<double> t = fields::optional_number(body, "temperature")) {
-    fields::check_range(*t, 0, 2, "temperature");
-    options.sampling.temperature = static_cast<float>(*t);
-  }
-  if (const std::optional<double> p = fields::optional_number(body, "top_p")) {
-    fields::check_range(*p, 0, 1, "top_p");
-    // top_p 0 keeps only the best token, which the sampler expresses as greedy.
-    if (*p == 0) options.sampling.temperature = 0.0f;
-    options.sampling.top_p = *p == 0 ? 1.0f : static_cast<float>(*p);
-  }
+  fields::read_temperature_and_top_p(body, options.sampling);
   if (const std::optional<double> f = fields::optional_number(body, "frequency_penalty")) {
     fields::check_range(*f, -2, 2, "frequency_penalty");
     options.sampling.frequency_penalty = static_cast<float>(*f);

@@ -135,6 +135,25 @@ void check_parameters_schema(const Json& schema, const std::string& where) {
   }
 }
 
+void read_temperature_and_top_p(const Json& body, engine::SamplingParams& sampling) {
+  if (const std::optional<double> t = optional_number(body, "temperature")) {
+    check_range(*t, 0, 2, "temperature");
+    sampling.temperature = static_cast<float>(*t);
+  }
+  if (const std::optional<double> p = optional_number(body, "top_p")) {
+    check_range(*p, 0, 1, "top_p");
+    if (*p == 0) sampling.temperature = 0.0f;
+    sampling.top_p = *p == 0 ? 1.0f : static_cast<float>(*p);
+  }
+}
+
+std::optional<ToolChoice> tool_choice_mode(std::string_view mode) {
+  if (mode == "none") return ToolChoice::None;
+  if (mode == "auto") return ToolChoice::Auto;
+  if (mode == "required") return ToolChoice::Required;
+  return std::nullopt;
+}
+
 }  // namespace deepinfer::api::fields
 
 namespace deepinfer::api {

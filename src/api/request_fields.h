@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/conversation.h"
+#include "engine/sampling_params.h"
 
 namespace deepinfer::api::fields {
 
@@ -41,6 +42,13 @@ void check_parameters_schema(const Json& schema, const std::string& where);
 // the stack. `where` names the field.
 inline constexpr int kMaxJsonNesting = 128;
 void check_nesting(const Json& value, const std::string& where);
+
+// `temperature` in [0, 2] and `top_p` in [0, 1] into `sampling`; top_p 0 keeps only the best
+// token, which the sampler expresses as greedy.
+void read_temperature_and_top_p(const Json& body, engine::SamplingParams& sampling);
+// The string forms of tool_choice: "none", "auto", "required"; nullopt for anything else (each
+// protocol words its own refusal).
+std::optional<ToolChoice> tool_choice_mode(std::string_view mode);
 
 }  // namespace deepinfer::api::fields
 

@@ -244,15 +244,7 @@ ApiRequest parse_messages_request(const nlohmann::ordered_json& body) {
   }
   options.stream = fields::optional_bool(body, "stream").value_or(false);
   options.ignore_eos = fields::optional_bool(body, "ignore_eos").value_or(false);
-  if (const std::optional<double> t = fields::optional_number(body, "temperature")) {
-    fields::check_range(*t, 0, 2, "temperature");
-    options.sampling.temperature = static_cast<float>(*t);
-  }
-  if (const std::optional<double> p = fields::optional_number(body, "top_p")) {
-    fields::check_range(*p, 0, 1, "top_p");
-    if (*p == 0) options.sampling.temperature = 0.0f;
-    options.sampling.top_p = *p == 0 ? 1.0f : static_cast<float>(*p);
-  }
+  fields::read_temperature_and_top_p(body, options.sampling);
   if (const std::optional<int64_t> k = fields::optional_integer(body, "top_k")) {
     if (*k < 0 || *k > INT32_MAX) reject("top_k must be a non-negative integer", "top_k");
     options.sampling.top_k = static_cast<int32_t>(*k);

@@ -189,16 +189,9 @@ ApiRequest parse_responses_request(const nlohmann::ordered_json& body) {
   if (const Json* tools = fields::find(body, "tools")) add_tools(*tools, conversation.tools);
   if (const Json* choice = fields::find(body, "tool_choice")) {
     if (choice->is_string()) {
-      const std::string& mode = choice->get_ref<const std::string&>();
-      if (mode == "none") {
-        conversation.tool_choice = ToolChoice::None;
-      } else if (mode == "auto") {
-        conversation.tool_choice = ToolChoice::Auto;
-      } else if (mode == "required") {
-        conversation.tool_choice = ToolChoice::Required;
-      } else {
-        reject("tool_choice: expected 'none', 'auto', 'required' or a named tool", "tool_choice");
-      }
+      const std::optional<ToolChoice> mode = fields::tool_choice_mode(choice->get_ref<const std::string&>());
+      if (!mode) reject("tool_choice: expected 'none', 'auto', 'required' or a named tool", "tool_choice");
+      conversation.tool_choice = *mode;
     } else {
       const Json& named = fields::object(*choice, "tool_choice");
       choose_named_tool(conversation, fields::string(fields::require(named, "name", "tool_choice."), "tool_choice.name"));
@@ -220,15 +213,7 @@ ApiRequest parse_responses_request(const nlohmann::ordered_json& body) {
     if (*max_tokens <= 0) reject("max_output_tokens must be greater than zero", "max_output_tokens");
     options.max_tokens = max_tokens;
   }
-  if (const std::optional<double> t = fields::optional_number(body, "temperature")) {
-    fields::check_range(*t, 0, 2, "temperature");
-    options.sampling.temperature = static_cast<float>(*t);
-  }
-  if (const std::optional<double> p = fields::optional_number(body, "top_p")) {
-    fields::check_range(*p, 0, 1, "top_p");
-    if (*p == 0) options.sampling.temperature = 0.0f;
-    options.sampling.top_p = *p == 0 ? 1.0f : static_cast<float>(*p);
-  }
+  fields::read_temperature_and_top_p(body, options.sampling);
 
   validate_conversation(conversation);
   return request;
