@@ -20,13 +20,10 @@ Usage: python3 make_v41_golden.py --out DIR --ref-dir DIR --tokenizer FILE [--on
 import argparse
 import copy
 import hashlib
-import importlib
-import importlib.util
 import json
 import math
 import os
 import re
-import shutil
 import sys
 import time
 import traceback
@@ -35,6 +32,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools/
+import ref41_install  # noqa: E402
 from make_v4_golden import (  # noqa: E402  (shared quantisers and safetensors writer)
     dequant_fp4_bytes,
     dequant_fp8_bytes,
@@ -52,7 +51,6 @@ from make_v4_golden import (  # noqa: E402  (shared quantisers and safetensors w
 M = None  # the reference modeling module, set by install_reference()
 C = None  # the reference configuration module
 
-REF_FILES = ("__init__.py", "configuration_deepseek_v41.py", "modeling_deepseek_v41.py")
 
 # ----------------------------------------------------------------------------------------------
 # Architecture (the `text_config` of config.json). Engram sizes that depend on the tokenizer and
@@ -144,16 +142,8 @@ F32_STORED = re.compile(r"(hc_(attn|ffn)_(fn|base|scale)|attn\.attn_sink|ffn\.ga
 
 def install_reference(ref_dir):
     global M, C
-    root = importlib.util.find_spec("transformers").submodule_search_locations[0]
-    dst = os.path.join(root, "models", "deepseek_v41")
-    os.makedirs(dst, exist_ok=True)
-    digests = {}
-    for f in REF_FILES:
-        shutil.copyfile(os.path.join(ref_dir, f), os.path.join(dst, f))
-        digests[f] = hashlib.sha256(open(os.path.join(ref_dir, f), "rb").read()).hexdigest()
-    C = importlib.import_module("transformers.models.deepseek_v41.configuration_deepseek_v41")
-    M = importlib.import_module("transformers.models.deepseek_v41.modeling_deepseek_v41")
-    return {"installed_at": dst, "sha256": digests}
+    C, M, info = ref41_install.install_reference(ref_dir)
+    return info
 
 
 def load_tokenizer(path):

@@ -24,9 +24,6 @@ so their selection never drops an entry in training and only acts beyond 1024 to
 
 import argparse
 import gzip
-import hashlib
-import importlib
-import importlib.util
 import json
 import math
 import os
@@ -43,7 +40,8 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-REF_FILES = ("__init__.py", "configuration_deepseek_v41.py", "modeling_deepseek_v41.py")
+sys.path.insert(0, os.path.dirname(HERE))  # tools/
+import ref41_install  # noqa: E402
 M = C = None
 
 
@@ -52,18 +50,9 @@ def log(*a):
 
 
 def install_reference(ref_dir):
-    """As tools/golden/make_v41_golden.py: the public files become transformers.models.deepseek_v41."""
     global M, C
-    root = importlib.util.find_spec("transformers").submodule_search_locations[0]
-    dst = os.path.join(root, "models", "deepseek_v41")
-    os.makedirs(dst, exist_ok=True)
-    digests = {}
-    for f in REF_FILES:
-        shutil.copyfile(os.path.join(ref_dir, f), os.path.join(dst, f))
-        digests[f] = hashlib.sha256(open(os.path.join(ref_dir, f), "rb").read()).hexdigest()
-    C = importlib.import_module("transformers.models.deepseek_v41.configuration_deepseek_v41")
-    M = importlib.import_module("transformers.models.deepseek_v41.modeling_deepseek_v41")
-    return {"installed_at": dst, "sha256": digests}
+    C, M, info = ref41_install.install_reference(ref_dir)
+    return info
 
 
 def text_config(a):
