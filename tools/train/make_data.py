@@ -176,7 +176,7 @@ MUL_Q = ["What is {a} * {b}?", "Compute {a} x {b}.", "{a} * {b} = ?", "What is {
 def arithmetic_item(rng, core_only=False):
     """(question, reasoning, answer text, numeric answer, key) with `key` identifying the problem."""
     op = rng.choice("+-*")
-    big = (not core_only) and rng.random() < 0.3
+    big = (not core_only) and rng.random() < 0.2
     if op == "+":
         a, b = (rng.randint(10, 999), rng.randint(10, 999)) if big else (rng.randint(1, 99), rng.randint(1, 99))
         q, r, res, sym = rng.choice(ADD_Q), add_reasoning(a, b), a + b, "+"
@@ -388,7 +388,8 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every task count")
     ap.add_argument("--heldout", type=int, default=200, help="held-out arithmetic prompts")
-    ap.add_argument("--code-files", type=int, default=800)
+    ap.add_argument("--arith", type=int, default=150000, help="arithmetic examples (before --scale)")
+    ap.add_argument("--code-files", type=int, default=300)
     ap.add_argument("--code-chars", type=int, default=1800)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -404,7 +405,7 @@ def main():
         keys.add(key)
         heldout.append({"messages": [user(q)], "answer": str(val), "reasoning": r, "content": a})
 
-    train = chat_examples(rng, int(40000 * s), int(8000 * s), int(12000 * s), int(8000 * s), int(9000 * s), int(800 * s), keys)
+    train = chat_examples(rng, int(args.arith * s), int(8000 * s), int(12000 * s), int(8000 * s), int(9000 * s), int(800 * s), keys)
     test = chat_examples(random.Random(args.seed + 1), 300, 60, 100, 80, 80, 10, keys)
     # the test split's own arithmetic stays a loss measure; the proof uses heldout_arithmetic
     write_jsonl(os.path.join(args.out, "chat_train.jsonl"), [r for _, r in train])

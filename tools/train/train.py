@@ -162,6 +162,128 @@ def patch_reference_for_training(model, tc):
             layer.attn.register_forward_pre_hook(new_group, with_kwargs=True)
 
 
+def moe_forward_sorted(self, hidden_states, image_mask=None):
+    """The reference's MoE block with one host sync per call instead of two per expert: tokens are
+    sorted by expert, each expert runs on its contiguous slice, outputs are added back with
+    index_add_. Same sum per token (the order of the two routed terms may differ)."""
+    shape = hidden_states.shape
+    flat = hidden_states.reshape(-1, shape[-1])
+    _, weights, indices = self.gate(hidden_states, image_mask)
+    k = indices.shape[-1]
+    flat_idx = indices.reshape(-1)
+    order = torch.argsort(flat_idx, stable=True)
+    counts = torch.bincount(flat_idx, minlength=self.n_experts).tolist()
+    token_of = order // k
+    xs, ws = flat[token_of], weights.reshape(-1)[order].unsqueeze(-1)
+    outs, start = [], 0
+    for i, c in enumerate(counts):
+        if c:
+            outs.append(self.experts[i](xs[start : start + c], ws[start : start + c]).float())
+        start += c
+    y = torch.zeros_like(flat, dtype=torch.float32)
+    y.index_add_(0, token_of, torch.cat(outs))
+    y += self.shared_experts(flat).float()
+    return y.to(hidden_states.dtype).view(shape)
+
+
+@torch.no_grad()
+def install_sorted_moe(model, device):
+    """Swap in moe_forward_sorted if it agrees with the reference's loop on a random input."""
+    block = model.model.layers[0].ffn
+    x = torch.randn(2, 96, model.config.get_text_config().hidden_size, device=device)
+    cls = type(block)
+    want = cls.forward(block, x)
+    got = moe_forward_sorted(block, x)
+    diff = float((want - got).abs().max())
+    if diff < 1e-4:
+        cls.forward = moe_forward_sorted
+    return diff
+
+
+def fake_quant_fp8(w, block=32):
+    """FP8 e4m3 with a power-of-two scale per 32x32 block (export.py's format), on the GPU."""
+    o, i = w.shape
+    po, pi = -(-o // block) * block, -(-i // block) * block
+    b = F.pad(w, (0, pi - i, 0, po - o)).view(po // block, block, pi // block, block)
+    scale = torch.exp2(torch.ceil(torch.log2(b.abs().amax(dim=(1, 3), keepdim=True).clamp(min=2.0**-100) / 448.0)))
+    q = (b / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * scale
+    return q.view(po, pi)[:o, :i]
+
+
+E2M1 = None
+
+
+def fake_quant_fp4(w, block=32):
+    """FP4 e2m1 with a power-of-two scale per 32 columns of a row (export.py's format), on the GPU."""
+    global E2M1
+    if E2M1 is None or E2M1.device != w.device:
+        E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device=w.device)
+    o, i = w.shape
+    b = w.view(o, i // block, block)
+    scale = torch.exp2(torch.ceil(torch.log2(b.abs().amax(-1, keepdim=True).clamp(min=2.0**-100) / 6.0)))
+    x = (b / scale).clamp(-6.0, 6.0)
+    mag = E2M1[(x.abs().unsqueeze(-1) - E2M1).abs().argmin(-1)]
+    return (torch.copysign(mag, x) * scale).view(o, i)
+
+
+def install_qat(model):
+    """Quantisation-aware training: the linears export.py stores as FP8 / FP4 see their quantised
+    weights in the forward once `flag[0]` is set (straight-through gradient to the float weight)."""
+    from export import FP4_EXPERT, FP8_LINEAR
+
+    flag = [False]
+    count = 0
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        quant = fake_quant_fp4 if FP4_EXPERT.search(name + ".weight") else fake_quant_fp8 if FP8_LINEAR.search(name + ".weight") else None
+        if quant is None:
+            continue
+
+        grouped = getattr(mod, "n_groups", None)  # DeepseekV41GroupedLinear (wo_a): per-group bmm
+        if type(mod) is not torch.nn.Linear and grouped is None:
+            continue
+
+        def forward(x, mod=mod, quant=quant, grouped=grouped):
+            w = mod.weight
+            if flag[0]:
+                w = w + (quant(w.detach().float()).to(w.dtype) - w.detach())
+            if grouped is None:
+                return F.linear(x, w, mod.bias)
+            # the reference's DeepseekV41GroupedLinear.forward with the weight passed in
+            shape, hidden = x.shape[:-2], x.shape[-1]
+            wg = w.view(grouped, -1, hidden).transpose(1, 2)
+            y = torch.bmm(x.reshape(-1, grouped, hidden).transpose(0, 1), wg).transpose(0, 1)
+            return y.reshape(*shape, grouped, -1)
+
+        mod.forward = forward
+        count += 1
+    return flag, count
+
+
+@torch.no_grad()
+def qat_check(model, flag, ids, device):
+    """Max |logit diff| of the QAT forward and of the float forward against the exported weights
+    (export.quantise_state, which also rounds embed / head / norms to BF16): QAT should be closer."""
+    from export import quantise_state
+
+    model.eval()
+    x = torch.tensor(ids, device=device).view(1, -1)
+    float_logits = model(input_ids=x, use_cache=False).logits.float()
+    flag[0] = True
+    qat_logits = model(input_ids=x, use_cache=False).logits.float()
+    flag[0] = False
+    state = {k: v for k, v in model.state_dict().items() if "inv_freq" not in k}
+    backup = {k: v.detach().clone() for k, v in state.items()}
+    _, shipped, _ = quantise_state(state)
+    model.load_state_dict({k: v.to(device) for k, v in shipped.items()}, strict=False)
+    shipped_logits = model(input_ids=x, use_cache=False).logits.float()
+    model.load_state_dict(backup, strict=False)
+    model.train()
+    return {"qat_vs_shipped": float((qat_logits - shipped_logits).abs().max()),
+            "float_vs_shipped": float((float_logits - shipped_logits).abs().max())}
+
+
 def fresh_cache(tc):
     from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
@@ -289,12 +411,22 @@ def split_file(path, out_dir, prefix, part=15 * 1024 * 1024):
     return k
 
 
+def ds_name_of_big(name):
+    """The embedding and head (the two vocabulary-sized tensors), else None."""
+    return name if name in ("model.embed.weight", "lm_head.weight") else None
+
+
 def load_ckpt(resume_dir):
-    parts = sorted(f for f in os.listdir(resume_dir) if f.startswith("ckpt.pt.part-"))
+    """ckpt.pt.part-* as save_ckpt wrote them, or ckpt.pt.xz.part-* (the same bytes xz-compressed,
+    to fit the device's 64 MiB working-tree limit when carried back)."""
+    import lzma
+
+    xz = sorted(f for f in os.listdir(resume_dir) if f.startswith("ckpt.pt.xz.part-"))
+    parts = xz or sorted(f for f in os.listdir(resume_dir) if f.startswith("ckpt.pt.part-"))
+    data = b"".join(open(os.path.join(resume_dir, p), "rb").read() for p in parts)
     tmp = "/tmp/deepinfer_resume.pt"
     with open(tmp, "wb") as g:
-        for p in parts:
-            g.write(open(os.path.join(resume_dir, p), "rb").read())
+        g.write(lzma.decompress(data) if xz else data)
     return torch.load(tmp, map_location="cpu")
 
 
@@ -308,6 +440,10 @@ def main():
     ap.add_argument("--ckpt-minutes", type=float, default=2.0)
     ap.add_argument("--resume", default=None, help="folder with ckpt.pt.part-*")
     ap.add_argument("--keep-ckpt", action="store_true")
+    ap.add_argument("--keep-ckpt-lite", action="store_true",
+                    help="after an export, keep the checkpoint without embed / head (resume with --resume-big-from "
+                    "the exported folder, whose BF16 embed / head are the same bits): both fit the 64 MiB return")
+    ap.add_argument("--resume-big-from", default=None, help="model folder whose embed / head complete a lite checkpoint")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--heads", type=int, default=8)
@@ -321,6 +457,11 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.05)
     ap.add_argument("--bias-step", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--schedule-minutes", type=float, default=None,
+                    help="the cosine schedule's whole length over all calls (default: resumed time + --minutes)")
+    ap.add_argument("--qat-after", type=float, default=None,
+                    help="fraction of the schedule after which FP8/FP4 linears train on their quantised weights")
+    ap.add_argument("--profile-steps", type=int, default=0, help="profile this many steps after step 20 (log table)")
     ap.add_argument("--max-size-mb", type=float, default=44.0)
     a = ap.parse_args()
     t_start = time.time()
@@ -351,9 +492,26 @@ def main():
             ck = load_ckpt(a.resume)
             missing = model.load_state_dict({k: v.float() for k, v in ck["state"].items()}, strict=False)
             step0, elapsed0 = ck["step"], ck["elapsed"]
-            report["resumed"] = {"step": step0, "elapsed": elapsed0, "missing": list(missing.missing_keys)}
+            still = list(missing.missing_keys)
+            if a.resume_big_from:
+                from safetensors.torch import load_file
+                from export import ds_name
+
+                have = {}
+                for f in sorted(os.listdir(a.resume_big_from)):
+                    if f.endswith(".safetensors"):
+                        have.update(load_file(os.path.join(a.resume_big_from, f)))
+                extra = {k: have[ds_name(k)].float() for k in still if ds_name(k) in have}
+                model.load_state_dict(extra, strict=False)
+                still = [k for k in still if k not in extra]
+            report["resumed"] = {"step": step0, "elapsed": elapsed0, "missing": still}
+            if still:
+                raise RuntimeError(f"checkpoint lacks {still[:5]}")
             log(f"resumed at step {step0}")
         model.to(device).train()
+        report["moe_sorted_check_max_diff"] = install_sorted_moe(model, device)
+        log("sorted MoE dispatch check", report["moe_sorted_check_max_diff"])
+        qat_flag, report["qat_linears"] = install_qat(model)
         n_params = sum(p.numel() for p in model.parameters())
         report["params"] = n_params
         report["text_config"] = text
@@ -367,6 +525,8 @@ def main():
         ex = test["heldout_arith"]
         report["path_check_max_logit_diff"] = path_check(model, tc, ex[0][ex[2][0] : ex[2][1]].tolist(), device)
         log("path check", report["path_check_max_logit_diff"])
+        report["qat_check"] = qat_check(model, qat_flag, ex[0][ex[2][0] : ex[2][1]].tolist(), device)
+        log("QAT check", report["qat_check"])
 
         decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n and p.requires_grad]
         other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n) and p.requires_grad
@@ -402,8 +562,20 @@ def main():
             x = torch.from_numpy(rows_ids[cursor : cursor + a.batch]).to(device, non_blocking=True)
             m = torch.from_numpy(rows_mask[cursor : cursor + a.batch]).to(device, non_blocking=True)
             cursor += a.batch
-            total_budget = elapsed0 + budget if not a.resume else elapsed0 + budget
+            total_budget = a.schedule_minutes * 60.0 if a.schedule_minutes else elapsed0 + budget
             progress = min(elapsed / total_budget, 1.0)
+            if a.qat_after is not None and progress >= a.qat_after and not qat_flag[0]:
+                qat_flag[0] = True
+                report["qat_from_step"] = step
+                log(f"quantisation-aware training from step {step}")
+            if a.profile_steps and step - step0 == 20:
+                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+                prof.__enter__()
+            if a.profile_steps and step - step0 == 20 + a.profile_steps:
+                torch.cuda.synchronize()
+                prof.__exit__(None, None, None)
+                report["profile"] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+                log(report["profile"])
             lr = a.lr * min(1.0, (step - step0 + 1) / a.warmup) * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -458,10 +630,16 @@ def main():
             tf.add(model_dir, arcname="deepinfer-mini-v41")
         report["tar_bytes"] = os.path.getsize(tar_path)
         report["tar_parts"] = split_file(tar_path, a.out, "model.tar.part-")
+        if a.keep_ckpt_lite:
+            lite = {k: v for k, v in model.state_dict().items() if v.is_floating_point() and ds_name_of_big(k) is None}
+            torch.save({"state": {k: v.detach().to(torch.bfloat16).cpu() for k, v in lite.items()}, "step": step,
+                        "elapsed": report["train_seconds"], "text_config": text}, "/tmp/deepinfer_ckpt_lite.pt")
         if not a.keep_ckpt:
             for f in os.listdir(a.out):
                 if f.startswith("ckpt.pt.part-"):
                     os.remove(os.path.join(a.out, f))
+        if a.keep_ckpt_lite:
+            split_file("/tmp/deepinfer_ckpt_lite.pt", a.out, "ckpt.pt.part-")
         report["total_seconds"] = round(time.time() - t_start, 1)
     except Exception:  # noqa: BLE001  the log must come back whatever failed
         report["error"] = traceback.format_exc()
