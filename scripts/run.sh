@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # The main job: set up, build, then run `deepinfer` with the given arguments.
-# Without arguments it tokenizes a sample sentence with the bundled DeepSeek-V4.1 tokenizer.
+# Without arguments it serves the embedded model (assets/models/deepinfer-mini-v41) on
+# http://127.0.0.1:8000 until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
 scripts/build.sh build >&2
-if [ $# -eq 0 ]; then
-  echo "Hello, DeepSeek! 你好，世界 🙂" | build/deepinfer tokenize
-else
-  exec build/deepinfer "$@"
-fi
+[ $# -gt 0 ] || set -- serve
+exec build/deepinfer "$@"

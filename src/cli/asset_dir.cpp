@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "core/error.h"
 
 namespace deepinfer::cli {
 
@@ -18,6 +19,14 @@ std::string asset_dir() {
     if (fs::is_directory(beside)) return beside.string();
   }
   return DEEPINFER_ASSET_DIR;
+}
+
+std::string default_model_dir(const std::string& how_to_choose) {
+  std::string dir = asset_dir() + "/models/deepinfer-mini-v41";
+  if (!std::filesystem::exists(dir + "/config.json"))
+    fail("no model given and the embedded model is missing (", dir, "/config.json does not exist): pass ",
+         how_to_choose);
+  return dir;
 }
 
 }  // namespace deepinfer::cli

@@ -25,13 +25,14 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer generate --model DIR (--prompt TEXT | --ids JSON_ARRAY) [options]\n"
+    "usage: deepinfer generate [--model DIR] (--prompt TEXT | --ids JSON_ARRAY) [options]\n"
     "\n"
     "Runs the prompt through the model on the CPU, then samples up to --max-tokens tokens,\n"
     "printing the text as it is produced (ids when no tokenizer is available).\n"
     "\n"
     "options:\n"
-    "  --model DIR         checkpoint folder (config.json, *.safetensors)\n"
+    "  --model DIR         checkpoint folder (config.json, *.safetensors; default: the embedded\n"
+    "                      model, assets/models/deepinfer-mini-v41)\n"
     "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json when present)\n"
     "  --prompt TEXT       prompt text, encoded as is (no chat template)\n"
     "  --ids JSON_ARRAY    prompt token ids instead of text\n"
@@ -100,8 +101,6 @@ int run_generate(const std::vector<std::string>& argv) {
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
-    auto model_dir = args.get("--model");
-    if (!model_dir) throw UsageError{"--model is required"};
     if (args.get("--prompt").has_value() == args.get("--ids").has_value())
       throw UsageError{"give exactly one of --prompt and --ids"};
     const auto max_tokens = parse_number<int64_t>(args, "--max-tokens", 32);
@@ -115,11 +114,15 @@ int run_generate(const std::vector<std::string>& argv) {
     if (args.get("--seed")) params.seed = parse_number<uint64_t>(args, "--seed", 0);
     const uint64_t seed = params.seed.value_or(engine::draw_engine_seed());
 
+    // After every usage check, so a bad command line exits 2 even when the embedded model is missing.
+    auto given_model_dir = args.get("--model");
+    const std::string model_dir = given_model_dir ? *given_model_dir : default_model_dir();
+
     const auto load_start = Clock::now();
-    std::optional<Tokenizer> tokenizer = open_tokenizer(args, *model_dir);
+    std::optional<Tokenizer> tokenizer = open_tokenizer(args, model_dir);
     model::LoadOptions load_options;
     if (auto path = args.get("--tokenizer")) load_options.tokenizer = *path;
-    model::Model model = model::Model::load(*model_dir, load_options);
+    model::Model model = model::Model::load(model_dir, load_options);
     const int64_t vocab = model.config().vocab_size;
     engine::validate(params, vocab);
     std::vector<int32_t> ids = prompt_ids(args, tokenizer);

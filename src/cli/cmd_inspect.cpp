@@ -19,11 +19,12 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer inspect MODEL_DIR [--tensors] [--json]\n"
+    "usage: deepinfer inspect [MODEL_DIR] [--tensors] [--json]\n"
     "\n"
     "Reads MODEL_DIR's config.json and safetensors headers (no weights are loaded) and prints the\n"
     "model's description, its tensors' totals, and every tensor that is missing, mis-shaped or\n"
-    "unexpected for the architecture.\n"
+    "unexpected for the architecture. MODEL_DIR defaults to the embedded model,\n"
+    "assets/models/deepinfer-mini-v41.\n"
     "\n"
     "options:\n"
     "  --tensors   also list every tensor: stored name, canonical name, dtype, shape, bytes\n"
@@ -109,8 +110,8 @@ int run_inspect(const std::vector<std::string>& argv) {
       std::fputs(kUsage, stdout);
       return kExitOk;
     }
-    if (args.positionals().size() != 1) throw UsageError{"expected one MODEL_DIR"};
-    Report report = inspect(args.positionals().front());
+    if (args.positionals().size() > 1) throw UsageError{"expected at most one MODEL_DIR"};
+    Report report = inspect(args.positionals().empty() ? default_model_dir("MODEL_DIR") : args.positionals().front());
     if (args.has("--json")) {
       print_json(report, args.has("--tensors"));
     } else {

@@ -19,14 +19,15 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer serve --model DIR [options]\n"
+    "usage: deepinfer serve [--model DIR] [options]\n"
     "\n"
     "Serves the model over HTTP with DeepSeek's API semantics: POST /v1/chat/completions,\n"
     "/v1/completions, /v1/messages (Anthropic); GET /v1/models, /health, /metrics (Prometheus).\n"
     "SIGTERM / Ctrl-C stops taking requests, lets the running ones finish, then exits 0.\n"
     "\n"
     "options:\n"
-    "  --model DIR              checkpoint folder (config.json, *.safetensors)\n"
+    "  --model DIR              checkpoint folder (config.json, *.safetensors; default: the embedded\n"
+    "                           model, assets/models/deepinfer-mini-v41)\n"
     "  --tokenizer PATH         tokenizer.json (default: DIR/tokenizer.json, else the bundled V4.1 one)\n"
     "  --served-model-name NAME the name clients put in \"model\" (default: the folder's name)\n"
     "  --host H                 address to listen on (default 127.0.0.1)\n"
@@ -127,15 +128,6 @@ int run_serve(const std::vector<std::string>& argv) {
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
     server::ServerOptions options;
-    auto model_dir = args.get("--model");
-    if (!model_dir)
-      throw UsageError{"no model to serve: pass --model DIR (this build has no embedded default model)"};
-    options.model_dir = *model_dir;
-    if (auto tokenizer = args.get("--tokenizer")) {
-      options.tokenizer = *tokenizer;
-    } else if (!std::filesystem::exists(std::filesystem::path(*model_dir) / "tokenizer.json")) {
-      options.tokenizer = asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
-    }
     options.served_model_name = args.get("--served-model-name").value_or("");
     options.host = args.get("--host").value_or("127.0.0.1");
     options.port = static_cast<int>(parse_count(args, "--port", 8000, 0));
@@ -155,6 +147,14 @@ int run_serve(const std::vector<std::string>& argv) {
       options.api_key = env;
     }
     options.cors = args.has("--cors");
+    // After every usage check, so a bad command line exits 2 even when the embedded model is missing.
+    auto model_dir = args.get("--model");
+    options.model_dir = model_dir ? *model_dir : default_model_dir();
+    if (auto tokenizer = args.get("--tokenizer")) {
+      options.tokenizer = *tokenizer;
+    } else if (!std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json")) {
+      options.tokenizer = asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
+    }
 
     // Signals go to one waiting thread, not to whichever thread runs: block them before any
     // thread (engine, HTTP pool, compute pool) is created so every thread inherits the mask.

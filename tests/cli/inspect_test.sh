@@ -27,6 +27,6 @@ expect_eq "the missing shard is named" \
 
 expect_exit "complete checkpoint exits 0" 0 "$DEEPINFER" inspect "$golden/tiny_bf16"
 expect_exit "no such folder" 1 "$DEEPINFER" inspect /nonexistent/model
-expect_exit "no folder given" 2 "$DEEPINFER" inspect
+expect_exit "two folders given" 2 "$DEEPINFER" inspect "$golden/tiny_bf16" "$golden/tiny_fp8"
 expect_exit "--help" 0 "$DEEPINFER" inspect --help
 finish

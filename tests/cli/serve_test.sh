@@ -4,8 +4,6 @@ source "$(dirname "$0")/lib.sh"
 golden="$DEEPINFER_TEST_DATA_DIR/golden"
 log="${TMPDIR:-/tmp}/deepinfer_serve_test.$$"
 
-expect_exit "no --model names the option" 2 "$DEEPINFER" serve
-expect_eq "error names --model" "$("$DEEPINFER" serve 2>&1 | head -1 | grep -c -- 'pass --model DIR')" "1"
 expect_exit "bad port" 2 "$DEEPINFER" serve --model "$golden/v41/tiny_fp8" --port many
 expect_exit "not a model folder" 1 "$DEEPINFER" serve --model /nonexistent --port 0
 
