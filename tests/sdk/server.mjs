@@ -24,9 +24,10 @@ export async function requirePackages(...names) {
   }
 }
 
-export async function startServer(extraArgs = [], extraEnv = {}) {
+// `model` and `name` default to the random-weights test model; the embedded-model test passes its own.
+export async function startServer(extraArgs = [], extraEnv = {}, { model = modelDir, name = modelName } = {}) {
   const binary = process.env.DEEPINFER ?? path.join(repoRoot, 'build/deepinfer');
-  const args = ['serve', '--model', modelDir, '--served-model-name', modelName, '--port', '0',
+  const args = ['serve', '--model', model, '--served-model-name', name, '--port', '0',
                 '--cache-memory', '64M', '--threads', '2', ...extraArgs];
   const child = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...extraEnv } });
   let stderr = '';
