@@ -20,4 +20,6 @@ std::string asset_dir() {
   return DEEPINFER_ASSET_DIR;
 }
 
+std::string default_model_dir() { return asset_dir() + "/models/deepinfer-mini-v41"; }
+
 }  // namespace deepinfer::cli

@@ -17,10 +17,14 @@ int run_inspect(const std::vector<std::string>& args);
 int run_generate(const std::vector<std::string>& args);
 int run_serve(const std::vector<std::string>& args);
 int run_render(const std::vector<std::string>& args);
+int run_perplexity(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 
 // The bundled assets folder: $DEEPINFER_ASSET_DIR, else the source tree's assets/ this binary was
 // built from, else ../assets next to the executable.
 std::string asset_dir();
+
+// The embedded model folder: asset_dir() + "/models/deepinfer-mini-v41".
+std::string default_model_dir();
 
 }  // namespace deepinfer::cli
