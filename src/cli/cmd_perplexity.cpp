@@ -132,14 +132,14 @@ double next_token_nll(const float* row, int64_t vocab, int32_t target) {
 // Each sequence first takes its whole untargeted prefix (no logits), then kChunkTokens at a time;
 // the last id is never fed (it predicts nothing). forward_batch's logits do not depend on the batch
 // or the chunking, and each sum is added in position order, so the sums do not depend on either.
-std::vector<double> score_group(const model::Model& model, std::span<const Example> group) {
+// `logits` is scratch kept across calls: it only grows, so its pages are zeroed once.
+std::vector<double> score_group(const model::Model& model, std::span<const Example> group, std::vector<float>& logits) {
   const int64_t vocab = model.vocab_size();
   std::vector<model::SequenceState> sequences;
   sequences.reserve(group.size());
   for (std::size_t i = 0; i < group.size(); ++i) sequences.push_back(model.new_sequence());
   std::vector<std::size_t> fed(group.size(), 0);
   std::vector<double> sums(group.size(), 0.0);
-  std::vector<float> logits;
   std::vector<double> row_nll;
   while (true) {
     std::vector<model::BatchItem> items;
@@ -160,7 +160,7 @@ std::vector<double> score_group(const model::Model& model, std::span<const Examp
       item_example.push_back(e);
     }
     if (items.empty()) break;
-    logits.resize(static_cast<std::size_t>(rows * vocab));
+    if (logits.size() < static_cast<std::size_t>(rows * vocab)) logits.resize(static_cast<std::size_t>(rows * vocab));
     std::vector<int32_t> targets;
     int64_t row = 0;
     for (std::size_t k = 0; k < items.size(); ++k) {
@@ -237,9 +237,10 @@ int run_perplexity(const std::vector<std::string>& argv) {
     double total = 0.0;
     int64_t targets = 0;
     const bool progress = isatty(STDERR_FILENO) != 0;
+    std::vector<float> logits;
     for (std::size_t begin = 0; begin < examples.size(); begin += static_cast<std::size_t>(batch)) {
       const auto group = std::span(examples).subspan(begin, std::min(examples.size() - begin, static_cast<std::size_t>(batch)));
-      for (const double sum : score_group(model, group)) total += sum;
+      for (const double sum : score_group(model, group, logits)) total += sum;
       for (const Example& example : group) targets += static_cast<int64_t>(example.ids.size() - example.first_target);
       if (progress && std::chrono::duration<double>(Clock::now() - start).count() > 2.0)
         std::fprintf(stderr, "\r[%zu / %zu examples]", begin + group.size(), examples.size());
