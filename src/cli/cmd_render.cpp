@@ -1,7 +1,6 @@
 // `deepinfer render`: Chat Completions request bodies -> the exact prompt text and token ids the
 // server would run (the same parse_chat_completions_request, render_prompt and PromptEncoder), so
 // that training data and serving agree byte for byte (tools/train/).
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -10,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/prompt_markers.h"
 #include "api/prompt_renderer.h"
 #include "api/prompt_tokens.h"
 #include "api/request.h"
+#include "api/training_render.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -68,76 +67,28 @@ nlohmann::ordered_json parse_json(const std::string& line, const std::string& wh
   return body;
 }
 
-api::Conversation parse_body(const nlohmann::ordered_json& body, const std::string& where) {
-  try {
-    return api::parse_chat_completions_request(body).conversation;
-  } catch (const Error& e) {
-    fail(where, ": ", e.what());
-  }
-}
-
-// --train: the request without its answer must be one the server accepts. The answer itself is
-// parsed by the same adapter; a tool-calling answer gets placeholder results after it only so that
-// the adapter's "calls need results" rule passes (they are not rendered).
-api::Conversation parse_training_body(const nlohmann::ordered_json& body, const std::string& where) {
-  const auto messages = body.find("messages");
-  if (messages == body.end() || !messages->is_array() || messages->empty() ||
-      !messages->back().is_object() || messages->back().value("role", "") != "assistant")
-    fail(where, ": --train needs the last message to be the assistant answer");
-  nlohmann::ordered_json asked_body = body;
-  asked_body["messages"].erase(asked_body["messages"].size() - 1);
-  api::Conversation conversation = parse_body(asked_body, where);
-  nlohmann::ordered_json answered = body;
-  if (const auto calls = messages->back().find("tool_calls"); calls != messages->back().end() && calls->is_array())
-    for (const auto& call : *calls)
-      answered["messages"].push_back({{"role", "tool"}, {"tool_call_id", call.value("id", "")}, {"content", ""}});
-  const api::Conversation full = parse_body(answered, where);
-  conversation.messages.push_back(full.messages.at(conversation.messages.size()));
-  return conversation;
-}
-
 nlohmann::ordered_json render_line(const api::PromptEncoder& encoder, api::PromptFormat format,
                                    const std::string& line, const std::string& where, bool train) {
   const nlohmann::ordered_json body = parse_json(line, where);
-  const api::Conversation conversation = train ? parse_training_body(body, where) : parse_body(body, where);
   nlohmann::ordered_json out;
-  if (!train) {
-    const api::RenderedPrompt prompt = api::render_prompt(conversation, format);
-    out["text"] = prompt.text();
-    out["ids"] = encoder.encode(prompt);
-    out["output_start"] = output_start_name(prompt.output_start);
+  if (train) {
+    const api::TrainingRender rendered = api::render_training(encoder, format, body, where);
+    out["text"] = rendered.text;
+    out["ids"] = rendered.ids;
+    out["output_start"] = output_start_name(rendered.output_start);
+    out["answer_start"] = rendered.answer_start;
     return out;
   }
-  const auto& messages = conversation.messages;
-  if (messages.empty() || messages.back().role != api::Role::Assistant || messages.back().prefix)
-    fail(where, ": --train needs the last message to be the assistant answer (not a prefix)");
-  api::Conversation asked = conversation;
-  asked.messages.pop_back();
-  const api::RenderedPrompt prompt = api::render_prompt(asked, format);
-  // A conversation ending in an assistant turn renders that turn, then the next turn's generation
-  // opener (`<｜Assistant｜><think>`): the answer ends at the first end-of-sentence marker after
-  // the prompt's pieces, and nothing after it is trained on.
-  api::RenderedPrompt full = api::render_prompt(conversation, format);
-  for (std::size_t i = prompt.pieces.size() > 0 ? prompt.pieces.size() - 1 : 0; i < full.pieces.size(); ++i) {
-    if (full.pieces[i].is_marker && full.pieces[i].text == api::markers::kEos) {
-      full.pieces.resize(i + 1);
-      break;
-    }
+  api::Conversation conversation;
+  try {
+    conversation = api::parse_chat_completions_request(body).conversation;
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
   }
-  const std::vector<TokenId> full_ids = encoder.encode(full);
-  const std::vector<TokenId> prompt_ids = encoder.encode(prompt);
-  const std::string full_text = full.text();
-  const std::string prompt_text = prompt.text();
-  const bool ids_prefix = prompt_ids.size() < full_ids.size() &&
-                          std::equal(prompt_ids.begin(), prompt_ids.end(), full_ids.begin());
-  if (!ids_prefix || full_text.compare(0, prompt_text.size(), prompt_text) != 0)
-    fail(where, ": the answer rendered as history does not continue the served prompt (prompt ends ",
-         utf8_json(prompt_text.substr(prompt_text.size() > 40 ? prompt_text.size() - 40 : 0)),
-         "); such a line cannot be trained on");
-  out["text"] = full_text;
-  out["ids"] = full_ids;
+  const api::RenderedPrompt prompt = api::render_prompt(conversation, format);
+  out["text"] = prompt.text();
+  out["ids"] = encoder.encode(prompt);
   out["output_start"] = output_start_name(prompt.output_start);
-  out["answer_start"] = prompt_ids.size();
   return out;
 }
 

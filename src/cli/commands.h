@@ -17,6 +17,7 @@ int run_inspect(const std::vector<std::string>& args);
 int run_generate(const std::vector<std::string>& args);
 int run_serve(const std::vector<std::string>& args);
 int run_render(const std::vector<std::string>& args);
+int run_perplexity(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 
 // The bundled assets folder: $DEEPINFER_ASSET_DIR, else the source tree's assets/ this binary was

@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
     {"generate", "run one prompt through a model on the CPU and print the continuation", deepinfer::cli::run_generate},
     {"serve", "serve a model over HTTP (OpenAI / DeepSeek / Anthropic APIs)", deepinfer::cli::run_serve},
     {"render", "Chat Completions requests -> the served prompt text and ids (training data)", deepinfer::cli::run_render},
+    {"perplexity", "mean NLL and perplexity of a model over a JSONL file (train.py's evaluation)", deepinfer::cli::run_perplexity},
     {"bench", "benchmark a running OpenAI-compatible server: TTFT, TPOT, ITL, throughput", deepinfer::cli::run_bench},
 };
 

@@ -1,0 +1,273 @@
+// `deepinfer perplexity`: the mean next-token NLL (and its exp) of a model over a JSONL file of
+// examples, with the definition of tools/train/train.py's `evaluate`, so the engine's figure and
+// the training script's can be compared directly: per example, from position 0, the NLL of each
+// target token given everything before it; summed over every target token of the file and divided
+// by their count.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/prompt_tokens.h"
+#include "api/training_render.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/tokenizer/tokenizer.h"
+#include "model/model.h"
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deepinfer perplexity --file FILE [--model DIR] [options]\n"
+    "\n"
+    "Scores a JSONL file of examples with the model and prints the mean negative log-likelihood\n"
+    "of their target tokens and the perplexity exp(mean NLL), as tools/train/train.py evaluates:\n"
+    "each example is run from position 0 (truncated to --ctx tokens), and every target token's\n"
+    "NLL given all the tokens before it is summed over the file and divided by the target count.\n"
+    "\n"
+    "Each line is one example, by its JSON type:\n"
+    "  a string   raw text: ids = BOS + its tokens (as `deepinfer tokenize --add-bos`);\n"
+    "             every token after BOS is a target\n"
+    "  an object  a Chat Completions request body whose LAST message is the assistant answer, as\n"
+    "             `deepinfer render --train` takes it: the targets are the answer's ids\n"
+    "             (reasoning, answer or tool calls, end-of-sentence) after the served prompt\n"
+    "\n"
+    "options:\n"
+    "  --file FILE       the examples (- = stdin); required\n"
+    "  --model DIR       checkpoint folder (default: the embedded deepinfer-mini-v41)\n"
+    "  --tokenizer PATH  tokenizer.json (default: DIR/tokenizer.json)\n"
+    "  --ctx N           tokens of each example scored, from its start (default 1024)\n"
+    "  --batch N         examples run together in one batched forward pass (default 8); the\n"
+    "                    figures do not depend on it\n"
+    "  --threads N       compute threads (default: all cores; also DEEPINFER_THREADS)\n"
+    "  --json            print one JSON object: file, examples, tokens (targets scored),\n"
+    "                    mean_nll, perplexity, seconds\n"
+    "\n"
+    "exit codes: 0 done, 1 bad model, tokenizer or example (the line is named), 2 bad command line\n";
+
+// Tokens each sequence advances per batched forward call once its targets begin: bounds the
+// logits buffer to batch * kChunkTokens rows of the vocabulary.
+constexpr int64_t kChunkTokens = 32;
+
+struct Example {
+  std::vector<int32_t> ids;     // truncated to --ctx
+  std::size_t first_target = 1; // ids[first_target:] are scored; >= 1 (position 0 has no context)
+};
+
+int64_t parse_count(const Args& args, const std::string& option, int64_t fallback, int64_t minimum) {
+  const auto text = args.get(option);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text->size() || value < minimum)
+    throw UsageError{option + " expects an integer >= " + std::to_string(minimum) + ", got '" + *text + "'"};
+  return value;
+}
+
+Example parse_example(const std::string& line, const std::string& where, const api::PromptEncoder& encoder,
+                      api::PromptFormat format, int64_t ctx, int64_t vocab) {
+  const nlohmann::ordered_json value = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+  Example example;
+  if (value.is_string()) {
+    const auto bos = encoder.tokenizer().bos_id();
+    if (!bos) fail(where, ": a text example needs a tokenizer with a BOS token");
+    example.ids.push_back(*bos);
+    const auto encoded = encoder.tokenizer().encode(value.get<std::string>());
+    example.ids.insert(example.ids.end(), encoded.begin(), encoded.end());
+  } else if (value.is_object()) {
+    api::TrainingRender rendered = api::render_training(encoder, format, value, where);
+    example.ids = std::move(rendered.ids);
+    example.first_target = rendered.answer_start;
+  } else {
+    fail(where, value.is_discarded() ? ": not valid JSON" : ": expected a JSON string (text) or object",
+         " (a string of text, or a Chat Completions body whose last message is the assistant answer)");
+  }
+  if (static_cast<int64_t>(example.ids.size()) > ctx) example.ids.resize(static_cast<std::size_t>(ctx));
+  if (example.first_target >= example.ids.size())
+    fail(where, ": no target token to score", value.is_string() ? " (empty text)" : "",
+         static_cast<int64_t>(example.ids.size()) == ctx ? " within the first --ctx tokens" : "");
+  for (const int32_t id : example.ids)
+    if (id < 0 || id >= vocab) fail(where, ": token id ", id, " is outside the model's vocabulary (", vocab, ")");
+  return example;
+}
+
+std::vector<Example> read_examples(std::istream& in, const std::string& source, const api::PromptEncoder& encoder,
+                                   api::PromptFormat format, int64_t ctx, int64_t vocab) {
+  std::vector<Example> examples;
+  std::string line;
+  for (std::size_t number = 1; std::getline(in, line); ++number)
+    examples.push_back(parse_example(line, source + " line " + std::to_string(number), encoder, format, ctx, vocab));
+  if (in.bad()) fail(source, ": read error");
+  if (examples.empty()) fail(source, ": no examples (the file is empty)");
+  return examples;
+}
+
+// -log softmax(row)[target], the log-sum-exp taken around the row's maximum and summed in double.
+double next_token_nll(const float* row, int64_t vocab, int32_t target) {
+  const float max = *std::max_element(row, row + vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
+  return static_cast<double>(max) + std::log(sum) - static_cast<double>(row[target]);
+}
+
+// Runs `group` through the model together and returns each example's NLL summed over its targets.
+// Each sequence first takes its whole untargeted prefix (no logits), then kChunkTokens at a time;
+// the last id is never fed (it predicts nothing). forward_batch's logits do not depend on the batch
+// or the chunking, and each sum is added in position order, so the sums do not depend on either.
+// `logits` is scratch kept across calls: it only grows, so its pages are zeroed once.
+std::vector<double> score_group(const model::Model& model, std::span<const Example> group, std::vector<float>& logits) {
+  const int64_t vocab = model.vocab_size();
+  std::vector<model::SequenceState> sequences;
+  sequences.reserve(group.size());
+  for (std::size_t i = 0; i < group.size(); ++i) sequences.push_back(model.new_sequence());
+  std::vector<std::size_t> fed(group.size(), 0);
+  std::vector<double> sums(group.size(), 0.0);
+  std::vector<double> row_nll;
+  while (true) {
+    std::vector<model::BatchItem> items;
+    std::vector<std::size_t> item_example;
+    int64_t rows = 0;
+    for (std::size_t e = 0; e < group.size(); ++e) {
+      const std::size_t stop = group[e].ids.size() - 1;
+      if (fed[e] >= stop) continue;
+      const std::size_t untargeted = group[e].first_target - 1;  // positions whose logits nobody reads
+      const bool prefix = fed[e] < untargeted;
+      const std::size_t end = prefix ? untargeted : std::min(stop, fed[e] + static_cast<std::size_t>(kChunkTokens));
+      model::BatchItem item;
+      item.sequence = &sequences[e];
+      item.tokens = std::span(group[e].ids).subspan(fed[e], end - fed[e]);
+      item.rows = prefix ? model::LogitRows::None : model::LogitRows::All;
+      if (!prefix) rows += static_cast<int64_t>(end - fed[e]);
+      items.push_back(item);
+      item_example.push_back(e);
+    }
+    if (items.empty()) break;
+    if (logits.size() < static_cast<std::size_t>(rows * vocab)) logits.resize(static_cast<std::size_t>(rows * vocab));
+    std::vector<int32_t> targets;
+    int64_t row = 0;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      if (items[k].rows != model::LogitRows::All) continue;
+      const int64_t count = static_cast<int64_t>(items[k].tokens.size());
+      items[k].logits = std::span(logits).subspan(static_cast<std::size_t>(row * vocab), static_cast<std::size_t>(count * vocab));
+      const auto& ids = group[item_example[k]].ids;
+      const std::size_t start = fed[item_example[k]];
+      targets.insert(targets.end(), ids.begin() + static_cast<std::ptrdiff_t>(start + 1),
+                     ids.begin() + static_cast<std::ptrdiff_t>(start + 1 + static_cast<std::size_t>(count)));
+      row += count;
+    }
+    model.forward_batch(items);
+    row_nll.assign(static_cast<std::size_t>(rows), 0.0);
+    default_thread_pool().parallel_for(rows, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        row_nll[static_cast<std::size_t>(r)] =
+            next_token_nll(logits.data() + r * vocab, vocab, targets[static_cast<std::size_t>(r)]);
+    });
+    row = 0;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      const std::size_t e = item_example[k];
+      if (items[k].rows == model::LogitRows::All)
+        for (std::size_t t = 0; t < items[k].tokens.size(); ++t) sums[e] += row_nll[static_cast<std::size_t>(row++)];
+      fed[e] += items[k].tokens.size();
+    }
+  }
+  return sums;
+}
+
+}  // namespace
+
+int run_perplexity(const std::vector<std::string>& argv) {
+  using Clock = std::chrono::steady_clock;
+  try {
+    Args args(argv, {"--help", "--json"}, {"--model", "--tokenizer", "--file", "--ctx", "--batch", "--threads"});
+    if (args.has("--help")) {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    }
+    if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
+    const auto file_name = args.get("--file");
+    if (!file_name) throw UsageError{"--file is required (- reads stdin)"};
+    const int64_t ctx = parse_count(args, "--ctx", 1024, 2);
+    const int64_t batch = parse_count(args, "--batch", 8, 1);
+    if (args.get("--threads"))
+      setenv("DEEPINFER_THREADS", std::to_string(parse_count(args, "--threads", 1, 1)).c_str(), 1);
+    const auto model_arg = args.get("--model");
+    const std::string model_dir = model_arg ? *model_arg : default_model_dir();
+
+    const auto start = Clock::now();
+    if (!std::filesystem::is_directory(model_dir)) fail(model_dir, ": no such model folder (pass --model DIR)");
+    const std::string tokenizer_path = args.get("--tokenizer").value_or(model_dir + "/tokenizer.json");
+    if (!args.get("--tokenizer") && !std::filesystem::exists(tokenizer_path))
+      fail(model_dir, ": no tokenizer.json in the model folder; pass --tokenizer");
+    model::LoadOptions load_options;
+    load_options.tokenizer = tokenizer_path;
+    const model::Model model = model::Model::load(model_dir, load_options);
+    const api::PromptFormat format =
+        model.config().family == ModelFamily::V41 ? api::PromptFormat::V41 : api::PromptFormat::V4;
+    const api::PromptEncoder encoder(Tokenizer::from_file(tokenizer_path), format);
+
+    std::ifstream file;
+    const bool from_stdin = *file_name == "-";
+    if (!from_stdin) {
+      file.open(*file_name, std::ios::binary);
+      if (!file) fail(*file_name, ": cannot open");
+    }
+    const std::string source = from_stdin ? std::string("stdin") : *file_name;
+    const std::vector<Example> examples =
+        read_examples(from_stdin ? std::cin : static_cast<std::istream&>(file), source, encoder, format, ctx,
+                      model.vocab_size());
+
+    // Summed in file order whatever the batch, so the mean is the same to the bit.
+    double total = 0.0;
+    int64_t targets = 0;
+    const bool progress = isatty(STDERR_FILENO) != 0;
+    std::vector<float> logits;
+    for (std::size_t begin = 0; begin < examples.size(); begin += static_cast<std::size_t>(batch)) {
+      const auto group = std::span(examples).subspan(begin, std::min(examples.size() - begin, static_cast<std::size_t>(batch)));
+      for (const double sum : score_group(model, group, logits)) total += sum;
+      for (const Example& example : group) targets += static_cast<int64_t>(example.ids.size() - example.first_target);
+      if (progress && std::chrono::duration<double>(Clock::now() - start).count() > 2.0)
+        std::fprintf(stderr, "\r[%zu / %zu examples]", begin + group.size(), examples.size());
+    }
+    if (progress && std::chrono::duration<double>(Clock::now() - start).count() > 2.0) std::fputs("\n", stderr);
+    const double mean_nll = total / static_cast<double>(targets);
+    const double perplexity = std::exp(mean_nll);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+    if (args.has("--json")) {
+      const nlohmann::ordered_json out = {{"file", source},          {"examples", examples.size()},
+                                          {"tokens", targets},        {"mean_nll", mean_nll},
+                                          {"perplexity", perplexity}, {"seconds", seconds}};
+      std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    } else {
+      std::printf("%s: %zu examples, %lld target tokens, mean NLL %.4f, perplexity %.4f\n", source.c_str(),
+                  examples.size(), static_cast<long long>(targets), mean_nll, perplexity);
+    }
+    return kExitOk;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "deepinfer perplexity: %s\n\n%s", e.message.c_str(), kUsage);
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer perplexity: %s\n", e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace deepinfer::cli
