@@ -173,10 +173,10 @@ SUB_Q = ["What is {a} - {b}?", "Compute {a} - {b}.", "{a} - {b} = ?", "What is {
 MUL_Q = ["What is {a} * {b}?", "Compute {a} x {b}.", "{a} * {b} = ?", "What is {a} times {b}?", "Multiply {a} by {b}."]
 
 
-def arithmetic_item(rng, core_only=False):
+def arithmetic_item(rng, core_only=False, big_share=0.2):
     """(question, reasoning, answer text, numeric answer, key) with `key` identifying the problem."""
     op = rng.choice("+-*")
-    big = (not core_only) and rng.random() < 0.2
+    big = (not core_only) and rng.random() < big_share
     if op == "+":
         a, b = (rng.randint(10, 999), rng.randint(10, 999)) if big else (rng.randint(1, 99), rng.randint(1, 99))
         q, r, res, sym = rng.choice(ADD_Q), add_reasoning(a, b), a + b, "+"
@@ -322,11 +322,11 @@ GREETINGS = [
 ]
 
 
-def chat_examples(rng, n_arith, n_units, n_strings, n_json, n_tools, n_greet, heldout_keys):
+def chat_examples(rng, n_arith, n_units, n_strings, n_json, n_tools, n_greet, heldout_keys, big_share=0.2):
     out = []
     for _ in range(n_arith):
         while True:
-            q, r, a, _, key = arithmetic_item(rng)
+            q, r, a, _, key = arithmetic_item(rng, big_share=big_share)
             if key not in heldout_keys:
                 break
         think = rng.random() < 0.8
@@ -389,6 +389,7 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every task count")
     ap.add_argument("--heldout", type=int, default=200, help="held-out arithmetic prompts")
     ap.add_argument("--arith", type=int, default=150000, help="arithmetic examples (before --scale)")
+    ap.add_argument("--big-share", type=float, default=0.2, help="share of 3-digit arithmetic problems")
     ap.add_argument("--code-files", type=int, default=300)
     ap.add_argument("--code-chars", type=int, default=1800)
     args = ap.parse_args()
@@ -405,8 +406,8 @@ def main():
         keys.add(key)
         heldout.append({"messages": [user(q)], "answer": str(val), "reasoning": r, "content": a})
 
-    train = chat_examples(rng, int(args.arith * s), int(8000 * s), int(12000 * s), int(8000 * s), int(9000 * s), int(800 * s), keys)
-    test = chat_examples(random.Random(args.seed + 1), 300, 60, 100, 80, 80, 10, keys)
+    train = chat_examples(rng, int(args.arith * s), int(8000 * s), int(12000 * s), int(8000 * s), int(9000 * s), int(800 * s), keys, args.big_share)
+    test = chat_examples(random.Random(args.seed + 1), 300, 60, 100, 80, 80, 10, keys, args.big_share)
     # the test split's own arithmetic stays a loss measure; the proof uses heldout_arithmetic
     write_jsonl(os.path.join(args.out, "chat_train.jsonl"), [r for _, r in train])
     write_jsonl(os.path.join(args.out, "chat_test.jsonl"), [r for _, r in test])
