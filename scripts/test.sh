@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test: the release build's suites, the unit suites again under ASan+UBSan, and each fuzz
-# target for a bounded time. Fails when anything fails. FUZZ_SECONDS sets the per-target time.
+# Every test: the release build's suites, then one clang ASan+UBSan build that runs the unit suites
+# again and each fuzz target for a bounded time. Fails when anything fails. FUZZ_SECONDS sets the
+# per-target time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,16 +12,18 @@ echo "== release build and tests"
 scripts/build.sh build
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+# One clang build serves the sanitizer stage's two halves: the unit suites and the fuzz targets
+# (DEEPINFER_FUZZ adds libFuzzer's coverage to every object; only fuzz/ links libFuzzer's main).
+echo "== sanitizer build (clang, ASan+UBSan, -O1): unit tests and fuzz targets"
+scripts/build.sh build-san -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 \
+  -DDEEPINFER_SANITIZE=address,undefined -DDEEPINFER_FUZZ=ON -DDEEPINFER_BENCH=OFF
+
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DDEEPINFER_SANITIZE=address,undefined \
-  -DDEEPINFER_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-san --output-on-failure -j "$jobs" -L unit
 
 echo "== fuzz targets, ${fuzz_seconds}s each"
-scripts/build.sh build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=OFF -DDEEPINFER_BENCH=OFF \
-  -DDEEPINFER_SANITIZE=address,undefined,fuzzer-no-link
-for target in build-fuzz/fuzz/fuzz_*; do
+for target in build-san/fuzz/fuzz_*; do
   [ -x "$target" ] || continue
   name=$(basename "$target")
   work=$(mktemp -d)

@@ -270,6 +270,7 @@ TEST(TokenizerBpeTest, LoadingRejectsWhatItCannotReproduce) {
   EXPECT_THROW(Tokenizer::from_json(bad_merge.dump()), Error);
   EXPECT_THROW(Tokenizer::from_json("{not json"), Error);
   EXPECT_THROW(Tokenizer::from_json("[]"), Error);
+  EXPECT_THROW(Tokenizer::from_json(R"({"version": 1e400})"), Error);  // nlohmann's out_of_range
 
   json empty_sequence = tiny_tokenizer({});
   empty_sequence["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};

@@ -104,6 +104,8 @@ json parse_tokenizer_json(std::string_view text, std::string_view origin, LargeM
     return json::parse(text, capture);
   } catch (const json::parse_error& e) {
     fail(origin, ": invalid JSON at byte ", e.byte, ": ", e.what());
+  } catch (const json::exception& e) {  // out_of_range for numbers beyond double, e.g. 1e400
+    fail(origin, ": invalid JSON: ", e.what());
   }
 }
 
