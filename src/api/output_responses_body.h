@@ -1,8 +1,12 @@
 #pragma once
-// OpenAI Responses API (POST /responses) non-streaming body as the recipe writes it
-// (docs/recipe.md §3.2). Streaming Responses events are not written yet.
+// OpenAI Responses API (POST /responses) wire objects as the recipe writes them (docs/recipe.md
+// §3.2): the response object, its output items and usage. The non-streaming body is built here;
+// the stream (chunk_responses.h) builds its events from the same pieces, so a streamed answer's
+// final response equals the body.
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "api/output_collector.h"
 #include "api/sse_format.h"
@@ -18,6 +22,24 @@ struct ResponsesFormat {
   bool reasoning_tokens = true;
 };
 
+// "<prefix>_<id>_<position>": the id of the output item at `position` (rs, msg, fc, call).
+std::string responses_item_id(const ResponsesFormat& format, std::string_view prefix, std::size_t position);
+
+// Content parts.
+WireJson responses_reasoning_text(const std::string& text);
+WireJson responses_output_text(const std::string& text);
+// Output items; `status` is in_progress while streamed, then completed. `content` is an array of
+// parts (empty while the item has only been added).
+WireJson responses_reasoning_item(const std::string& id, std::string_view status, WireJson content);
+WireJson responses_message_item(const std::string& id, std::string_view status, WireJson content);
+WireJson responses_function_call_item(const std::string& id, std::string_view status, const std::string& call_id,
+                                      const std::string& name, const std::string& arguments);
+
+// The response object around `output`: in progress (no finish yet: status in_progress, usage
+// null), or completed / incomplete (max_output_tokens) with the usage of `finish`.
+WireJson responses_object(const ResponsesFormat& format, WireJson output, const StreamFinish* finish);
+
+// The non-streaming body; `output` must be complete.
 WireJson responses_body(const ResponsesFormat& format, const CollectedOutput& output);
 
 }  // namespace deepinfer::api

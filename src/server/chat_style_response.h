@@ -1,7 +1,7 @@
 #pragma once
-// The response loop Chat Completions and Anthropic Messages share: run the request in the engine,
-// decode the answer with the output parser, and either stream each event as SSE frames or gather
-// the answer into one body. A matched stop string ends the request in the engine at once.
+// The response loop Chat Completions, Anthropic Messages and Responses share: run the request in
+// the engine, decode the answer with the output parser, and either stream each event as SSE frames
+// or gather the answer into one body. A matched stop string ends the request in the engine at once.
 #include <functional>
 #include <string>
 #include <vector>

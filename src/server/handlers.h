@@ -14,6 +14,9 @@ void handle_chat_completions(const HandlerContext& context, const httplib::Reque
 // POST /v1/messages (Anthropic Messages, recipe §3.3).
 void handle_messages(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
                      Clock::time_point arrival);
+// POST /v1/responses (OpenAI Responses, recipe §3.2): a body, or the typed response.* events.
+void handle_responses(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                      Clock::time_point arrival);
 // POST /v1/completions (legacy Completions: raw prompt text or token ids, logprobs, echo, n).
 void handle_completions(const HandlerContext& context, const httplib::Request& request,
                         httplib::Response& response, Clock::time_point arrival);

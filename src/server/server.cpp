@@ -16,7 +16,8 @@ namespace {
 using Handler = void (*)(const HandlerContext&, const httplib::Request&, httplib::Response&, Clock::time_point);
 
 bool needs_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/chat/completions" ||
-                                                 path == "/completions" || path == "/messages" || path == "/models"; }
+                                                 path == "/completions" || path == "/messages" || path == "/responses" ||
+                                                 path == "/models"; }
 
 bool key_matches(const httplib::Request& request, const std::string& key) {
   const std::string bearer = request.get_header_value("Authorization");
@@ -103,6 +104,7 @@ void Server::install_routes() {
     http.Post(prefix + "/chat/completions", generation_route("/v1/chat/completions", handle_chat_completions));
     http.Post(prefix + "/completions", generation_route("/v1/completions", handle_completions));
     http.Post(prefix + "/messages", generation_route("/v1/messages", handle_messages));
+    http.Post(prefix + "/responses", generation_route("/v1/responses", handle_responses));
     http.Get(prefix + "/models", [this](const httplib::Request&, httplib::Response& response) {
       nlohmann::ordered_json model = {{"id", model_->name()},
                                       {"object", "model"},

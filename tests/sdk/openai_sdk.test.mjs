@@ -1,6 +1,8 @@
 // The official `openai` npm SDK against `deepinfer serve`: chat (with and without streaming),
-// a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids, and
-// the SDK's typed errors. Random weights: the checks are protocol and invariants, not content.
+// a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids, the
+// SDK's typed errors, and the Responses API (create with and without streaming, the SDK's
+// responses.stream accumulator, a function_call history, errors). Random weights: the checks are
+// protocol and invariants, not content.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { modelName, requirePackages, startServer } from './server.mjs';
@@ -254,4 +256,102 @@ test('errors arrive as the SDK\'s typed errors', async () => {
     client.chat.completions.create({ model: modelName, messages: user('hi'), max_tokens: 1, tools: [weatherTool],
                                      tool_choice: 'required' }),
     (error) => error instanceof OpenAI.BadRequestError && /[Tt]hinking mode/.test(error.message));
+});
+
+// The Responses API: `responses.create` with and without `stream: true`, and `responses.stream`,
+// whose accumulator throws on any event that does not fit its snapshot.
+const responsesRequest = { model: modelName, input: 'Hello there', max_output_tokens: 8, temperature: 0 };
+
+function checkResponsesUsage(usage) {
+  assert.ok(usage.input_tokens > 0);
+  assert.equal(usage.total_tokens, usage.input_tokens + usage.output_tokens);
+  assert.ok(usage.input_tokens_details.cached_tokens <= usage.input_tokens);
+  assert.ok(usage.output_tokens_details.reasoning_tokens <= usage.output_tokens);
+}
+
+// Iterates a `stream: true` response, checking the numbering and collecting the deltas.
+async function streamResponse(request) {
+  const stream = await client.responses.create({ ...request, stream: true });
+  const out = { types: [], text: '', reasoning: '', arguments: '', final: null };
+  for await (const event of stream) {
+    assert.equal(event.sequence_number, out.types.length);
+    out.types.push(event.type);
+    if (event.type === 'response.output_text.delta') out.text += event.delta;
+    if (event.type === 'response.reasoning_text.delta') out.reasoning += event.delta;
+    if (event.type === 'response.function_call_arguments.delta') out.arguments += event.delta;
+    if (event.type === 'response.completed' || event.type === 'response.incomplete') out.final = event.response;
+  }
+  return out;
+}
+
+const reasoningText = (response) => response.output.filter((item) => item.type === 'reasoning')
+  .flatMap((item) => item.content ?? []).map((part) => part.text).join('');
+
+for (const [label, extra] of [['with reasoning', {}], ['without reasoning', { reasoning: { effort: 'none' } }]]) {
+  test(`responses ${label}: streamed events rebuild the non-streaming response`, async () => {
+    const request = { ...responsesRequest, ...extra };
+    const whole = await client.responses.create(request);
+    assert.equal(whole.object, 'response');
+    assert.match(whole.id, /^resp_/);
+    assert.ok(['completed', 'incomplete'].includes(whole.status), whole.status);
+    if (whole.status === 'incomplete') assert.equal(whole.incomplete_details.reason, 'max_output_tokens');
+    checkResponsesUsage(whole.usage);
+    if (extra.reasoning) {
+      assert.ok(whole.output_text.length > 0);
+      assert.equal(whole.usage.output_tokens_details.reasoning_tokens, 0);
+    } else {
+      assert.ok(reasoningText(whole).length > 0);
+    }
+
+    const streamed = await streamResponse(request);
+    assert.deepEqual(streamed.types.slice(0, 2), ['response.created', 'response.in_progress']);
+    assert.equal(streamed.types.at(-1), whole.status === 'completed' ? 'response.completed' : 'response.incomplete');
+    assert.equal(streamed.text, whole.output_text);
+    assert.equal(streamed.reasoning, reasoningText(whole));
+    assert.deepEqual(streamed.final.usage.output_tokens_details, whole.usage.output_tokens_details);
+    assert.equal(streamed.final.usage.output_tokens, whole.usage.output_tokens);
+
+    // The SDK's own accumulator: every event must apply to its snapshot.
+    const runner = client.responses.stream(request);
+    let textDeltas = '';
+    runner.on('response.output_text.delta', (event) => { textDeltas += event.delta; });
+    const final = await runner.finalResponse();
+    assert.equal(final.output_text, whole.output_text);
+    assert.equal(textDeltas, whole.output_text);
+    assert.equal(reasoningText(final), reasoningText(whole));
+    assert.deepEqual(final.output.map((item) => item.type), whole.output.map((item) => item.type));
+  });
+}
+
+test('responses tools round trip: a function_call and its output in the input', async () => {
+  const tools = [{ type: 'function', name: 'get_weather', description: 'Current weather in a city',
+                   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
+  const input = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+    { type: 'function_call_output', call_id: 'call_1', output: '{"temperature_c": 21}' },
+  ];
+  const request = { model: modelName, input, tools, max_output_tokens: 10, temperature: 0,
+                    reasoning: { effort: 'none' } };
+  const whole = await client.responses.create(request);
+  checkResponsesUsage(whole.usage);
+  const bare = await client.responses.create({ ...request, input: input.slice(0, 1), max_output_tokens: 1 });
+  assert.ok(whole.usage.input_tokens > bare.usage.input_tokens + 10, 'the call and its output reach the prompt');
+  for (const item of whole.output.filter((entry) => entry.type === 'function_call')) {
+    assert.match(item.call_id, /^call_/);
+    assert.equal(typeof item.arguments, 'string');
+  }
+  const final = await client.responses.stream(request).finalResponse();
+  assert.equal(final.output_text, whole.output_text);
+  assert.deepEqual(final.output.filter((item) => item.type === 'function_call').map((item) => [item.name, item.arguments]),
+                   whole.output.filter((item) => item.type === 'function_call').map((item) => [item.name, item.arguments]));
+});
+
+test('responses errors arrive as the SDK\'s typed errors', async () => {
+  await assert.rejects(
+    client.responses.create({ model: modelName, input: 'hi', max_output_tokens: 0 }),
+    (error) => error instanceof OpenAI.BadRequestError && error.param === 'max_output_tokens');
+  await assert.rejects(
+    client.responses.create({ model: 'no-such-model', input: 'hi', stream: true }),
+    (error) => error instanceof OpenAI.NotFoundError && error.code === 'model_not_found');
 });

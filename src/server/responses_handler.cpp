@@ -1,0 +1,53 @@
+#include <memory>
+#include <variant>
+
+#include "api/chunk_responses.h"
+#include "api/output_responses_body.h"
+#include "api/prompt_renderer.h"
+#include "api/request.h"
+#include "server/chat_style_response.h"
+#include "server/handlers.h"
+#include "server/http_io.h"
+
+namespace deepinfer::server {
+
+void handle_responses(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                      Clock::time_point arrival) {
+  const api::ApiRequest parsed = api::parse_responses_request(parse_json_body(request));
+  check_model_name(parsed.options.model, context.model.name());
+  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
+
+  ChatStyleJob job;
+  job.endpoint = "/v1/responses";
+  job.id = make_response_id("resp_");
+  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
+  job.parsing = chat_parsing_options(parsed, prompt, /*parse_tools_whenever_given=*/false);
+  job.stream = parsed.options.stream;
+
+  api::ResponsesFormat format;
+  format.id = job.id;
+  format.model = context.model.name();
+  format.created_at = unix_seconds();
+  if (job.stream) {
+    auto writer = std::make_shared<api::ResponsesEventWriter>(format);
+    job.frames = [writer](const api::StreamEvent& event) {
+      if (std::holds_alternative<api::StreamFinish>(event)) writer->set_completed_at(unix_seconds());
+      std::vector<std::string> frames;
+      for (const api::ResponsesEvent& out : writer->write(event)) frames.push_back(api::sse_event(out.type, out.data));
+      return frames;
+    };
+    job.error_frame = [writer](const api::ApiError& error) {
+      const api::ResponsesEvent out = writer->error(error);
+      return api::sse_event(out.type, out.data);
+    };
+  } else {
+    job.body = [format](const api::CollectedOutput& output) {
+      api::ResponsesFormat finished = format;
+      finished.completed_at = unix_seconds();
+      return api::responses_body(finished, output);
+    };
+  }
+  respond_chat_style(context, std::move(job), arrival, response);
+}
+
+}  // namespace deepinfer::server
