@@ -24,18 +24,28 @@ Conversation parse_answered_conversation(nlohmann::ordered_json body, const std:
   if (!body.is_object()) fail(where, ": expected a JSON object (a Chat Completions request body)");
   if (!body.contains("model")) body["model"] = "render";
   const auto messages = body.find("messages");
+  const auto is_assistant = [](const nlohmann::ordered_json& message) {
+    const auto role = message.find("role");
+    return role != message.end() && role->is_string() && *role == "assistant";
+  };
   if (messages == body.end() || !messages->is_array() || messages->empty() || !messages->back().is_object() ||
-      messages->back().value("role", "") != "assistant")
+      !is_assistant(messages->back()))
     fail(where, ": the last message must be the assistant answer");
   nlohmann::ordered_json asked_body = body;
   asked_body["messages"].erase(asked_body["messages"].size() - 1);
   Conversation conversation = parse_body(asked_body, where);
   nlohmann::ordered_json answered = body;
   if (const auto calls = messages->back().find("tool_calls"); calls != messages->back().end() && calls->is_array())
-    for (const auto& call : *calls)
-      answered["messages"].push_back({{"role", "tool"}, {"tool_call_id", call.value("id", "")}, {"content", ""}});
+    for (const auto& call : *calls) {
+      // a malformed call is the adapter's to refuse; only a string id can be answered
+      const auto id = call.is_object() ? call.find("id") : call.end();
+      const bool has_id = call.is_object() && id != call.end() && id->is_string();
+      answered["messages"].push_back({{"role", "tool"}, {"tool_call_id", has_id ? id->get<std::string>() : ""}, {"content", ""}});
+    }
   const Conversation full = parse_body(answered, where);
-  conversation.messages.push_back(full.messages.at(conversation.messages.size()));
+  if (full.messages.size() <= conversation.messages.size())
+    fail(where, ": the answer did not parse as an assistant message of its own");
+  conversation.messages.push_back(full.messages[conversation.messages.size()]);
   return conversation;
 }
 

@@ -62,6 +62,13 @@ TEST(TrainingRenderTest, ThinkingOffDropsTheReasoning) {
 TEST(TrainingRenderTest, RefusalsNameTheLine) {
   EXPECT_EQ(error_of("[1]"), "f line 7: expected a JSON object (a Chat Completions request body)");
   EXPECT_EQ(error_of(kAsk), "f line 7: the last message must be the assistant answer");
+  // Wrongly typed fields are refusals, not escaping JSON type errors (found by fuzz_training_render).
+  EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"hi"},{"role":["assistant"],"content":"x"}]})"),
+            "f line 7: the last message must be the assistant answer");
+  EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"",)"
+                     R"("tool_calls":[7,{"id":[1],"type":"function","function":{"name":"f","arguments":"{}"}}]}]})")
+                .rfind("f line 7: ", 0),
+            0u);
   EXPECT_EQ(error_of(R"({"messages":[{"role":"assistant","content":"x"}]})").rfind("f line 7: ", 0), 0u);
   // A request the server refuses (thinking mode with a required tool_choice): its message, line named.
   const std::string required =
