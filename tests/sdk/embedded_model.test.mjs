@@ -97,6 +97,13 @@ test('held-out arithmetic, thinking on: at least 90% right', async () => {
     `  ${JSON.stringify(o.example.messages.at(-1).content)} expected ${o.example.answer}: finish ${o.finish},` +
     ` content ${JSON.stringify(o.message.content)}, reasoning ${JSON.stringify(o.message.reasoning_content ?? '')}`);
   assert.ok(share >= 0.9, `held-out arithmetic ${right}/${examples.length} is below 90%; first wrong:\n${wrong.join('\n')}`);
+  // Greedy decoding on batch-invariant kernels is deterministic, so the card's figure must be
+  // exactly this one; a change that moves it (model, eval file, numerics) must update the card.
+  const card = readFileSync(path.join(embeddedModel, 'MODEL_CARD.md'), 'utf8')
+                 .match(/^\| held-out arithmetic[^|]*\| (\d+) \/ (\d+) \(/m);
+  assert.ok(card, 'MODEL_CARD.md has no "| held-out arithmetic ... | N / M (" row');
+  assert.deepEqual([Number(card[1]), Number(card[2])], [right, examples.length],
+                   'MODEL_CARD.md states a different held-out arithmetic figure: rerun and update the card');
 });
 
 // ---------------------------------------------------------------------------------------------
