@@ -1,5 +1,7 @@
 #include "cli/args.h"
 
+#include <stdexcept>
+
 namespace deepinfer::cli {
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& flags,
@@ -42,6 +44,60 @@ std::optional<std::string> Args::get(const std::string& option) const {
   auto it = options_.find(option);
   if (it == options_.end()) return std::nullopt;
   return it->second;
+}
+
+int64_t Args::count(const std::string& option, int64_t fallback, int64_t minimum) const {
+  const auto text = get(option);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text->size() || value < minimum)
+    throw UsageError{option + " expects an integer >= " + std::to_string(minimum) + ", got '" + *text + "'"};
+  return value;
+}
+
+double Args::number(const std::string& option, double fallback) const {
+  const auto text = get(option);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text->size()) throw UsageError{option + " expects a number, got '" + *text + "'"};
+  return value;
+}
+
+int64_t Args::bytes(const std::string& option, int64_t fallback) const {
+  const auto text = get(option);
+  if (!text) return fallback;
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(*text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  double scale = 1;
+  if (used > 0 && used + 1 == text->size()) {
+    switch ((*text)[used]) {
+      case 'K': case 'k': scale = 1024.0; break;
+      case 'M': case 'm': scale = 1024.0 * 1024; break;
+      case 'G': case 'g': scale = 1024.0 * 1024 * 1024; break;
+      default: used = 0;
+    }
+    if (used > 0) ++used;
+  }
+  if (used == 0 || used != text->size() || !(value > 0) || value * scale > 9.0e18)
+    throw UsageError{option + " expects a size such as 4G or 512M, got '" + *text + "'"};
+  return static_cast<int64_t>(value * scale);
 }
 
 }  // namespace deepinfer::cli

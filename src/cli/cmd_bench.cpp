@@ -61,24 +61,6 @@ constexpr const char* kUsage =
     "exit codes: 0 done (failed requests are counted in the report), 1 the server could not be asked\n"
     "or no request succeeded, or the dataset is bad, 2 bad command line\n";
 
-template <typename T>
-T parse_number(const Args& args, const std::string& option, T fallback) {
-  auto text = args.get(option);
-  if (!text) return fallback;
-  try {
-    std::size_t used = 0;
-    double value = std::stod(*text, &used);
-    if (used != text->size()) throw std::invalid_argument(*text);
-    if constexpr (std::is_integral_v<T>) {
-      if (value != std::floor(value) || value < 0 || value > 1e15) throw std::invalid_argument(*text);
-    }
-    return static_cast<T>(value);
-  } catch (const std::exception&) {
-    throw UsageError{option + " expects " + (std::is_integral_v<T> ? "a whole number" : "a number") + ", got '" +
-                     *text + "'"};
-  }
-}
-
 nlohmann::json distribution_json(const Distribution& d) {
   if (d.count == 0) return nullptr;
   return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}, {"max", d.max}};
@@ -169,28 +151,28 @@ int run_bench(const std::vector<std::string>& argv) {
       run.target.base_url = *url;
     } else {
       run.target.base_url = "http://" + args.get("--host").value_or("127.0.0.1") + ":" +
-                            std::to_string(parse_number<int64_t>(args, "--port", 8000));
+                            std::to_string(args.count("--port", 8000));
     }
     const std::string endpoint = args.get("--endpoint").value_or("completions");
     if (endpoint != "completions" && endpoint != "chat") throw UsageError{"--endpoint is completions or chat"};
     run.endpoint = endpoint == "chat" ? Endpoint::Chat : Endpoint::Completions;
     run.target.api_key = args.get("--api-key").value_or("");
-    run.target.timeout_s = parse_number<double>(args, "--timeout", 600);
+    run.target.timeout_s = args.number("--timeout", 600);
     if (!(run.target.timeout_s > 0)) throw UsageError{"--timeout must be positive"};
-    run.request_rate = parse_number<double>(args, "--request-rate", std::numeric_limits<double>::infinity());
+    run.request_rate = args.number("--request-rate", std::numeric_limits<double>::infinity());
     if (!(run.request_rate > 0)) throw UsageError{"--request-rate must be positive (or inf)"};
-    run.max_concurrency = parse_number<std::size_t>(args, "--max-concurrency", 0);
+    run.max_concurrency = static_cast<std::size_t>(args.count("--max-concurrency", 0));
     if (args.get("--max-concurrency") && run.max_concurrency == 0) throw UsageError{"--max-concurrency must be >= 1"};
-    run.seed = parse_number<uint64_t>(args, "--seed", 0);
+    run.seed = static_cast<uint64_t>(args.count("--seed", 0));
     run.ignore_eos = !args.has("--no-ignore-eos");
 
     PromptOptions prompts;
     prompts.dataset = args.get("--dataset");
-    prompts.input_len = parse_number<int64_t>(args, "--input-len", prompts.input_len);
-    prompts.output_len = parse_number<int64_t>(args, "--output-len", prompts.output_len);
-    prompts.prefix_len = parse_number<int64_t>(args, "--prefix-len", 0);
-    prompts.turns = parse_number<int64_t>(args, "--multi-turn", 1);
-    prompts.token_id_end = static_cast<int32_t>(parse_number<int64_t>(args, "--token-id-end", prompts.token_id_end));
+    prompts.input_len = args.count("--input-len", prompts.input_len);
+    prompts.output_len = args.count("--output-len", prompts.output_len);
+    prompts.prefix_len = args.count("--prefix-len", 0);
+    prompts.turns = args.count("--multi-turn", 1);
+    prompts.token_id_end = static_cast<int32_t>(args.count("--token-id-end", prompts.token_id_end));
     prompts.seed = run.seed;
     if (prompts.input_len < 1 || prompts.output_len < 1) throw UsageError{"--input-len and --output-len must be >= 1"};
     if (prompts.turns < 1) throw UsageError{"--multi-turn must be >= 1"};
@@ -200,7 +182,7 @@ int run_bench(const std::vector<std::string>& argv) {
     if (kind != "words" && kind != "ids") throw UsageError{"--prompt-kind is words or ids"};
     prompts.kind = kind == "ids" ? PromptKind::TokenIds : PromptKind::Words;
     if (args.get("--num-prompts")) {
-      prompts.count = parse_number<std::size_t>(args, "--num-prompts", 0);
+      prompts.count = static_cast<std::size_t>(args.count("--num-prompts", 0));
       if (prompts.count == 0) throw UsageError{"--num-prompts must be >= 1"};
     } else if (prompts.dataset) {
       prompts.count = 0;  // one conversation per dataset line

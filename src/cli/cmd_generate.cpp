@@ -45,20 +45,6 @@ constexpr const char* kUsage =
     "\n"
     "exit codes: 0 done, 1 bad model, prompt or parameters, 2 bad command line\n";
 
-template <typename T>
-T parse_number(const Args& args, const std::string& option, T fallback) {
-  auto text = args.get(option);
-  if (!text) return fallback;
-  try {
-    std::size_t used = 0;
-    double value = std::stod(*text, &used);
-    if (used != text->size()) throw std::invalid_argument(*text);
-    return static_cast<T>(value);
-  } catch (const std::exception&) {
-    throw UsageError{option + " expects a number, got '" + *text + "'"};
-  }
-}
-
 std::optional<Tokenizer> open_tokenizer(const Args& args, const std::string& model_dir) {
   if (auto path = args.get("--tokenizer")) return Tokenizer::from_file(*path);
   if (std::filesystem::exists(model_dir + "/tokenizer.json")) return Tokenizer::from_file(model_dir);
@@ -103,15 +89,15 @@ int run_generate(const std::vector<std::string>& argv) {
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
     if (args.get("--prompt").has_value() == args.get("--ids").has_value())
       throw UsageError{"give exactly one of --prompt and --ids"};
-    const auto max_tokens = parse_number<int64_t>(args, "--max-tokens", 32);
+    const auto max_tokens = args.count("--max-tokens", 32);
     if (max_tokens < 0) throw UsageError{"--max-tokens must be >= 0"};
 
     engine::SamplingParams params;
-    params.temperature = parse_number<float>(args, "--temperature", 0.0f);
-    params.top_p = parse_number<float>(args, "--top-p", 1.0f);
-    params.top_k = parse_number<int32_t>(args, "--top-k", 0);
-    params.min_p = parse_number<float>(args, "--min-p", 0.0f);
-    if (args.get("--seed")) params.seed = parse_number<uint64_t>(args, "--seed", 0);
+    params.temperature = static_cast<float>(args.number("--temperature", 0.0));
+    params.top_p = static_cast<float>(args.number("--top-p", 1.0));
+    params.top_k = static_cast<int32_t>(args.count("--top-k", 0));
+    params.min_p = static_cast<float>(args.number("--min-p", 0.0));
+    if (args.get("--seed")) params.seed = static_cast<uint64_t>(args.count("--seed", 0));
     const uint64_t seed = params.seed.value_or(engine::draw_engine_seed());
 
     // After every usage check, so a bad command line exits 2 even when the embedded model is missing.

@@ -67,21 +67,6 @@ struct Example {
   std::size_t first_target = 1; // ids[first_target:] are scored; >= 1 (position 0 has no context)
 };
 
-int64_t parse_count(const Args& args, const std::string& option, int64_t fallback, int64_t minimum) {
-  const auto text = args.get(option);
-  if (!text) return fallback;
-  std::size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text->size() || value < minimum)
-    throw UsageError{option + " expects an integer >= " + std::to_string(minimum) + ", got '" + *text + "'"};
-  return value;
-}
-
 Example parse_example(const std::string& line, const std::string& where, const api::PromptEncoder& encoder,
                       api::PromptFormat format, int64_t ctx, int64_t vocab) {
   const nlohmann::ordered_json value = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -204,10 +189,10 @@ int run_perplexity(const std::vector<std::string>& argv) {
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
     const auto file_name = args.get("--file");
     if (!file_name) throw UsageError{"--file is required (- reads stdin)"};
-    const int64_t ctx = parse_count(args, "--ctx", 1024, 2);
-    const int64_t batch = parse_count(args, "--batch", 8, 1);
+    const int64_t ctx = args.count("--ctx", 1024, 2);
+    const int64_t batch = args.count("--batch", 8, 1);
     if (args.get("--threads"))
-      setenv("DEEPINFER_THREADS", std::to_string(parse_count(args, "--threads", 1, 1)).c_str(), 1);
+      setenv("DEEPINFER_THREADS", std::to_string(args.count("--threads", 1, 1)).c_str(), 1);
     const auto model_arg = args.get("--model");
     const std::string model_dir = model_arg ? *model_arg : default_model_dir();
 

@@ -46,46 +46,6 @@ constexpr const char* kUsage =
     "\n"
     "exit codes: 0 stopped by a signal, 1 the model could not be loaded or the port bound, 2 bad command line\n";
 
-int64_t parse_count(const Args& args, const std::string& option, int64_t fallback, int64_t minimum) {
-  auto text = args.get(option);
-  if (!text) return fallback;
-  std::size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text->size() || value < minimum)
-    throw UsageError{option + " expects an integer >= " + std::to_string(minimum) + ", got '" + *text + "'"};
-  return value;
-}
-
-int64_t parse_size(const Args& args, const std::string& option, int64_t fallback) {
-  auto text = args.get(option);
-  if (!text) return fallback;
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  double scale = 1;
-  if (used > 0 && used + 1 == text->size()) {
-    switch ((*text)[used]) {
-      case 'K': case 'k': scale = 1024.0; break;
-      case 'M': case 'm': scale = 1024.0 * 1024; break;
-      case 'G': case 'g': scale = 1024.0 * 1024 * 1024; break;
-      default: used = 0;
-    }
-    if (used > 0) ++used;
-  }
-  if (used == 0 || used != text->size() || !(value > 0) || value * scale > 9.0e18)
-    throw UsageError{option + " expects a size such as 4G or 512M, got '" + *text + "'"};
-  return static_cast<int64_t>(value * scale);
-}
-
 // Model::load reports no progress, so on a terminal an elapsed-time line shows it is working.
 class LoadingIndicator {
  public:
@@ -130,17 +90,17 @@ int run_serve(const std::vector<std::string>& argv) {
     server::ServerOptions options;
     options.served_model_name = args.get("--served-model-name").value_or("");
     options.host = args.get("--host").value_or("127.0.0.1");
-    options.port = static_cast<int>(parse_count(args, "--port", 8000, 0));
+    options.port = static_cast<int>(args.count("--port", 8000, 0));
     if (options.port > 65535) throw UsageError{"--port must be at most 65535"};
-    if (args.get("--threads")) setenv("DEEPINFER_THREADS", std::to_string(parse_count(args, "--threads", 1, 1)).c_str(), 1);
-    options.http_threads = static_cast<int>(parse_count(args, "--http-threads", 512, 1));
-    options.engine.cache_memory_bytes = parse_size(args, "--cache-memory", options.engine.cache_memory_bytes);
-    options.engine.max_batch_tokens = parse_count(args, "--max-batch-tokens", options.engine.max_batch_tokens, 1);
-    options.engine.max_running = parse_count(args, "--max-running", options.engine.max_running, 1);
-    options.engine.max_waiting = parse_count(args, "--max-waiting", options.engine.max_waiting, 1);
+    if (args.get("--threads")) setenv("DEEPINFER_THREADS", std::to_string(args.count("--threads", 1, 1)).c_str(), 1);
+    options.http_threads = static_cast<int>(args.count("--http-threads", 512, 1));
+    options.engine.cache_memory_bytes = args.bytes("--cache-memory", options.engine.cache_memory_bytes);
+    options.engine.max_batch_tokens = args.count("--max-batch-tokens", options.engine.max_batch_tokens, 1);
+    options.engine.max_running = args.count("--max-running", options.engine.max_running, 1);
+    options.engine.max_waiting = args.count("--max-waiting", options.engine.max_waiting, 1);
     options.engine.prefix_caching = !args.has("--no-prefix-caching");
-    if (args.get("--max-model-len")) options.max_model_len = parse_count(args, "--max-model-len", 0, 2);
-    options.max_body_bytes = parse_size(args, "--max-body-bytes", options.max_body_bytes);
+    if (args.get("--max-model-len")) options.max_model_len = args.count("--max-model-len", 0, 2);
+    options.max_body_bytes = args.bytes("--max-body-bytes", options.max_body_bytes);
     if (auto key = args.get("--api-key")) {
       options.api_key = *key;
     } else if (const char* env = std::getenv("DEEPINFER_API_KEY"); env != nullptr) {
