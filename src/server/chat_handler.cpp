@@ -1,7 +1,6 @@
 #include <memory>
 
 #include "api/chunk_chat_completions.h"
-#include "api/prompt_renderer.h"
 #include "api/request.h"
 #include "server/chat_style_response.h"
 #include "server/handlers.h"
@@ -12,15 +11,8 @@ namespace deepinfer::server {
 void handle_chat_completions(const HandlerContext& context, const httplib::Request& request,
                              httplib::Response& response, Clock::time_point arrival) {
   const api::ApiRequest parsed = api::parse_chat_completions_request(parse_json_body(request));
-  check_model_name(parsed.options.model, context.model.name());
-  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
-
-  ChatStyleJob job;
-  job.endpoint = "/v1/chat/completions";
-  job.id = make_response_id("chatcmpl-");
-  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
-  job.parsing = chat_parsing_options(parsed, prompt, /*parse_tools_whenever_given=*/false);
-  job.stream = parsed.options.stream;
+  ChatStyleJob job = chat_style_job(context, parsed, "/v1/chat/completions", make_response_id("chatcmpl-"),
+                                    /*parse_tools_whenever_given=*/false);
 
   api::ChatCompletionsFormat format;
   format.id = job.id;

@@ -10,7 +10,33 @@ namespace {
 
 constexpr std::chrono::milliseconds kPoll{100};  // how often a quiet stream checks its client
 
+api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, const api::RenderedPrompt& prompt,
+                                               bool parse_tools_whenever_given) {
+  const api::Conversation& conversation = request.conversation;
+  api::OutputParsingOptions parsing;
+  parsing.parse_tool_calls = !conversation.tools.empty() &&
+                             (parse_tools_whenever_given || conversation.tool_choice != api::ToolChoice::None);
+  parsing.start_in_tool_calls = prompt.output_start == api::OutputStart::ToolCalls;
+  parsing.json_output = conversation.response_format == api::ResponseFormat::JsonObject;
+  parsing.thinking = prompt.output_start == api::OutputStart::Thinking;
+  parsing.stop_sequences = request.options.stop;
+  return parsing;
+}
+
 }  // namespace
+
+ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest& parsed, std::string endpoint,
+                            std::string id, bool parse_tools_whenever_given) {
+  check_model_name(parsed.options.model, context.model.name());
+  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
+  ChatStyleJob job;
+  job.endpoint = std::move(endpoint);
+  job.id = std::move(id);
+  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
+  job.parsing = chat_parsing_options(parsed, prompt, parse_tools_whenever_given);
+  job.stream = parsed.options.stream;
+  return job;
+}
 
 engine::GenerationRequest make_generation_request(const ServedModel& model, std::vector<int32_t> prompt,
                                                   const api::GenerationOptions& options) {
@@ -30,18 +56,6 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
   return request;
 }
 
-api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, const api::RenderedPrompt& prompt,
-                                               bool parse_tools_whenever_given) {
-  const api::Conversation& conversation = request.conversation;
-  api::OutputParsingOptions parsing;
-  parsing.parse_tool_calls = !conversation.tools.empty() &&
-                             (parse_tools_whenever_given || conversation.tool_choice != api::ToolChoice::None);
-  parsing.start_in_tool_calls = prompt.output_start == api::OutputStart::ToolCalls;
-  parsing.json_output = conversation.response_format == api::ResponseFormat::JsonObject;
-  parsing.thinking = prompt.output_start == api::OutputStart::Thinking;
-  parsing.stop_sequences = request.options.stop;
-  return parsing;
-}
 
 void respond_chat_style(const HandlerContext& context, ChatStyleJob job, Clock::time_point arrival,
                         httplib::Response& response) {

@@ -38,10 +38,11 @@ struct ChatStyleJob {
 // The request: prompt, max_tokens (checked against the context), sampling, EOS ids.
 engine::GenerationRequest make_generation_request(const ServedModel& model, std::vector<int32_t> prompt,
                                                   const api::GenerationOptions& options);
-// OutputParsingOptions for a parsed chat-style request (recipe §2.1). Anthropic Messages parses
-// tool calls whenever tools are given.
-api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, const api::RenderedPrompt& prompt,
-                                               bool parse_tools_whenever_given);
+// What every chat-style handler starts with: the model name check, the rendered and encoded
+// prompt, the engine request and the output parsing options (recipe §2.1; Anthropic Messages
+// parses tool calls whenever tools are given). The handler adds its writers.
+ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest& parsed, std::string endpoint,
+                            std::string id, bool parse_tools_whenever_given);
 
 // Submits and answers; throws api::ApiError before anything is sent when the request is refused.
 void respond_chat_style(const HandlerContext& context, ChatStyleJob job, Clock::time_point arrival,

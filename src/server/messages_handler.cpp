@@ -1,7 +1,6 @@
 #include <memory>
 
 #include "api/chunk_anthropic_messages.h"
-#include "api/prompt_renderer.h"
 #include "api/request.h"
 #include "server/chat_style_response.h"
 #include "server/handlers.h"
@@ -12,15 +11,8 @@ namespace deepinfer::server {
 void handle_messages(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
                      Clock::time_point arrival) {
   const api::ApiRequest parsed = api::parse_messages_request(parse_json_body(request));
-  check_model_name(parsed.options.model, context.model.name());
-  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
-
-  ChatStyleJob job;
-  job.endpoint = "/v1/messages";
-  job.id = make_response_id("msg_");
-  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
-  job.parsing = chat_parsing_options(parsed, prompt, /*parse_tools_whenever_given=*/true);
-  job.stream = parsed.options.stream;
+  ChatStyleJob job = chat_style_job(context, parsed, "/v1/messages", make_response_id("msg_"),
+                                    /*parse_tools_whenever_given=*/true);
 
   const api::MessagesFormat format{job.id, context.model.name()};
   if (job.stream) {

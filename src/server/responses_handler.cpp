@@ -3,7 +3,6 @@
 
 #include "api/chunk_responses.h"
 #include "api/output_responses_body.h"
-#include "api/prompt_renderer.h"
 #include "api/request.h"
 #include "server/chat_style_response.h"
 #include "server/handlers.h"
@@ -14,15 +13,8 @@ namespace deepinfer::server {
 void handle_responses(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
                       Clock::time_point arrival) {
   const api::ApiRequest parsed = api::parse_responses_request(parse_json_body(request));
-  check_model_name(parsed.options.model, context.model.name());
-  const api::RenderedPrompt prompt = api::render_prompt(parsed.conversation, context.model.format());
-
-  ChatStyleJob job;
-  job.endpoint = "/v1/responses";
-  job.id = make_response_id("resp_");
-  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
-  job.parsing = chat_parsing_options(parsed, prompt, /*parse_tools_whenever_given=*/false);
-  job.stream = parsed.options.stream;
+  ChatStyleJob job = chat_style_job(context, parsed, "/v1/responses", make_response_id("resp_"),
+                                    /*parse_tools_whenever_given=*/false);
 
   api::ResponsesFormat format;
   format.id = job.id;
