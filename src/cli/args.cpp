@@ -3,6 +3,25 @@
 #include <stdexcept>
 
 namespace deepinfer::cli {
+namespace {
+
+// How many leading characters of `text` `parse` (std::stoll or std::stod) reads into `value`; 0
+// when it reads none or the number is out of range.
+template <typename T, typename Parse>
+std::size_t read_number(const std::string& text, Parse parse, T& value) {
+  std::size_t used = 0;
+  try {
+    value = parse(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  return used;
+}
+
+long long to_integer(const std::string& text, std::size_t* used) { return std::stoll(text, used); }
+double to_real(const std::string& text, std::size_t* used) { return std::stod(text, used); }
+
+}  // namespace
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& flags,
            const std::set<std::string>& options) {
@@ -49,13 +68,8 @@ std::optional<std::string> Args::get(const std::string& option) const {
 int64_t Args::count(const std::string& option, int64_t fallback, int64_t minimum) const {
   const auto text = get(option);
   if (!text) return fallback;
-  std::size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  long long value = 0;
+  const std::size_t used = read_number(*text, to_integer, value);
   if (used == 0 || used != text->size() || value < minimum)
     throw UsageError{option + " expects an integer >= " + std::to_string(minimum) + ", got '" + *text + "'"};
   return value;
@@ -64,13 +78,8 @@ int64_t Args::count(const std::string& option, int64_t fallback, int64_t minimum
 double Args::number(const std::string& option, double fallback) const {
   const auto text = get(option);
   if (!text) return fallback;
-  std::size_t used = 0;
   double value = 0;
-  try {
-    value = std::stod(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const std::size_t used = read_number(*text, to_real, value);
   if (used == 0 || used != text->size()) throw UsageError{option + " expects a number, got '" + *text + "'"};
   return value;
 }
@@ -78,13 +87,8 @@ double Args::number(const std::string& option, double fallback) const {
 int64_t Args::bytes(const std::string& option, int64_t fallback) const {
   const auto text = get(option);
   if (!text) return fallback;
-  std::size_t used = 0;
   double value = 0;
-  try {
-    value = std::stod(*text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  std::size_t used = read_number(*text, to_real, value);
   double scale = 1;
   if (used > 0 && used + 1 == text->size()) {
     switch ((*text)[used]) {
