@@ -115,20 +115,19 @@ void quantize_vector(CacheFormat format, const float* x, int64_t n, uint8_t* cod
 }
 
 void dequantize_vector(CacheFormat format, const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
+  if (n <= 0) return;
+  if (format == CacheFormat::F32) fail("dequantize_vector: F32 is not a stored code format");
+  // One scale per block, decoded from its bits (a ue8m0 byte is a float exponent): this runs for
+  // every cached entry an attention step reads.
   const int64_t block = cache_block(format);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t scale_byte = scales[i / block];
-    switch (format) {
-      case CacheFormat::F32: fail("dequantize_vector: F32 is not a stored code format");
-      case CacheFormat::Fp8Ue8m0x32: out[i] = e4m3_decode(codes[i]) * std::ldexp(1.0f, scale_byte - 127); break;
-      case CacheFormat::Fp4E4m3x16:
-      case CacheFormat::Fp4Ue8m0x32: {
-        const float scale =
-            format == CacheFormat::Fp4E4m3x16 ? e4m3_decode(scale_byte) : std::ldexp(1.0f, scale_byte - 127);
-        const uint8_t code = (i % 2 == 0) ? (codes[i / 2] & 0xF) : (codes[i / 2] >> 4);
-        out[i] = e2m1_decode(code) * scale;
-        break;
-      }
+  for (int64_t b = 0; b * block < n; ++b) {
+    const float scale = format == CacheFormat::Fp4E4m3x16 ? e4m3_decode(scales[b]) : e8m0_to_float(scales[b]);
+    const int64_t end = std::min(n, (b + 1) * block);
+    if (format == CacheFormat::Fp8Ue8m0x32) {
+      for (int64_t i = b * block; i < end; ++i) out[i] = e4m3_decode(codes[i]) * scale;
+    } else {
+      for (int64_t i = b * block; i < end; ++i)
+        out[i] = e2m1_decode(i % 2 == 0 ? (codes[i / 2] & 0xF) : (codes[i / 2] >> 4)) * scale;
     }
   }
 }
