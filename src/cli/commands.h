@@ -24,9 +24,9 @@ int run_bench(const std::vector<std::string>& args);
 // built from, else ../assets next to the executable.
 std::string asset_dir();
 
-// The embedded model, asset_dir()/models/deepinfer-mini-v41: what serve, generate and inspect use
-// when no model folder is given. Throws deepinfer::Error naming the folder when it has no
-// config.json; `how_to_choose` (e.g. "--model DIR") tells the user how to name another model.
+// The embedded model, asset_dir()/models/deepinfer-mini-v41: what serve, generate, inspect and
+// perplexity use when no model folder is given. Throws deepinfer::Error naming the folder when it
+// has no config.json; `how_to_choose` (e.g. "--model DIR") tells the user how to name another model.
 std::string default_model_dir(const std::string& how_to_choose = "--model DIR");
 
 }  // namespace deepinfer::cli

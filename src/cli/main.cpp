@@ -29,8 +29,8 @@ void print_usage(std::FILE* out) {
   for (const auto& command : kCommands)
     std::fprintf(out, "  %-10.*s  %.*s\n", static_cast<int>(command.name.size()), command.name.data(),
                  static_cast<int>(command.summary.size()), command.summary.data());
-  std::fputs("\nserve, generate and inspect use the embedded model (assets/models/deepinfer-mini-v41) when no\n"
-             "model folder is given.\n"
+  std::fputs("\nserve, generate, inspect and perplexity use the embedded model (assets/models/deepinfer-mini-v41)\n"
+             "when no model folder is given.\n"
              "Run 'deepinfer <command> --help' for a command's options. 'deepinfer --version' prints the version.\n"
              "Exit codes: 0 done, 1 the command failed (bad input or files), 2 bad command line.\n",
              out);
