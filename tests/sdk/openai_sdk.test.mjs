@@ -1,7 +1,6 @@
 // The official `openai` npm SDK against `deepinfer serve`: chat (with and without streaming),
 // a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids (and
-// echo with prompt logprobs), the
-// SDK's typed errors, and the Responses API (create with and without streaming, the SDK's
+// echo with prompt logprobs), the SDK's typed errors, and the Responses API (create with and without streaming, the SDK's
 // responses.stream accumulator, a function_call history, errors). Random weights: the checks are
 // protocol and invariants, not content.
 import { after, before, test } from 'node:test';
