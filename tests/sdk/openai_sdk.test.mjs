@@ -1,8 +1,8 @@
 // The official `openai` npm SDK against `deepinfer serve`: chat (with and without streaming),
 // a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids (and
-// echo with prompt logprobs), the SDK's typed errors, and the Responses API (create with and without streaming, the SDK's
-// responses.stream accumulator, a function_call history, errors). Random weights: the checks are
-// protocol and invariants, not content.
+// echo with prompt logprobs), the SDK's typed errors, and the Responses API (create with and
+// without streaming, the SDK's responses.stream accumulator, a function_call history, errors).
+// Random weights: the checks are protocol and invariants, not content.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { modelName, requirePackages, startServer } from './server.mjs';
