@@ -93,6 +93,8 @@ struct Engine::Impl {
     spec.max_tokens = submission.request.max_tokens;
     spec.priority = submission.request.priority;
     spec.n = submission.request.sampling.n;
+    // Cached blocks would skip the forward rows that score the prompt (vLLM does the same).
+    spec.prefix_match = !submission.request.sampling.prompt_logprobs.has_value();
     try {
       live.scheduler_id = scheduler.add_request(spec);
     } catch (const Error& error) {
@@ -142,6 +144,12 @@ struct Engine::Impl {
       if (request != by_scheduler_id.end() && sequence.choice == 0) live_requests.at(request->second).cached_tokens = cached;
     }
     std::map<SequenceId, StreamEvent> events;
+    for (const ScoredPrompt& scored : finished.scored_prompts) {
+      StreamEvent& event = events[scored.id];
+      event.choice = scored.id.choice;
+      for (const SampleResult& score : scored.scores)
+        event.prompt_logprobs.push_back(GeneratedToken{score.token, score.logprob, score.top_logprobs});
+    }
     for (const ProducedToken& produced : finished.tokens) {
       StreamEvent& event = events[produced.id];
       event.choice = produced.id.choice;

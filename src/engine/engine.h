@@ -56,6 +56,10 @@ struct GeneratedToken {
 
 // One event of one choice: tokens produced since the last event and, on the last one, why it
 // ended. prompt_tokens / cached_tokens are set on every event (cached = served from the prefix cache).
+// With sampling.prompt_logprobs, `prompt_logprobs` carries the next prompt tokens scored (token =
+// the prompt's id, its raw log-probability, top alternatives), in prompt order from prompt token 1
+// (token 0 has none), each exactly once per request, all before the request's first generated
+// token; `tokens` of the same event come after them.
 struct StreamEvent {
   int32_t choice = 0;
   std::vector<GeneratedToken> tokens;
@@ -63,6 +67,7 @@ struct StreamEvent {
   std::string error;  // FinishReason::Error only
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
+  std::vector<GeneratedToken> prompt_logprobs;
 };
 
 // A request's output, in order. Every choice ends with exactly one event carrying `finish`.

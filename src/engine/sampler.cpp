@@ -216,6 +216,21 @@ void apply_penalties_and_bias(std::span<float> logits, const SamplingParams& par
   apply_logit_bias(logits, params);
 }
 
+SampleResult score_token(std::span<const float> logits, int32_t token, int32_t alternatives) {
+  if (logits.empty()) fail("sampler: the logits row is empty");
+  if (token < 0 || static_cast<size_t>(token) >= logits.size())
+    fail("sampler: token ", token, " is outside the vocabulary of ", logits.size(), " logits");
+  Scratch& scratch = thread_scratch();
+  scratch.raw.resize(logits.size());
+  std::transform(logits.begin(), logits.end(), scratch.raw.begin(),
+                 [](float logit) { return logit != logit ? kMinusInfinity : logit; });
+  scratch.values.resize(logits.size());
+  SampleResult result;
+  result.token = token;
+  fill_logprobs(scratch.raw, scratch.values, alternatives, result);
+  return result;
+}
+
 SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                     const TokenHistory& history, uint64_t seed, uint64_t request_id, int64_t position) {
   if (logits.empty()) fail("sampler: the logits row is empty");

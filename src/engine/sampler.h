@@ -47,4 +47,9 @@ void apply_penalties_and_bias(std::span<float> logits, const SamplingParams& par
 SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                     const TokenHistory& history, uint64_t seed, uint64_t request_id, int64_t position);
 
+// The raw log-probability of `token` under `logits` and the `alternatives` most likely tokens, as
+// sample() reports them for a sampled token (same arithmetic, bit for bit): used to score prompt
+// tokens. Throws deepinfer::Error when the logits are empty or `token` is outside them.
+SampleResult score_token(std::span<const float> logits, int32_t token, int32_t alternatives);
+
 }  // namespace deepinfer::engine

@@ -42,6 +42,9 @@ void validate(const SamplingParams& params, int64_t vocab_size) {
   if (params.logprobs)
     require(*params.logprobs >= 0 && *params.logprobs <= kMaxLogprobs, "logprobs", *params.logprobs,
             "in [0, 20]");
+  if (params.prompt_logprobs)
+    require(*params.prompt_logprobs >= 0 && *params.prompt_logprobs <= kMaxLogprobs, "prompt_logprobs",
+            *params.prompt_logprobs, "in [0, 20]");
   require(params.n >= 1, "n", params.n, ">= 1");
 }
 

@@ -22,6 +22,10 @@ struct SamplingParams {
   std::optional<uint64_t> seed;          // none: the engine draws one and reports it
   std::optional<int32_t> logprobs;       // none: no log-probabilities; k in [0, 20]: the sampled
                                          // token's plus k top alternatives
+  std::optional<int32_t> prompt_logprobs;  // none: off; k in [0, 20]: every prompt token after the
+                                           // first gets its raw log-probability plus k top
+                                           // alternatives (vLLM's prompt_logprobs); the request
+                                           // then skips the prefix cache match
   int32_t n = 1;                         // completions per prompt, >= 1
 
   bool greedy() const { return temperature == 0.0f; }

@@ -85,6 +85,7 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
     sequence.tokens = spec.prompt;
     sequence.prompt_tokens = prompt;
     sequence.max_tokens = spec.max_tokens;
+    sequence.prefix_match = spec.prefix_match;
     if (choice == 0) {
       sequence.status = SequenceStatus::waiting;
       waiting_.insert(sequence.key());
@@ -176,7 +177,7 @@ bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
 
 bool Scheduler::admit(Sequence& sequence) {
   PrefixMatch match;
-  if (config_.prefix_caching) {
+  if (config_.prefix_caching && sequence.prefix_match) {
     match = prefix_cache_.match(sequence.tokens);
     prefix_cache_.pin(match);  // before anything below can evict
   }

@@ -70,6 +70,9 @@ struct RequestSpec {
   int64_t max_tokens = 16;      // >= 1 generated tokens per choice
   int32_t priority = 0;         // lower = more important
   int32_t n = 1;                // choices; 2+ share the prompt's cache (fork after prefill)
+  // false: admission never takes blocks from the prefix cache (a request that needs every prompt
+  // position computed, e.g. for prompt log-probabilities); its blocks may still be inserted.
+  bool prefix_match = true;
 };
 
 enum class SequenceStatus {
@@ -226,6 +229,7 @@ class Scheduler {
     std::vector<int32_t> tokens;
     int64_t prompt_tokens = 0;
     int64_t max_tokens = 0;
+    bool prefix_match = true;
     std::vector<BlockId> blocks;        // block table; its first blocks are the pinned prefix match
     std::vector<BlockId> state_blocks;  // fixed state
     int64_t computed = 0;               // confirmed

@@ -14,12 +14,14 @@ void StepExecutor::add_request(RequestId request, std::shared_ptr<const RequestS
                                const std::vector<int32_t>& prompt, int32_t choices) {
   requests_[request] = std::move(sampling);
   prompts_[request] = prompt;
+  if (requests_[request]->params.prompt_logprobs) next_prompt_score_[request] = 1;
   for (int32_t choice = 0; choice < choices; ++choice) sequences_[SequenceId{request, choice}].history.emplace(prompt);
 }
 
 void StepExecutor::forget_request(RequestId request) {
   requests_.erase(request);
   prompts_.erase(request);
+  next_prompt_score_.erase(request);
   sequences_.erase(sequences_.lower_bound(SequenceId{request, 0}), sequences_.lower_bound(SequenceId{request + 1, 0}));
 }
 
@@ -68,6 +70,7 @@ void StepExecutor::prepare(const StepPlan& plan) {
     PreparedItem item;
     item.id = scheduled.id;
     item.epoch = scheduled.epoch;
+    item.begin = scheduled.begin;
     item.end = scheduled.end;
     item.tokens = scheduled.tokens;
     if (!item.tokens.empty() && item.tokens.back() == kPendingToken) item.tokens.back() = sequence.last_token;
@@ -75,7 +78,15 @@ void StepExecutor::prepare(const StepPlan& plan) {
       fail("engine: request ", scheduled.id.request, " has a token that was never sampled");
     item.needs_logits = scheduled.needs_logits;
     item.save_snapshot = scheduled.save_snapshot;
-    if (item.needs_logits) item.logits.resize(static_cast<std::size_t>(model_.vocab_size()));
+    // Row p scores prompt token p + 1.
+    if (const auto next = next_prompt_score_.find(scheduled.id.request); next != next_prompt_score_.end()) {
+      const auto prompt_length = static_cast<int64_t>(prompts_.at(scheduled.id.request).size());
+      item.score_begin = std::max(scheduled.begin + 1, next->second);
+      item.score_end = std::max(item.score_begin, std::min(scheduled.end + 1, prompt_length));
+    }
+    const auto vocab = static_cast<std::size_t>(model_.vocab_size());
+    if (item.score_end > item.score_begin) item.logits.resize(item.tokens.size() * vocab);
+    else if (item.needs_logits) item.logits.resize(vocab);
     prepared.items.push_back(std::move(item));
   }
   for (const Fork& fork : plan.forks) {
@@ -102,9 +113,12 @@ void StepExecutor::compute() {
   if (!prepared_) fail("engine: compute() without a prepared step");
   Prepared& prepared = *prepared_;
   std::vector<model::BatchItem> batch;
-  for (PreparedItem& item : prepared.items)
-    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits,
-                                     item.needs_logits ? model::LogitRows::Last : model::LogitRows::None});
+  for (PreparedItem& item : prepared.items) {
+    const model::LogitRows rows = item.scores_prompt() ? model::LogitRows::All
+                                  : item.needs_logits  ? model::LogitRows::Last
+                                                       : model::LogitRows::None;
+    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits, rows});
+  }
   model_.forward_batch(batch);
   for (PreparedFork& fork : prepared.forks) {
     const model::SequenceState& parent = *context(fork.parent).state;
@@ -118,11 +132,24 @@ void StepExecutor::compute() {
   for (PreparedItem& item : prepared.items)
     if (item.save_snapshot != kNoSnapshot)
       prepared.snapshots.emplace_back(item.save_snapshot, model_.save_snapshot(*context(item.id).state));
+  const auto vocab = static_cast<std::size_t>(model_.vocab_size());
   for (PreparedItem& item : prepared.items) {
+    if (item.scores_prompt()) {
+      const std::vector<int32_t>& prompt = prompts_.at(item.id.request);
+      const int32_t alternatives = *requests_.at(item.id.request)->params.prompt_logprobs;
+      ScoredPrompt scored{item.id, item.epoch, item.score_begin, {}};
+      for (int64_t index = item.score_begin; index < item.score_end; ++index) {
+        const auto row = static_cast<std::size_t>(index - 1 - item.begin);
+        scored.scores.push_back(score_token(std::span<const float>(item.logits).subspan(row * vocab, vocab),
+                                            prompt[static_cast<std::size_t>(index)], alternatives));
+      }
+      prepared.scored_prompts.push_back(std::move(scored));
+    }
     if (!item.needs_logits) continue;
-    prepared.tokens.push_back(sample_for(item.id, item.epoch, item.logits, item.end));
+    const std::span<const float> last_row = std::span<const float>(item.logits).last(vocab);
+    prepared.tokens.push_back(sample_for(item.id, item.epoch, last_row, item.end));
     for (const PreparedFork& fork : prepared.forks)
-      if (fork.parent == item.id) prepared.tokens.push_back(sample_for(fork.child, fork.child_epoch, item.logits, item.end));
+      if (fork.parent == item.id) prepared.tokens.push_back(sample_for(fork.child, fork.child_epoch, last_row, item.end));
   }
 }
 
@@ -135,6 +162,13 @@ StepExecutor::Finished StepExecutor::finish() {
   out.step = prepared.step;
   out.restored = std::move(prepared.restored);
   for (const PreparedItem& item : prepared.items) out.tokens_computed += static_cast<int64_t>(item.tokens.size());
+  for (ScoredPrompt& scored : prepared.scored_prompts) {
+    if (!scheduler_.is_current(scored.id, scored.epoch)) continue;
+    int64_t& next = next_prompt_score_.at(scored.id.request);
+    if (scored.first_index != next) continue;  // another choice reported them already
+    next += static_cast<int64_t>(scored.scores.size());
+    out.scored_prompts.push_back(std::move(scored));
+  }
   for (ProducedToken& produced : prepared.tokens) {
     // Preempted while the step computed: the scheduler ignores its token, so must the history.
     if (!scheduler_.is_current(produced.id, produced.epoch)) continue;

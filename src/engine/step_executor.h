@@ -38,6 +38,15 @@ struct ProducedToken {
   std::vector<TokenLogprob> top_logprobs;
 };
 
+// Prompt tokens scored by one step (RequestSampling::params.prompt_logprobs): `scores[i]` is
+// prompt token `first_index + i` (first_index >= 1), scored by the row of the position before it.
+struct ScoredPrompt {
+  SequenceId id;
+  uint64_t epoch = 0;
+  int64_t first_index = 0;
+  std::vector<SampleResult> scores;
+};
+
 class StepExecutor {
  public:
   StepExecutor(const model::Model& model, Scheduler& scheduler);
@@ -57,6 +66,8 @@ class StepExecutor {
     uint64_t step = 0;
     std::vector<StepResult> results;
     std::vector<ProducedToken> tokens;
+    // Each prompt token is reported once per request, in order, whatever preemption recomputes.
+    std::vector<ScoredPrompt> scored_prompts;
     int64_t tokens_computed = 0;
     // Prompt tokens served from the prefix cache, per sequence restored in this step.
     std::vector<std::pair<SequenceId, int64_t>> restored;
@@ -73,11 +84,16 @@ class StepExecutor {
   struct PreparedItem {
     SequenceId id;
     uint64_t epoch = 0;
+    int64_t begin = 0;
     int64_t end = 0;
     std::vector<int32_t> tokens;
     bool needs_logits = false;
+    // Prompt tokens [score_begin, score_end) are scored: the item computes every row's logits.
+    int64_t score_begin = 0;
+    int64_t score_end = 0;
     SnapshotHandle save_snapshot = kNoSnapshot;
-    std::vector<float> logits;
+    std::vector<float> logits;  // every row when scoring the prompt, else the last one (or none)
+    bool scores_prompt() const { return score_end > score_begin; }
   };
   struct PreparedFork {
     SequenceId parent;
@@ -93,6 +109,7 @@ class StepExecutor {
     std::vector<std::pair<SequenceId, int64_t>> restored;
     // Filled by compute().
     std::vector<ProducedToken> tokens;
+    std::vector<ScoredPrompt> scored_prompts;
     std::vector<std::pair<SnapshotHandle, std::vector<std::byte>>> snapshots;
   };
 
@@ -105,6 +122,9 @@ class StepExecutor {
   int64_t block_tokens_;
   std::map<RequestId, std::shared_ptr<const RequestSampling>> requests_;
   std::map<RequestId, std::vector<int32_t>> prompts_;
+  // Requests with prompt_logprobs: the next prompt index to report (starts at 1). Advanced by
+  // finish(), so a step whose sequence was preempted meanwhile leaves it for the recompute.
+  std::map<RequestId, int64_t> next_prompt_score_;
   std::map<SequenceId, SequenceContext> sequences_;
   std::optional<Prepared> prepared_;
 };

@@ -1,5 +1,7 @@
 // POST /v1/completions: the model's raw text (no chat parsing), one choice per n, with stop
-// strings, legacy logprobs (tokens, token_logprobs, top_logprobs, text_offset) and echo.
+// strings, legacy logprobs (tokens, token_logprobs, top_logprobs, text_offset) and echo. With
+// echo and logprobs the prompt's tokens come first in logprobs (the first one's logprob and
+// top_logprobs are null, as OpenAI and vLLM answer), scored by the engine (prompt_logprobs).
 #include <algorithm>
 #include <memory>
 
@@ -24,9 +26,21 @@ class CompletionChoice {
  public:
   CompletionChoice(const ServedModel& model, const CompletionsRequest& request)
       : model_(model), detokenizer_(model.tokenizer()), stops_(request.options.stop),
-        logprobs_(request.options.sampling.logprobs.has_value()), ignore_eos_(request.options.ignore_eos) {
+        logprobs_(request.options.sampling.logprobs.has_value()), ignore_eos_(request.options.ignore_eos),
+        echo_only_(request.echo_only) {
     if (request.echo) pending_text_ = request.prompt_text;
     offset_ = static_cast<int64_t>(pending_text_.size());
+    if (request.echo && logprobs_) {
+      prompt_text_bytes_ = offset_;
+      prompt_ = request.prompt;
+      add_prompt_entry(prompt_[0], nullptr, nullptr);
+    }
+  }
+
+  // Prompt tokens 1.. as the engine scores them (each once, in order, before generated tokens).
+  void add_prompt(const std::vector<engine::GeneratedToken>& scored) {
+    if (prompt_.empty()) return;
+    for (const engine::GeneratedToken& token : scored) add_prompt_entry(token.token, token.logprob, top_of(token));
   }
 
   // Takes one engine event; returns true when this choice has something to show.
@@ -35,7 +49,7 @@ class CompletionChoice {
     const auto& eos = model_.eos_token_ids();
     const auto tokenizer_vocab = static_cast<int32_t>(model_.tokenizer().vocab_size());
     for (const engine::GeneratedToken& token : event.tokens) {
-      if (stops_.stopped()) break;
+      if (stops_.stopped() || echo_only_) break;
       const bool is_eos = std::find(eos.begin(), eos.end(), token.token) != eos.end();
       if (is_eos && !ignore_eos_) continue;
       ++completion_tokens_;
@@ -46,11 +60,7 @@ class CompletionChoice {
         const std::string piece = known ? model_.tokenizer().decode(std::span(&token.token, 1)) : std::string();
         tokens_.push_back(piece);
         token_logprobs_.push_back(token.logprob);
-        WireJson top = WireJson::object();
-        for (const engine::TokenLogprob& alternative : token.top_logprobs)
-          if (alternative.token < tokenizer_vocab)
-            top[model_.tokenizer().decode(std::span(&alternative.token, 1))] = alternative.logprob;
-        top_logprobs_.push_back(top);
+        top_logprobs_.push_back(top_of(token));
         text_offsets_.push_back(offset_);
         offset_ += static_cast<int64_t>(piece.size());
       }
@@ -60,9 +70,12 @@ class CompletionChoice {
     } else if (event.finish) {
       if (*event.finish == engine::FinishReason::Error)
         throw api::ApiError(500, "generation failed: " + event.error, "", "internal_error", "internal_error");
-      pending_text_ += stops_.push(detokenizer_.finish());
-      pending_text_ += stops_.finish();
-      finish_reason_ = *event.finish == engine::FinishReason::Length ? "length" : "stop";
+      if (!echo_only_) {
+        pending_text_ += stops_.push(detokenizer_.finish());
+        pending_text_ += stops_.finish();
+      }
+      // max_tokens 0 ends at its length limit, whatever the one token the engine drew.
+      finish_reason_ = echo_only_ || *event.finish == engine::FinishReason::Length ? "length" : "stop";
     }
   }
 
@@ -91,16 +104,45 @@ class CompletionChoice {
   }
 
  private:
+  WireJson top_of(const engine::GeneratedToken& token) const {
+    const auto tokenizer_vocab = static_cast<int32_t>(model_.tokenizer().vocab_size());
+    WireJson top = WireJson::object();
+    for (const engine::TokenLogprob& alternative : token.top_logprobs)
+      if (alternative.token < tokenizer_vocab)
+        top[model_.tokenizer().decode(std::span(&alternative.token, 1))] = alternative.logprob;
+    return top;
+  }
+
+  // text_offset of a prompt token: the bytes of the `tokens` entries before it (as for generated
+  // tokens, and vLLM). A BOS the server put before a string prompt is not in the echoed text and
+  // takes no bytes; the clamp keeps the offsets below the generated ones where a character split
+  // across tokens makes the entries longer than the text.
+  void add_prompt_entry(int32_t id, WireJson logprob, WireJson top) {
+    const Tokenizer& tokenizer = model_.tokenizer();
+    const bool known = id < static_cast<int32_t>(tokenizer.vocab_size());
+    const std::string piece = known ? tokenizer.decode(std::span(&id, 1)) : std::string();
+    const bool inserted_bos = tokens_.empty() && id == tokenizer.bos_id() && !pending_text_.starts_with(piece);
+    tokens_.push_back(piece);
+    token_logprobs_.push_back(std::move(logprob));
+    top_logprobs_.push_back(std::move(top));
+    text_offsets_.push_back(std::min(prompt_offset_, prompt_text_bytes_));
+    if (!inserted_bos) prompt_offset_ += static_cast<int64_t>(piece.size());
+  }
+
   const ServedModel& model_;
   IncrementalDetokenizer detokenizer_;
   StopStringFilter stops_;
   bool logprobs_;
   bool ignore_eos_;
+  bool echo_only_;
+  std::vector<int32_t> prompt_;  // echo with logprobs only
+  int64_t prompt_text_bytes_ = 0;
+  int64_t prompt_offset_ = 0;
   std::string pending_text_;
   int64_t offset_ = 0;
   int64_t completion_tokens_ = 0;
   std::vector<std::string> tokens_;
-  std::vector<float> token_logprobs_;
+  std::vector<WireJson> token_logprobs_;  // null for the prompt's first token
   std::vector<WireJson> top_logprobs_;
   std::vector<int64_t> text_offsets_;
   std::optional<std::string> finish_reason_;
@@ -130,6 +172,9 @@ struct CompletionJob {
   }
   // Feeds one engine event; ends the request in the engine once every choice has its answer.
   void add(const engine::StreamEvent& event) {
+    // Every choice echoes the prompt; the engine scores it once, on whichever choice computed it.
+    if (!event.prompt_logprobs.empty())
+      for (auto& choice : choices) choice.add_prompt(event.prompt_logprobs);
     choices.at(static_cast<std::size_t>(event.choice)).add(event);
     if (all_done()) generation->cancel();
   }

@@ -27,9 +27,11 @@ CompletionsRequest parse_completions_request(const nlohmann::ordered_json& body,
   if (const auto* suffix = fields::find(body, "suffix"); suffix && !fields::string(*suffix, "suffix").empty())
     api::reject("suffix is not supported", "suffix");
 
+  out.echo = fields::optional_bool(body, "echo").value_or(false);
   if (auto max_tokens = fields::optional_integer(body, "max_tokens")) {
-    fields::check_max_tokens(*max_tokens);
-    options.max_tokens = max_tokens;
+    out.echo_only = out.echo && *max_tokens == 0;
+    if (!out.echo_only) fields::check_max_tokens(*max_tokens);
+    options.max_tokens = out.echo_only ? 1 : *max_tokens;
   }
   engine::SamplingParams& sampling = options.sampling;
   if (auto t = fields::optional_number(body, "temperature")) {
@@ -88,7 +90,7 @@ CompletionsRequest parse_completions_request(const nlohmann::ordered_json& body,
       sampling.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(b);
     }
   }
-  out.echo = fields::optional_bool(body, "echo").value_or(false);
+  if (out.echo) sampling.prompt_logprobs = sampling.logprobs;
   options.ignore_eos = fields::optional_bool(body, "ignore_eos").value_or(false);
   if (const auto* stop = fields::find(body, "stop")) {
     if (stop->is_string()) {

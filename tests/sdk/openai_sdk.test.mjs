@@ -1,8 +1,8 @@
 // The official `openai` npm SDK against `deepinfer serve`: chat (with and without streaming),
-// a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids, the
-// SDK's typed errors, and the Responses API (create with and without streaming, the SDK's
-// responses.stream accumulator, a function_call history, errors). Random weights: the checks are
-// protocol and invariants, not content.
+// a tools round trip, a forced tool call, JSON mode, chat logprobs, completions from token ids (and
+// echo with prompt logprobs), the SDK's typed errors, and the Responses API (create with and
+// without streaming, the SDK's responses.stream accumulator, a function_call history, errors).
+// Random weights: the checks are protocol and invariants, not content.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { modelName, requirePackages, startServer } from './server.mjs';
@@ -236,6 +236,24 @@ test('completions from token ids, with logprobs, streamed and not', async () => 
   assert.equal(tokens, generated, 'one logprobs entry per streamed token: none lost, none repeated');
   assert.equal(usage.completion_tokens, generated);
   assert.equal(finish, choice.finish_reason);
+});
+
+test('completions echo with logprobs and max_tokens 0 score the prompt (lm-eval loglikelihood)', async () => {
+  const prompt = [0, 300, 4000, 17];
+  const scored = await client.completions.create({ model: modelName, prompt, echo: true, logprobs: 1, max_tokens: 0 });
+  const [choice] = scored.choices;
+  assert.equal(scored.usage.completion_tokens, 0);
+  assert.equal(choice.finish_reason, 'length');
+  const { tokens, token_logprobs, top_logprobs, text_offset } = choice.logprobs;
+  for (const list of [tokens, token_logprobs, top_logprobs, text_offset]) assert.equal(list.length, prompt.length);
+  assert.equal(tokens.join(''), choice.text);
+  assert.equal(token_logprobs[0], null);
+  assert.equal(top_logprobs[0], null);
+  for (let i = 1; i < prompt.length; ++i) {
+    assert.ok(token_logprobs[i] <= 0);
+    assert.equal(Object.keys(top_logprobs[i]).length, 1);
+    assert.ok(text_offset[i] >= text_offset[i - 1]);
+  }
 });
 
 test('errors arrive as the SDK\'s typed errors', async () => {
