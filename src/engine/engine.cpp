@@ -50,6 +50,18 @@ void RequestStream::push(StreamEvent event) {
 
 namespace {
 
+// The last event of a choice that produced no further tokens (cancelled, failed).
+StreamEvent ending_event(int32_t choice, FinishReason reason, std::string error, int64_t prompt_tokens,
+                         int64_t cached_tokens) {
+  StreamEvent event;
+  event.choice = choice;
+  event.finish = reason;
+  event.error = std::move(error);
+  event.prompt_tokens = prompt_tokens;
+  event.cached_tokens = cached_tokens;
+  return event;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -99,7 +111,7 @@ struct Engine::Impl {
       live.scheduler_id = scheduler.add_request(spec);
     } catch (const Error& error) {
       for (int32_t choice = 0; choice < spec.n; ++choice)
-        live.stream->push(StreamEvent{choice, {}, FinishReason::Error, error.what(), live.prompt_tokens, 0});
+        live.stream->push(ending_event(choice, FinishReason::Error, error.what(), live.prompt_tokens, 0));
       return;
     }
     auto sampling = std::make_shared<RequestSampling>();
@@ -126,7 +138,7 @@ struct Engine::Impl {
     if (found == live_requests.end()) return;
     const Live& live = found->second;
     for (SequenceId sequence : scheduler.cancel(live.scheduler_id)) {
-      live.stream->push(StreamEvent{sequence.choice, {}, FinishReason::Cancelled, "", live.prompt_tokens, live.cached_tokens});
+      live.stream->push(ending_event(sequence.choice, FinishReason::Cancelled, "", live.prompt_tokens, live.cached_tokens));
       executor.forget_sequence(sequence);
     }
     executor.forget_request(live.scheduler_id);
@@ -297,11 +309,11 @@ struct Engine::Impl {
     loop_error = message;
     for (auto& [id, live] : live_requests)
       for (int32_t choice = 0; choice < live.open_choices; ++choice)
-        live.stream->push(StreamEvent{choice, {}, FinishReason::Error, message, live.prompt_tokens, 0});
+        live.stream->push(ending_event(choice, FinishReason::Error, message, live.prompt_tokens, 0));
     live_requests.clear();
     for (Submission& submission : inbox)
       for (int32_t choice = 0; choice < submission.request.sampling.n; ++choice)
-        submission.stream->push(StreamEvent{choice, {}, FinishReason::Error, message, 0, 0});
+        submission.stream->push(ending_event(choice, FinishReason::Error, message, 0, 0));
     inbox.clear();
   }
 

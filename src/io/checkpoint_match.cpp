@@ -18,7 +18,10 @@ bool dtype_allowed(const ExpectedTensor& expected, DType dtype) {
 
 std::string dtype_list(const ExpectedTensor& expected) {
   std::string out;
-  for (DType dtype : expected.stored_dtypes) out += (out.empty() ? "" : "|") + std::string(dtype_name(dtype));
+  for (DType dtype : expected.stored_dtypes) {
+    if (!out.empty()) out += '|';
+    out += dtype_name(dtype);
+  }
   return out;
 }
 

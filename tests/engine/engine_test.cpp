@@ -114,7 +114,9 @@ void expect_everything_returned(Engine& engine) {
   EXPECT_EQ(stats.running_state_blocks, 0);
   EXPECT_EQ(stats.cached_blocks, 0);
   EXPECT_EQ(stats.free_blocks, stats.total_blocks);
-  if (stats.steps > 0) EXPECT_GT(stats.compute_seconds, 0);
+  if (stats.steps > 0) {
+    EXPECT_GT(stats.compute_seconds, 0);
+  }
 }
 
 TEST(EngineTest, ConcurrentRequestsGiveTheSoloGreedyTokens) {
