@@ -10,16 +10,14 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "tiny_model.h"
 
 namespace deepinfer::engine {
 namespace {
 
 using Tokens = std::vector<int32_t>;
 
-const model::Model& tiny_v4() {
-  static const model::Model model = model::Model::load(std::string(DEEPINFER_TEST_DATA_DIR) + "/golden/v4/tiny_fp8");
-  return model;
-}
+using testing::tiny_v4;
 
 struct Output {
   std::vector<GeneratedToken> tokens;

@@ -71,6 +71,20 @@ class RunningServer {
 };
 
 // The JSON payloads of an SSE body's "data:" lines, in order ("[DONE]" kept as a string).
+// After a client left mid-request: waits (up to 5 s, far less than generating the whole context
+// would take, so only a cancellation ends it in time) for the engine to run and queue nothing,
+// empties the prefix cache and returns the stats, whose in_use_blocks must then be 0.
+inline engine::EngineStats stats_after_cancellation(engine::Engine& engine) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const engine::EngineStats stats = engine.stats();
+    if (stats.running == 0 && stats.waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  engine.clear_prefix_cache();
+  return engine.stats();
+}
+
 inline std::vector<std::string> sse_data_lines(const std::string& body) {
   std::vector<std::string> out;
   std::size_t at = 0;
