@@ -44,7 +44,10 @@ test('messages without streaming', async () => {
   const message = await client.messages.create({
     model: modelName, max_tokens: 8, messages: user('Hello there'), temperature: 0 });
   checkMessage(message, 8);
-  assert.equal(message.stop_reason === 'max_tokens', message.usage.output_tokens === 8);
+  // Ids held for an incomplete UTF-8 character at the end count for nothing (the recipe), so a
+  // max_tokens stop may report up to three fewer; a full count is always a max_tokens stop.
+  if (message.usage.output_tokens === 8) assert.equal(message.stop_reason, 'max_tokens');
+  if (message.stop_reason === 'max_tokens') assert.ok(message.usage.output_tokens >= 5);
 });
 
 test('system prompt and multi-turn history are accepted', async () => {

@@ -282,7 +282,7 @@ TEST_F(ServerTest, ChatTopLogprobsErrorsFollowOpenAI) {
 }
 
 TEST_F(ServerTest, IgnoreEosGivesExactlyMaxTokensOnEveryEndpoint) {
-  constexpr int kTokens = 9;
+  static constexpr int kTokens = 9;
   Json chat = chat_body(kTokens);
   chat["ignore_eos"] = true;
   Json completions = {{"model", "tiny"}, {"prompt", {0, 300, 4000}}, {"max_tokens", kTokens},
@@ -290,19 +290,29 @@ TEST_F(ServerTest, IgnoreEosGivesExactlyMaxTokensOnEveryEndpoint) {
   Json messages = {{"model", "tiny"}, {"max_tokens", kTokens}, {"ignore_eos", true},
                    {"thinking", {{"type", "disabled"}}},
                    {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  // Chat and Messages follow the recipe: ids still held for an incomplete UTF-8 character when
+  // generation ends count for nothing, so the random model's last one to three byte tokens may not
+  // be counted; Completions counts every id (and the forced-EOS request below pins it exactly).
+  auto expect_max_tokens_used = [](const Json& count, const char* path) {
+    EXPECT_LE(count.get<int>(), kTokens) << path;
+    EXPECT_GE(count.get<int>(), kTokens - 3) << path;
+  };
   for (const auto& [path, body] : {std::pair{"/v1/chat/completions", chat}, std::pair{"/v1/completions", completions}}) {
     auto result = post(path, body);
     ASSERT_TRUE(result);
     ASSERT_EQ(result->status, 200) << result->body;
     const Json out = Json::parse(result->body);
-    EXPECT_EQ(out["usage"]["completion_tokens"], kTokens) << path;
+    if (body.contains("prompt"))
+      EXPECT_EQ(out["usage"]["completion_tokens"], kTokens) << path;
+    else
+      expect_max_tokens_used(out["usage"]["completion_tokens"], path);
     EXPECT_EQ(out["choices"][0]["finish_reason"], "length") << path;
   }
   auto anthropic = post("/v1/messages", messages);
   ASSERT_TRUE(anthropic);
   ASSERT_EQ(anthropic->status, 200) << anthropic->body;
   const Json out = Json::parse(anthropic->body);
-  EXPECT_EQ(out["usage"]["output_tokens"], kTokens);
+  expect_max_tokens_used(out["usage"]["output_tokens"], "/v1/messages");
   EXPECT_EQ(out["stop_reason"], "max_tokens");
 
   // EOS made certain by logit_bias: without ignore_eos the answer stops at once; with it, EOS
