@@ -43,6 +43,9 @@ constexpr const char* kUsage =
     "  --api-key KEY            require \"Authorization: Bearer KEY\" (or x-api-key) on /v1 (also DEEPINFER_API_KEY)\n"
     "  --cors                   answer browsers from any origin (off by default)\n"
     "  --no-prefix-caching      do not reuse cached prompt prefixes\n"
+    "  --max-prompt-logits-memory SIZE\n"
+    "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
+    "                           default 64M: longer prompts are scored over more steps)\n"
     "\n"
     "exit codes: 0 stopped by a signal, 1 the model could not be loaded or the port bound, 2 bad command line\n";
 
@@ -81,7 +84,7 @@ int run_serve(const std::vector<std::string>& argv) {
     Args args(argv, {"--help", "--cors", "--no-prefix-caching"},
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
-               "--max-body-bytes", "--api-key"});
+               "--max-body-bytes", "--api-key", "--max-prompt-logits-memory"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
@@ -99,6 +102,8 @@ int run_serve(const std::vector<std::string>& argv) {
     options.engine.max_running = args.count("--max-running", options.engine.max_running, 1);
     options.engine.max_waiting = args.count("--max-waiting", options.engine.max_waiting, 1);
     options.engine.prefix_caching = !args.has("--no-prefix-caching");
+    options.engine.max_prompt_logits_bytes =
+        args.bytes("--max-prompt-logits-memory", options.engine.max_prompt_logits_bytes);
     if (args.get("--max-model-len")) options.max_model_len = args.count("--max-model-len", 0, 2);
     options.max_body_bytes = args.bytes("--max-body-bytes", options.max_body_bytes);
     if (auto key = args.get("--api-key")) {

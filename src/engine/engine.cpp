@@ -107,6 +107,10 @@ struct Engine::Impl {
     spec.n = submission.request.sampling.n;
     // Cached blocks would skip the forward rows that score the prompt (vLLM does the same).
     spec.prefix_match = !submission.request.sampling.prompt_logprobs.has_value();
+    if (submission.request.sampling.prompt_logprobs) {
+      const int64_t row_bytes = model.vocab_size() * static_cast<int64_t>(sizeof(float));
+      spec.max_chunk_tokens = std::max<int64_t>(1, options.max_prompt_logits_bytes / row_bytes);
+    }
     try {
       live.scheduler_id = scheduler.add_request(spec);
     } catch (const Error& error) {

@@ -34,6 +34,9 @@ struct EngineOptions {
   int64_t max_running = 256;                      // sequences in one step at most
   int64_t max_waiting = 4096;                     // submit() refuses beyond this (the server's 429)
   bool prefix_caching = true;
+  // A prompt_logprobs request keeps every row's logits of its chunk (rows x vocab floats): its
+  // chunks are cut so that buffer stays within this (at least one row).
+  int64_t max_prompt_logits_bytes = int64_t{64} << 20;
 };
 
 struct GenerationRequest {

@@ -63,6 +63,7 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
     if (token < 0) fail("request: prompt token id ", token, " is negative");
   if (spec.max_tokens < 1) fail("request: max_tokens = ", spec.max_tokens, ", it must be at least 1");
   if (spec.n < 1) fail("request: n = ", spec.n, ", it must be at least 1");
+  if (spec.max_chunk_tokens < 0) fail("request: max_chunk_tokens = ", spec.max_chunk_tokens, " is negative");
   const auto prompt = static_cast<int64_t>(spec.prompt.size());
   if (spec.max_tokens > std::numeric_limits<int64_t>::max() / 2 - prompt)
     fail("request: max_tokens = ", spec.max_tokens, " is too large");
@@ -86,6 +87,7 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
     sequence.prompt_tokens = prompt;
     sequence.max_tokens = spec.max_tokens;
     sequence.prefix_match = spec.prefix_match;
+    sequence.max_chunk_tokens = spec.max_chunk_tokens;
     if (choice == 0) {
       sequence.status = SequenceStatus::waiting;
       waiting_.insert(sequence.key());
@@ -154,7 +156,9 @@ bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
   const int64_t block = config_.block_tokens;
   const int64_t begin = sequence.scheduled;
   const int64_t total = sequence.total();
-  int64_t end = begin + std::min(total - begin, budget_);
+  int64_t chunk = std::min(total - begin, budget_);
+  if (sequence.max_chunk_tokens > 0) chunk = std::min(chunk, sequence.max_chunk_tokens);
+  int64_t end = begin + chunk;
   if (end < total && end / block * block > begin) end = end / block * block;  // a boundary: snapshot-able
   // Stop at the prompt's last full block too, so that a snapshot there makes the prompt's
   // prefix reusable by requests that share it (a system prompt, n > 1 retries, edits).

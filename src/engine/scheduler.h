@@ -73,6 +73,9 @@ struct RequestSpec {
   // false: admission never takes blocks from the prefix cache (a request that needs every prompt
   // position computed, e.g. for prompt log-probabilities); its blocks may still be inserted.
   bool prefix_match = true;
+  // > 0: no step computes more than this many of the sequence's positions (a request whose every
+  // row's logits are kept bounds that buffer so); 0: only the step budget bounds a chunk.
+  int64_t max_chunk_tokens = 0;
 };
 
 enum class SequenceStatus {
@@ -230,6 +233,7 @@ class Scheduler {
     int64_t prompt_tokens = 0;
     int64_t max_tokens = 0;
     bool prefix_match = true;
+    int64_t max_chunk_tokens = 0;
     std::vector<BlockId> blocks;        // block table; its first blocks are the pinned prefix match
     std::vector<BlockId> state_blocks;  // fixed state
     int64_t computed = 0;               // confirmed

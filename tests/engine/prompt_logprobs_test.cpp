@@ -137,6 +137,14 @@ TEST(PromptLogprobsTest, ChunkSizesAndBlockSizesGiveIdenticalBits) {
     EXPECT_TRUE(same_bits(got.tokens, want.tokens)) << "block " << block << ", budget " << budget;
     EXPECT_FALSE(got.prompt_after_tokens);
   }
+  // The logits-memory cap cuts the chunks instead (2 rows of the vocabulary a step).
+  EngineOptions capped = options_with(8, 64);
+  capped.max_prompt_logits_bytes = 2 * tiny_v4().vocab_size() * static_cast<int64_t>(sizeof(float)) + 7;
+  Engine engine(tiny_v4(), capped);
+  const Output got = collect(*engine.submit(request));
+  EXPECT_TRUE(same_bits(got.prompt, want.prompt));
+  EXPECT_TRUE(same_bits(got.tokens, want.tokens));
+  EXPECT_GE(engine.stats().steps, 14);  // 27 prompt positions, at most 2 a step, then 2 decodes
 }
 
 TEST(PromptLogprobsTest, BatchedWithOthersEqualsAlone) {

@@ -112,6 +112,44 @@ TEST(Scheduler, ChunkedPrefillSplitsAtBlockBoundariesWithinTheBudget) {
   expect_nothing_held(scheduler);
 }
 
+TEST(Scheduler, ARequestsChunkCapHoldsWhileOthersUseTheRestOfTheBudget) {
+  Scheduler scheduler(small_config(64, 16));
+  CheckingExecutor executor(scheduler);
+  RequestSpec capped = request(tokens(13, 100), 1);
+  capped.max_chunk_tokens = 3;
+  const RequestId capped_id = scheduler.add_request(capped);
+  scheduler.add_request(request(tokens(20, 500), 1));
+  std::vector<std::pair<int64_t, int64_t>> capped_chunks;
+  int64_t largest_other_chunk = 0;
+  for (int step = 0; step < 100 && scheduler.counters().running + scheduler.counters().waiting > 0; ++step) {
+    const StepPlan plan = scheduler.schedule();
+    for (const ScheduledSequence& sequence : plan.sequences) {
+      if (sequence.id.request == capped_id)
+        capped_chunks.emplace_back(sequence.begin, sequence.end);
+      else
+        largest_other_chunk = std::max(largest_other_chunk, sequence.end - sequence.begin);
+    }
+    scheduler.on_step_finished(plan.step, executor.launch(plan));
+    scheduler.check_consistency();
+  }
+  // Three positions a step, cut back to the block boundary when one lies inside (0-3 -> 0-3,
+  // 3-6 -> 3-4, ...), never more than three; the other request still takes up to 13 of 16.
+  ASSERT_FALSE(capped_chunks.empty());
+  EXPECT_EQ(capped_chunks.front(), (std::pair<int64_t, int64_t>{0, 3}));
+  EXPECT_EQ(capped_chunks.back().second, 13);
+  for (std::size_t i = 0; i < capped_chunks.size(); ++i) {
+    EXPECT_LE(capped_chunks[i].second - capped_chunks[i].first, 3);
+    if (i > 0) {
+      EXPECT_EQ(capped_chunks[i].first, capped_chunks[i - 1].second);
+    }
+  }
+  EXPECT_GT(largest_other_chunk, 3);
+  RequestSpec negative = request(tokens(4, 1), 1);
+  negative.max_chunk_tokens = -1;
+  EXPECT_THROW(scheduler.add_request(negative), Error);
+  expect_nothing_held(scheduler);
+}
+
 TEST(Scheduler, DecodesComeFirstAndTheBudgetHoldsWithManySequences) {
   Scheduler scheduler(small_config(200, 8));
   CheckingExecutor executor(scheduler);
