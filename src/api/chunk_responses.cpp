@@ -60,7 +60,7 @@ void ResponsesEventWriter::open(Item item, const std::string& name, std::vector<
     out.push_back(event("response.content_part.added", part_fields({{"part", responses_output_text("")}})));
 }
 
-void ResponsesEventWriter::close(std::vector<ResponsesEvent>& out) {
+void ResponsesEventWriter::close(std::vector<ResponsesEvent>& out, std::string_view status) {
   const std::size_t position = done_items_.size();
   WireJson done;
   switch (open_item_) {
@@ -68,20 +68,20 @@ void ResponsesEventWriter::close(std::vector<ResponsesEvent>& out) {
     case Item::reasoning:
       out.push_back(event("response.reasoning_text.done", part_fields({{"text", text_}})));
       out.push_back(event("response.content_part.done", part_fields({{"part", responses_reasoning_text(text_)}})));
-      done = responses_reasoning_item(item_id_, "completed", WireJson::array({responses_reasoning_text(text_)}));
+      done = responses_reasoning_item(item_id_, status, WireJson::array({responses_reasoning_text(text_)}));
       break;
     case Item::message:
       out.push_back(
           event("response.output_text.done", part_fields({{"text", text_}, {"logprobs", WireJson::array()}})));
       out.push_back(event("response.content_part.done", part_fields({{"part", responses_output_text(text_)}})));
-      done = responses_message_item(item_id_, "completed", WireJson::array({responses_output_text(text_)}));
+      done = responses_message_item(item_id_, status, WireJson::array({responses_output_text(text_)}));
       break;
     case Item::function_call:
       out.push_back(event("response.function_call_arguments.done", {{"item_id", item_id_},
                                                                     {"name", call_name_},
                                                                     {"output_index", position},
                                                                     {"arguments", text_}}));
-      done = responses_function_call_item(item_id_, "completed", responses_item_id(format_, "call", position),
+      done = responses_function_call_item(item_id_, status, responses_item_id(format_, "call", position),
                                           call_name_, text_);
       break;
   }
@@ -109,8 +109,8 @@ std::vector<ResponsesEvent> ResponsesEventWriter::write(const StreamEvent& strea
     out.push_back(event("response.created", {{"response", response}}));
     out.push_back(event("response.in_progress", {{"response", response}}));
   } else if (const auto* finish = std::get_if<StreamFinish>(&stream_event)) {
-    close(out);
     const bool incomplete = finish->reason == FinishReason::length;
+    close(out, incomplete ? "incomplete" : "completed");
     out.push_back(event(incomplete ? "response.incomplete" : "response.completed",
                         {{"response", responses_object(format_, done_items_, finish)}}));
   } else {

@@ -9,6 +9,7 @@
 // responses_body, so it equals the non-streaming body.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/api_error.h"
@@ -36,7 +37,8 @@ class ResponsesEventWriter {
   enum class Item { none, reasoning, message, function_call };
   ResponsesEvent event(const char* type, WireJson fields);
   void open(Item item, const std::string& name, std::vector<ResponsesEvent>& out);
-  void close(std::vector<ResponsesEvent>& out);
+  // `status`: "completed", or "incomplete" for the item max_output_tokens cut.
+  void close(std::vector<ResponsesEvent>& out, std::string_view status = "completed");
   void text_delta(Item item, const std::string& text, std::vector<ResponsesEvent>& out);
   WireJson part_fields(WireJson part) const;
 

@@ -101,6 +101,8 @@ WireJson responses_body(const ResponsesFormat& format, const CollectedOutput& ou
                                                  responses_item_id(format, "call", position), call.name,
                                                  call.arguments));
   }
+  // The item being written when max_output_tokens ran out is incomplete (OpenAI's item status).
+  if (output.finish->reason == FinishReason::length && !items.empty()) items.back()["status"] = "incomplete";
   return responses_object(format, std::move(items), &*output.finish);
 }
 

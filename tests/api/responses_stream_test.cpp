@@ -159,6 +159,26 @@ TEST(ResponsesEventWriter, MaxOutputTokensCutEndsIncomplete) {
   const WireJson& response = events.back().data["response"];
   EXPECT_EQ(response["status"], "incomplete");
   EXPECT_EQ(response["incomplete_details"], WireJson::parse(R"({"reason":"max_output_tokens"})"));
+  EXPECT_EQ(events[events.size() - 2].data["item"]["status"], "incomplete");
+  EXPECT_EQ(response["output"][0]["status"], "incomplete");
+}
+
+TEST(ResponsesEventWriter, OnlyTheItemTheCutInterruptedIsIncomplete) {
+  const std::vector<StreamEvent> input = {StreamStart{}, reasoning("Add."), content("4"),
+                                          finish(FinishReason::length)};
+  ResponsesEventWriter writer(kFormat);
+  const std::vector<ResponsesEvent> events = write_all(writer, input);
+  expect_consistent(events, input);
+  const WireJson& output = events.back().data["response"]["output"];
+  ASSERT_EQ(output.size(), 2u);
+  EXPECT_EQ(output[0]["type"], "reasoning");
+  EXPECT_EQ(output[0]["status"], "completed");
+  EXPECT_EQ(output[1]["type"], "message");
+  EXPECT_EQ(output[1]["status"], "incomplete");
+  std::vector<std::string> done_statuses;
+  for (const ResponsesEvent& event : events)
+    if (event.type == "response.output_item.done") done_statuses.push_back(event.data["item"]["status"]);
+  EXPECT_EQ(done_statuses, (std::vector<std::string>{"completed", "incomplete"}));
 }
 
 TEST(ResponsesEventWriter, ErrorEventContinuesTheNumbering) {

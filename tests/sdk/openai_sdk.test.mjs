@@ -312,7 +312,11 @@ for (const [label, extra] of [['with reasoning', {}], ['without reasoning', { re
     assert.equal(whole.object, 'response');
     assert.match(whole.id, /^resp_/);
     assert.ok(['completed', 'incomplete'].includes(whole.status), whole.status);
-    if (whole.status === 'incomplete') assert.equal(whole.incomplete_details.reason, 'max_output_tokens');
+    if (whole.status === 'incomplete') {
+      assert.equal(whole.incomplete_details.reason, 'max_output_tokens');
+      assert.equal(whole.output.at(-1).status, 'incomplete');
+    }
+    assert.ok(whole.output.slice(0, -1).every((item) => item.status === 'completed'));
     checkResponsesUsage(whole.usage);
     if (extra.reasoning) {
       assert.ok(whole.output_text.length > 0);
