@@ -33,7 +33,7 @@ void handle_chat_completions(const HandlerContext& context, const httplib::Reque
   } else {
     job.body = [format](const api::CollectedOutput& output) { return api::chat_completion_body(format, output); };
   }
-  respond_chat_style(context, std::move(job), arrival, response);
+  respond_chat_style(context, std::move(job), request, arrival, response);
 }
 
 }  // namespace deepinfer::server

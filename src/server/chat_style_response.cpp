@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "server/client_connection.h"
 #include "server/event_stream.h"
 #include "server/http_io.h"
 
@@ -57,16 +58,24 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
 }
 
 
-void respond_chat_style(const HandlerContext& context, ChatStyleJob job, Clock::time_point arrival,
-                        httplib::Response& response) {
+void respond_chat_style(const HandlerContext& context, ChatStyleJob job, const httplib::Request& request,
+                        Clock::time_point arrival, httplib::Response& response) {
   ChoiceOutputOptions choice_options{job.request.sampling.logprobs.has_value(), job.request.ignore_eos};
   auto generation = std::make_shared<Generation>(context.model, std::move(job.request), arrival);
   auto output = std::make_shared<ChoiceOutput>(context.model, job.parsing, choice_options);
 
   if (!job.stream) {
     api::CollectedOutput collected;
+    ClientConnection client(request);
     while (!generation->finished()) {
       auto event = generation->next(kPoll);
+      if (client.gone()) {
+        generation->cancel();
+        context.report(job.id, generation->record(job.endpoint, kClientClosedRequest), generation->cached_tokens(),
+                       /*client_disconnected=*/true);
+        response.status = kClientClosedRequest;
+        return;
+      }
       if (!event) continue;
       for (const api::StreamEvent& out : output->add(*event)) collected.add(out);
       if (output->done()) generation->cancel();  // a stop string matched: no more tokens are needed

@@ -45,7 +45,8 @@ ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest
                             std::string id, bool parse_tools_whenever_given);
 
 // Submits and answers; throws api::ApiError before anything is sent when the request is refused.
-void respond_chat_style(const HandlerContext& context, ChatStyleJob job, Clock::time_point arrival,
-                        httplib::Response& response);
+// A client that leaves cancels its request, streaming or not.
+void respond_chat_style(const HandlerContext& context, ChatStyleJob job, const httplib::Request& request,
+                        Clock::time_point arrival, httplib::Response& response);
 
 }  // namespace deepinfer::server

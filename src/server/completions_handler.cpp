@@ -8,6 +8,7 @@
 #include "api/chunk_chat_completions.h"
 #include "api/sse_format.h"
 #include "server/chat_style_response.h"
+#include "server/client_connection.h"
 #include "server/completions_request.h"
 #include "server/event_stream.h"
 #include "server/handlers.h"
@@ -178,8 +179,8 @@ struct CompletionJob {
     choices.at(static_cast<std::size_t>(event.choice)).add(event);
     if (all_done()) generation->cancel();
   }
-  RequestRecord record() const {
-    RequestRecord r = generation->record("/v1/completions", 200);
+  RequestRecord record(int status = 200) const {
+    RequestRecord r = generation->record("/v1/completions", status);
     r.completion_tokens = 0;
     for (const auto& choice : choices) r.completion_tokens += choice.completion_tokens();
     return r;
@@ -204,8 +205,17 @@ void handle_completions(const HandlerContext& context, const httplib::Request& r
   job->generation = std::make_shared<Generation>(context.model, std::move(generation_request), arrival);
 
   if (!parsed.options.stream) {
+    ClientConnection client(request);
     while (!job->generation->finished()) {
-      if (auto event = job->generation->next(kPoll)) job->add(*event);
+      auto event = job->generation->next(kPoll);
+      if (client.gone()) {
+        job->generation->cancel();
+        context.report(job->id, job->record(kClientClosedRequest), job->generation->cached_tokens(),
+                       /*client_disconnected=*/true);
+        response.status = kClientClosedRequest;
+        return;
+      }
+      if (event) job->add(*event);
     }
     WireJson choices = WireJson::array();
     for (std::size_t k = 0; k < job->choices.size(); ++k) choices.push_back(job->choices[k].take(static_cast<int>(k)));

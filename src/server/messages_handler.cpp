@@ -30,7 +30,7 @@ void handle_messages(const HandlerContext& context, const httplib::Request& requ
   } else {
     job.body = [format](const api::CollectedOutput& output) { return api::messages_body(format, output); };
   }
-  respond_chat_style(context, std::move(job), arrival, response);
+  respond_chat_style(context, std::move(job), request, arrival, response);
 }
 
 }  // namespace deepinfer::server

@@ -39,7 +39,7 @@ void handle_responses(const HandlerContext& context, const httplib::Request& req
       return api::responses_body(finished, output);
     };
   }
-  respond_chat_style(context, std::move(job), arrival, response);
+  respond_chat_style(context, std::move(job), request, arrival, response);
 }
 
 }  // namespace deepinfer::server

@@ -1,0 +1,120 @@
+// A client that leaves before its non-streaming answer is sent: the server notices without
+// writing (server/client_connection.h), cancels the request in the engine, frees its cache and
+// counts it as 499, on every generating endpoint.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "server/client_connection.h"
+#include "server_fixture.h"
+
+namespace deepinfer::server::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// Sends one request on a fresh connection, waits, and closes it without reading the answer.
+void post_and_hang_up(int port, const std::string& path, const Json& body, std::chrono::milliseconds wait) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  const std::string text = body.dump();
+  const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                              "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::this_thread::sleep_for(wait);
+  ::close(fd);
+}
+
+double series_value(const std::string& metrics, const std::string& series) {
+  const std::size_t at = metrics.find(series + " ");
+  return at == std::string::npos ? 0.0 : std::stod(metrics.substr(at + series.size() + 1));
+}
+
+TEST(NonStreamingDisconnect, TheRequestIsCancelledAndItsCacheFreedOnEveryEndpoint) {
+  RunningServer server(test_options());
+  engine::Engine& engine = server.server().model().engine();
+  const int max_tokens = static_cast<int>(server.server().model().context_length() - 100);
+  ASSERT_GT(max_tokens, 900);
+  const Json user = {{{"role", "user"}, {"content", "Hello there"}}};
+  const std::vector<std::pair<std::string, Json>> requests = {
+      {"/v1/chat/completions",
+       {{"model", "tiny"}, {"messages", user}, {"max_tokens", max_tokens}, {"ignore_eos", true}}},
+      {"/v1/completions", {{"model", "tiny"}, {"prompt", "Once upon"}, {"max_tokens", max_tokens}, {"ignore_eos", true}}},
+      {"/v1/messages", {{"model", "tiny"}, {"messages", user}, {"max_tokens", max_tokens}, {"ignore_eos", true}}},
+      {"/v1/responses", {{"model", "tiny"}, {"input", "Hello there"}, {"max_output_tokens", max_tokens}}},
+  };
+  for (const auto& [path, body] : requests) {
+    SCOPED_TRACE(path);
+    const int64_t generated_before = engine.stats().generated_tokens;
+    post_and_hang_up(server.port(), path, body, std::chrono::milliseconds(300));
+    const engine::EngineStats stats = stats_after_cancellation(engine);
+    EXPECT_EQ(stats.running, 0);
+    EXPECT_EQ(stats.in_use_blocks, 0);
+    // Cancelled long before the answer's end (a few hundred ms of a run of several seconds).
+    EXPECT_LT(stats.generated_tokens - generated_before, max_tokens / 2);
+    const std::string series = "deepinfer:requests_total{model_name=\"tiny\",endpoint=\"" + path + "\",status=\"" +
+                               std::to_string(kClientClosedRequest) + "\"}";
+    double counted = 0;
+    for (int i = 0; i < 500 && counted == 0; ++i) {
+      counted = series_value(server.client().Get("/metrics")->body, series);
+      if (counted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(counted, 1) << series;
+  }
+}
+
+TEST(NonStreamingDisconnect, AClientStillWaitingIsNotGone) {
+  RunningServer server(test_options());
+  auto client = server.client();
+  const Json body = {{"model", "tiny"}, {"prompt", "Once upon"}, {"max_tokens", 200}, {"ignore_eos", true}};
+  auto result = client.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(Json::parse(result->body)["usage"]["completion_tokens"], 200);
+}
+
+TEST(NonStreamingDisconnect, FindsTheAcceptedSocketByItsTwoAddresses) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int listen_port = ntohs(address.sin_port);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  sockaddr_in client_address{};
+  length = sizeof(client_address);
+  ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&client_address), &length), 0);
+  const int client_port = ntohs(client_address.sin_port);
+  // The server's end: its peer is the client's port, its own the listening port (the client's
+  // socket has the two ports the other way round, the listener has no peer).
+  EXPECT_EQ(find_connection_socket("127.0.0.1", client_port, listen_port), accepted);
+  EXPECT_EQ(find_connection_socket("127.0.0.2", client_port, listen_port), -1);
+  EXPECT_EQ(find_connection_socket("127.0.0.1", client_port, listen_port + 1), -1);
+  // Still there until the peer hangs up, then POLLRDHUP.
+  ::close(client);
+  pollfd watched{accepted, POLLRDHUP, 0};
+  EXPECT_EQ(::poll(&watched, 1, 1000), 1);
+  EXPECT_NE(watched.revents & POLLRDHUP, 0);
+  ::close(accepted);
+  ::close(listener);
+}
+
+}  // namespace
+}  // namespace deepinfer::server::testing
