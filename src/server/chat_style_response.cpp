@@ -26,6 +26,10 @@ api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, c
 
 }  // namespace
 
+std::vector<int32_t> encode_conversation(const ServedModel& model, const api::Conversation& conversation) {
+  return model.encoder().encode(api::render_prompt(conversation, model.format()));
+}
+
 ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest& parsed, std::string endpoint,
                             std::string id, bool parse_tools_whenever_given) {
   check_model_name(parsed.options.model, context.model.name());

@@ -38,6 +38,8 @@ struct ChatStyleJob {
 // The request: prompt, max_tokens (checked against the context), sampling, EOS ids.
 engine::GenerationRequest make_generation_request(const ServedModel& model, std::vector<int32_t> prompt,
                                                   const api::GenerationOptions& options);
+// The conversation rendered in the model's format and encoded: the prompt a chat-style request runs.
+std::vector<int32_t> encode_conversation(const ServedModel& model, const api::Conversation& conversation);
 // What every chat-style handler starts with: the model name check, the rendered and encoded
 // prompt, the engine request and the output parsing options (recipe §2.1; Anthropic Messages
 // parses tool calls whenever tools are given). The handler adds its writers.

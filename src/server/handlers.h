@@ -20,5 +20,14 @@ void handle_responses(const HandlerContext& context, const httplib::Request& req
 // POST /v1/completions (legacy Completions: raw prompt text or token ids, logprobs, echo, n).
 void handle_completions(const HandlerContext& context, const httplib::Request& request,
                         httplib::Response& response, Clock::time_point arrival);
+// POST /tokenize (vLLM's: `prompt` text or chat `messages` -> count, max_model_len, tokens,
+// token_strs) and POST /detokenize (`tokens` -> `prompt`).
+void handle_tokenize(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                     Clock::time_point arrival);
+void handle_detokenize(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                       Clock::time_point arrival);
+// POST /v1/messages/count_tokens (Anthropic's: a Messages request without max_tokens -> input_tokens).
+void handle_count_tokens(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+                         Clock::time_point arrival);
 
 }  // namespace deepinfer::server

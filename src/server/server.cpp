@@ -17,7 +17,8 @@ using Handler = void (*)(const HandlerContext&, const httplib::Request&, httplib
 
 bool needs_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/chat/completions" ||
                                                  path == "/completions" || path == "/messages" || path == "/responses" ||
-                                                 path == "/models"; }
+                                                 path == "/models" || path == "/messages/count_tokens" ||
+                                                 path == "/tokenize" || path == "/detokenize"; }
 
 bool key_matches(const httplib::Request& request, const std::string& key) {
   const std::string bearer = request.get_header_value("Authorization");
@@ -100,11 +101,24 @@ void Server::install_routes() {
       }
     };
   };
+  // Counting and converting tokens generates nothing: no metrics, and it still works while draining.
+  auto token_route = [context](Handler handler) {
+    return [context, handler](const httplib::Request& request, httplib::Response& response) {
+      try {
+        handler(context, request, response, Clock::now());
+      } catch (const api::ApiError& error) {
+        send_error(response, error);
+      }
+    };
+  };
+  http.Post("/tokenize", token_route(handle_tokenize));
+  http.Post("/detokenize", token_route(handle_detokenize));
   for (const std::string prefix : {"/v1", ""}) {
     http.Post(prefix + "/chat/completions", generation_route("/v1/chat/completions", handle_chat_completions));
     http.Post(prefix + "/completions", generation_route("/v1/completions", handle_completions));
     http.Post(prefix + "/messages", generation_route("/v1/messages", handle_messages));
     http.Post(prefix + "/responses", generation_route("/v1/responses", handle_responses));
+    http.Post(prefix + "/messages/count_tokens", token_route(handle_count_tokens));
     http.Get(prefix + "/models", [this](const httplib::Request&, httplib::Response& response) {
       nlohmann::ordered_json model = {{"id", model_->name()},
                                       {"object", "model"},

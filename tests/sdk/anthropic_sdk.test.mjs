@@ -145,3 +145,12 @@ test('errors arrive as the SDK\'s typed errors', async () => {
                              tool_choice: { type: 'tool', name: 'get_weather' } }),
     (error) => error instanceof Anthropic.BadRequestError && /[Tt]hinking mode/.test(error.message));
 });
+
+test('messages.countTokens counts the prompt messages.create runs', async () => {
+  const request = { model: modelName, system: 'Be brief.', messages: user('Weather in Paris?'), tools: [weatherTool] };
+  const counted = await client.messages.countTokens(request);
+  const message = await client.messages.create({ ...request, max_tokens: 1 });
+  assert.equal(counted.input_tokens, message.usage.input_tokens + message.usage.cache_read_input_tokens);
+  await assert.rejects(client.messages.countTokens({ ...request, model: 'other' }),
+                       (error) => error instanceof Anthropic.NotFoundError);
+});
