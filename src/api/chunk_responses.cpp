@@ -77,12 +77,12 @@ void ResponsesEventWriter::close(std::vector<ResponsesEvent>& out, std::string_v
       done = responses_message_item(item_id_, status, WireJson::array({responses_output_text(text_)}));
       break;
     case Item::function_call:
-      out.push_back(event("response.function_call_arguments.done", {{"item_id", item_id_},
-                                                                    {"name", call_name_},
-                                                                    {"output_index", position},
-                                                                    {"arguments", text_}}));
       done = responses_function_call_item(item_id_, status, responses_item_id(format_, "call", position),
                                           call_name_, text_);
+      out.push_back(event("response.function_call_arguments.done", {{"item_id", item_id_},
+                                                                    {"name", done["name"]},
+                                                                    {"output_index", position},
+                                                                    {"arguments", text_}}));
       break;
   }
   out.push_back(event("response.output_item.done", {{"output_index", position}, {"item", done}}));

@@ -65,7 +65,12 @@ WireJson responses_function_call_item(const std::string& id, std::string_view st
   item["id"] = id;
   item["status"] = status;
   item["call_id"] = call_id;
-  item["name"] = name;
+  if (const std::size_t separator = name.find("::"); separator != std::string::npos) {
+    item["name"] = name.substr(separator + 2);
+    item["namespace"] = name.substr(0, separator);
+  } else {
+    item["name"] = name;
+  }
   item["arguments"] = arguments;
   return item;
 }

@@ -28,8 +28,10 @@ std::string responses_item_id(const ResponsesFormat& format, std::string_view pr
 // Content parts.
 WireJson responses_reasoning_text(const std::string& text);
 WireJson responses_output_text(const std::string& text);
-// Output items; `status` is in_progress while streamed, then completed. `content` is an array of
-// parts (empty while the item has only been added).
+// Output items; `status` is in_progress while streamed, then completed (or incomplete when the
+// token limit cut it). `content` is an array of parts (empty while the item has only been added).
+// A call to a namespace's tool (flattened to "ns::name" for the prompt; "::" is in no tool name
+// otherwise) is reported as `name` + `namespace` (recipe §3.2), as the input items take it.
 WireJson responses_reasoning_item(const std::string& id, std::string_view status, WireJson content);
 WireJson responses_message_item(const std::string& id, std::string_view status, WireJson content);
 WireJson responses_function_call_item(const std::string& id, std::string_view status, const std::string& call_id,

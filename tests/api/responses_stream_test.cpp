@@ -146,6 +146,26 @@ TEST(ResponsesEventWriter, ToolCallFromDsml) {
   EXPECT_EQ(events.back().data["response"]["output"][0]["content"][0]["text"], "Let me look.");
 }
 
+TEST(ResponsesEventWriter, ANamespacedToolsCallCarriesItsNamespace) {
+  OutputParsingOptions options;
+  options.parse_tool_calls = true;
+  OutputProcessor processor(options);
+  std::vector<StreamEvent> input = processor.ready({std::nullopt, 12, 0});
+  const std::string call =
+      "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"files::read\">\n<｜DSML｜ parameter name=\"path\" "
+      "string=\"true\">a.txt</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  for (StreamEvent& event : processor.text(call, 1)) input.push_back(std::move(event));
+  for (StreamEvent& event : processor.finish(BackendFinish::stop)) input.push_back(std::move(event));
+  ResponsesEventWriter writer(kFormat);
+  const std::vector<ResponsesEvent> events = write_all(writer, input);
+  expect_consistent(events, input);  // the body's item too
+  const WireJson& item = events.back().data["response"]["output"][0];
+  EXPECT_EQ(item, WireJson::parse(R"({"type":"function_call","id":"fc_resp_r1_0","status":"completed",
+      "call_id":"call_resp_r1_0","name":"read","namespace":"files","arguments":"{\"path\": \"a.txt\"}"})"));
+  EXPECT_EQ(events[2].data["item"]["namespace"], "files");
+  EXPECT_EQ(events[events.size() - 3].data["name"], "read");
+}
+
 TEST(ResponsesEventWriter, MaxOutputTokensCutEndsIncomplete) {
   const std::vector<StreamEvent> input = {StreamStart{}, content("Once upon"), finish(FinishReason::length)};
   ResponsesEventWriter writer(kFormat);
