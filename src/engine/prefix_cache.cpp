@@ -59,6 +59,7 @@ PrefixMatch PrefixCache::match(std::span<const int32_t> prompt) {
     path.push_back(at);
     if (nodes_[static_cast<std::size_t>(at)].snapshot != kNoSnapshot) resumable = path.size();
   }
+  out.shared_tokens = static_cast<int64_t>(path.size()) * block_tokens_;
   path.resize(resumable);
   for (NodeId id : path) {
     touch(id, now);

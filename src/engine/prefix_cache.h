@@ -29,6 +29,9 @@ struct PrefixMatch {
   std::vector<BlockId> blocks;  // the reusable prefix's blocks, in order
   int64_t tokens = 0;           // blocks.size() * block_tokens
   SnapshotHandle snapshot = kNoSnapshot;  // the state at the end of the prefix (kNoSnapshot: no hit)
+  // Full blocks of the prompt found in the tree, snapshot or not (>= tokens): where the prompt
+  // leaves what earlier prompts had in common. A snapshot there makes the shared part resumable.
+  int64_t shared_tokens = 0;
 };
 
 struct InsertResult {

@@ -164,6 +164,7 @@ bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
   // prefix reusable by requests that share it (a system prompt, n > 1 retries, edits).
   const int64_t prompt_boundary = prompt_snapshot_boundary(sequence);
   if (config_.prefix_caching && begin < prompt_boundary && prompt_boundary < end) end = prompt_boundary;
+  if (begin < sequence.share_boundary && sequence.share_boundary < end) end = sequence.share_boundary;
   const int64_t needed = ceil_div(end, block);
   while (static_cast<int64_t>(sequence.blocks.size()) < needed) {
     const std::optional<BlockId> allocated = allocate(sequence, mode);
@@ -175,7 +176,9 @@ bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
   budget_ -= end - begin;
   sequence.scheduled = end;
   if (samples) ++sequence.pending_samples;
-  if (config_.prefix_caching && end % block == 0) try_snapshot(sequence, end);
+  // Before a share boundary a snapshot would only occupy the one in-flight slot that boundary's
+  // snapshot needs (the next chunk is planned while this one computes).
+  if (config_.prefix_caching && end % block == 0 && end >= sequence.share_boundary) try_snapshot(sequence, end);
   return true;
 }
 
@@ -187,6 +190,10 @@ bool Scheduler::admit(Sequence& sequence) {
   }
   sequence.blocks = match.blocks;
   sequence.computed = sequence.scheduled = match.tokens;
+  sequence.share_boundary =
+      match.shared_tokens > match.tokens && match.shared_tokens < prompt_snapshot_boundary(sequence)
+          ? match.shared_tokens
+          : 0;
   bool admitted = true;
   for (int64_t i = 0; admitted && i < config_.state_blocks_per_sequence; ++i) {
     const std::optional<BlockId> block = allocate(sequence, AllocationMode::admission);
@@ -423,9 +430,11 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
       sequence.snapshot = work.snapshot;
       sequence.snapshot_boundary = sequence.pending_snapshot_boundary;
       sequence.pending_snapshot = kNoSnapshot;
-      // The prompt's own prefix goes into the cache at once: requests sharing it need not wait
-      // for this one to finish.
-      if (sequence.snapshot_boundary == prompt_snapshot_boundary(sequence)) cache_prefix(sequence);
+      // The prompt's own prefix, and the part it shares with earlier prompts, go into the cache
+      // at once: requests sharing them need not wait for this one to finish.
+      if (sequence.snapshot_boundary == prompt_snapshot_boundary(sequence) ||
+          sequence.snapshot_boundary == sequence.share_boundary)
+        cache_prefix(sequence);
     }
   }
   StepOutcome outcome;

@@ -234,6 +234,10 @@ class Scheduler {
     int64_t max_tokens = 0;
     bool prefix_match = true;
     int64_t max_chunk_tokens = 0;
+    // A block boundary inside the prompt up to which earlier prompts share its blocks but where
+    // the cache has no snapshot (0: none): prefill stops there and its snapshot goes into the
+    // cache, so the next prompt with that prefix resumes from it.
+    int64_t share_boundary = 0;
     std::vector<BlockId> blocks;        // block table; its first blocks are the pinned prefix match
     std::vector<BlockId> state_blocks;  // fixed state
     int64_t computed = 0;               // confirmed

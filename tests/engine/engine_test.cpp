@@ -229,6 +229,37 @@ TEST(EngineTest, PrefixCacheHitsEqualRecomputation) {
   expect_everything_returned(engine);
 }
 
+// A shared system prompt followed by different questions: the second request snapshots where it
+// leaves the first (the shared blocks had no snapshot), and the later ones resume there; every
+// answer equals the one computed without a cache, bit for bit.
+TEST(EngineTest, ASharedSystemPromptIsResumedFromWhereThePromptsDiverge) {
+  std::mt19937 rng(8);
+  const Tokens system = random_prompt(rng, 43);  // 5 whole blocks of 8, then 3 tokens
+  std::vector<Tokens> prompts;
+  for (int i = 0; i < 4; ++i) {
+    Tokens prompt = system;
+    const Tokens question = random_prompt(rng, 12 + i);
+    prompt.insert(prompt.end(), question.begin(), question.end());
+    prompts.push_back(prompt);
+  }
+  EngineOptions off = small_options();
+  off.prefix_caching = false;
+  std::vector<Output> want;
+  {
+    Engine engine(tiny_v4(), off);
+    for (const Tokens& prompt : prompts) want.push_back(collect(*engine.submit(greedy(prompt, 5))));
+  }
+  Engine engine(tiny_v4(), small_options());
+  std::vector<int64_t> cached;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const Output got = collect(*engine.submit(greedy(prompts[i], 5)));
+    EXPECT_TRUE(same_bits(got.tokens, want[i].tokens)) << "prompt " << i;
+    cached.push_back(got.cached_tokens);
+  }
+  EXPECT_EQ(cached, (std::vector<int64_t>{0, 0, 40, 40}));
+  expect_everything_returned(engine);
+}
+
 TEST(EngineTest, CancellationAtAnyPointReturnsEveryBlock) {
   std::mt19937 rng(9);
   Engine engine(tiny_v4(), small_options());

@@ -150,6 +150,42 @@ TEST(Scheduler, ARequestsChunkCapHoldsWhileOthersUseTheRestOfTheBudget) {
   expect_nothing_held(scheduler);
 }
 
+// Prompts that share a system prompt and then differ: the first caches its whole prompt, the
+// second finds the shared blocks without a snapshot at their end, stops its prefill there and
+// caches that boundary's snapshot, and the third resumes from it.
+TEST(Scheduler, ThePartTwoPromptsShareBecomesResumableForTheThird) {
+  Scheduler scheduler(small_config(64, 64));
+  CheckingExecutor executor(scheduler);
+  const std::vector<int32_t> system = tokens(10, 1);  // blocks 0-3, 4-7 whole; 8-9 inside block 2
+  auto prompt_with = [&](int32_t tail) {
+    std::vector<int32_t> prompt = system;
+    for (int32_t i = 0; i < 7; ++i) prompt.push_back(tail + i);
+    return prompt;
+  };
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  std::vector<int64_t> hits;
+  for (const int32_t tail : {100, 200, 300, 400}) {
+    const int64_t hit_before = scheduler.counters().prefix_hit_tokens;
+    scheduler.add_request(request(prompt_with(tail), 2));
+    chunks.clear();
+    for (int step = 0; step < 20 && scheduler.counters().running + scheduler.counters().waiting > 0; ++step) {
+      const StepPlan plan = scheduler.schedule();
+      for (const ScheduledSequence& sequence : plan.sequences) chunks.emplace_back(sequence.begin, sequence.end);
+      scheduler.on_step_finished(plan.step, executor.launch(plan));
+      scheduler.check_consistency();
+    }
+    hits.push_back(scheduler.counters().prefix_hit_tokens - hit_before);
+    if (tail == 200) {  // stops at the shared boundary (8), then the prompt's last full block (16)
+      ASSERT_GE(chunks.size(), 2u);
+      EXPECT_EQ(chunks[0], (std::pair<int64_t, int64_t>{0, 8}));
+      EXPECT_EQ(chunks[1], (std::pair<int64_t, int64_t>{8, 16}));
+    }
+  }
+  EXPECT_EQ(hits, (std::vector<int64_t>{0, 0, 8, 8}));
+  EXPECT_EQ(executor.restores, 2);
+  expect_nothing_held(scheduler);
+}
+
 TEST(Scheduler, DecodesComeFirstAndTheBudgetHoldsWithManySequences) {
   Scheduler scheduler(small_config(200, 8));
   CheckingExecutor executor(scheduler);
