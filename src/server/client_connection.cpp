@@ -4,12 +4,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 #include <string>
+
+#include "server/process_sockets.h"
 
 namespace deepinfer::server {
 namespace {
@@ -45,20 +45,12 @@ std::optional<Endpoint> peer_endpoint(int fd) {
 }  // namespace
 
 int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
-    const std::string name = entry.path().filename().string();
-    char* end = nullptr;
-    const long fd = std::strtol(name.c_str(), &end, 10);
-    if (end == name.c_str() || *end != '\0') continue;
-    struct stat info {};
-    if (::fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
-    const std::optional<Endpoint> peer = peer_endpoint(static_cast<int>(fd));
-    if (!peer || peer->port != remote_port || peer->host != remote_addr) continue;
-    const std::optional<Endpoint> local = local_endpoint(static_cast<int>(fd));
-    if (local && local->port == local_port) return static_cast<int>(fd);
-  }
-  return -1;
+  return find_socket([&](int fd) {
+    const std::optional<Endpoint> peer = peer_endpoint(fd);
+    if (!peer || peer->port != remote_port || peer->host != remote_addr) return false;
+    const std::optional<Endpoint> local = local_endpoint(fd);
+    return local && local->port == local_port;
+  });
 }
 
 ClientConnection::ClientConnection(const httplib::Request& request)

@@ -14,7 +14,7 @@ inline constexpr int kClientClosedRequest = 499;
 // client only when a write fails, which a non-streaming answer does once, at the end: a client
 // that gave up would have its whole answer generated for nobody. The request's socket is found
 // through /proc/self/fd by its two addresses (only once the answer has taken a while, so short
-// requests never look) and polled for the peer's hang-up (POLLRDHUP: closed, or at least done
+// requests never look; process_sockets.h) and polled for the peer's hang-up (POLLRDHUP: closed, or at least done
 // sending, which an HTTP client waiting for its answer is only when it has left).
 class ClientConnection {
  public:
