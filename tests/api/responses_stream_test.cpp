@@ -115,16 +115,21 @@ TEST(ResponsesEventWriter, ReasoningThenText) {
       "output_tokens":5,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":17})"));
 }
 
-TEST(ResponsesEventWriter, ToolCallFromDsml) {
+// The events the output processor makes of a model answer, tool calls parsed, ending at EOS.
+std::vector<StreamEvent> parsed_answer(const std::string& text) {
   OutputParsingOptions options;
   options.parse_tool_calls = true;
   OutputProcessor processor(options);
   std::vector<StreamEvent> input = processor.ready({std::nullopt, 12, 0});
-  const std::string call =
-      "Let me look.<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"q\" "
-      "string=\"true\">hi</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
-  for (StreamEvent& event : processor.text(call, 1)) input.push_back(std::move(event));
+  for (StreamEvent& event : processor.text(text, 1)) input.push_back(std::move(event));
   for (StreamEvent& event : processor.finish(BackendFinish::stop)) input.push_back(std::move(event));
+  return input;
+}
+
+TEST(ResponsesEventWriter, ToolCallFromDsml) {
+  const std::vector<StreamEvent> input = parsed_answer(
+      "Let me look.<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"q\" "
+      "string=\"true\">hi</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");
   ResponsesEventWriter writer(kFormat);
   const std::vector<ResponsesEvent> events = write_all(writer, input);
   expect_consistent(events, input);
@@ -147,15 +152,9 @@ TEST(ResponsesEventWriter, ToolCallFromDsml) {
 }
 
 TEST(ResponsesEventWriter, ANamespacedToolsCallCarriesItsNamespace) {
-  OutputParsingOptions options;
-  options.parse_tool_calls = true;
-  OutputProcessor processor(options);
-  std::vector<StreamEvent> input = processor.ready({std::nullopt, 12, 0});
-  const std::string call =
+  const std::vector<StreamEvent> input = parsed_answer(
       "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"files::read\">\n<｜DSML｜ parameter name=\"path\" "
-      "string=\"true\">a.txt</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
-  for (StreamEvent& event : processor.text(call, 1)) input.push_back(std::move(event));
-  for (StreamEvent& event : processor.finish(BackendFinish::stop)) input.push_back(std::move(event));
+      "string=\"true\">a.txt</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");
   ResponsesEventWriter writer(kFormat);
   const std::vector<ResponsesEvent> events = write_all(writer, input);
   expect_consistent(events, input);  // the body's item too
