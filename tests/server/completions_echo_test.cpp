@@ -12,13 +12,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-class CompletionsEchoTest : public ::testing::Test {
+class CompletionsEchoTest : public SharedServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = new RunningServer(test_options()); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   static Json completion(const Json& body) {
     auto result = server_->client().Post("/v1/completions", body.dump(), "application/json");
     if (!result) throw std::runtime_error("no answer");
@@ -29,8 +24,6 @@ class CompletionsEchoTest : public ::testing::Test {
     return server_->client().Post("/v1/completions", body.dump(), "application/json")->status;
   }
   static std::string decode(const std::vector<int32_t>& ids) { return server_->server().model().tokenizer().decode(ids); }
-
-  static inline RunningServer* server_ = nullptr;
 };
 
 const std::vector<int32_t> kPrompt = {0, 300, 4000, 17, 9001, 42};

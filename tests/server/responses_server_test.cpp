@@ -39,13 +39,8 @@ std::string item_text(const Json& response, const std::string& type) {
   return text;
 }
 
-class ResponsesServerTest : public ::testing::Test {
+class ResponsesServerTest : public SharedServerTest {
  public:
-  static void SetUpTestSuite() { server_ = new RunningServer(test_options()); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   static httplib::Result post(const Json& body, const std::string& path = "/v1/responses") {
     return server_->client().Post(path.c_str(), body.dump(), "application/json");
   }
@@ -53,8 +48,6 @@ class ResponsesServerTest : public ::testing::Test {
     return {{"model", "tiny"}, {"input", "Hello there"}, {"temperature", 0},
             {"max_output_tokens", max_output_tokens}, {"stream", stream}};
   }
-
-  static inline RunningServer* server_ = nullptr;
 };
 
 // Posts `whole` and its streaming twin; checks the stream's framing and that both give the same

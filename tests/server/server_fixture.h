@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,19 @@ class RunningServer {
   Server server_;
   int port_ = 0;
   std::thread thread_;
+};
+
+// A suite whose tests share one server on the tiny model, started for the suite and stopped after.
+class SharedServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RunningServer(test_options()); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static RunningServer& server() { return *server_; }
+
+  static inline RunningServer* server_ = nullptr;
 };
 
 // The JSON payloads of an SSE body's "data:" lines, in order ("[DONE]" kept as a string).

@@ -13,14 +13,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public SharedServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = new RunningServer(test_options()); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  static RunningServer& server() { return *server_; }
   static httplib::Result post(const std::string& path, const Json& body) {
     return server().client().Post(path.c_str(), body.dump(), "application/json");
   }
@@ -34,8 +28,6 @@ class ServerTest : public ::testing::Test {
     return body;
   }
   static Json error_of(const httplib::Result& result) { return Json::parse(result->body).at("error"); }
-
-  static inline RunningServer* server_ = nullptr;
 };
 
 TEST_F(ServerTest, ChatCompletionNonStreaming) {

@@ -12,13 +12,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-class TokenizeTest : public ::testing::Test {
+class TokenizeTest : public SharedServerTest {
  protected:
-  static void SetUpTestSuite() { server_ = new RunningServer(test_options()); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   static Json post_ok(const std::string& path, const Json& body) {
     auto result = server_->client().Post(path.c_str(), body.dump(), "application/json");
     EXPECT_TRUE(result);
@@ -33,7 +28,6 @@ class TokenizeTest : public ::testing::Test {
     EXPECT_EQ(result->status, status) << path << ": " << result->body;
     return Json::parse(result->body)["error"];
   }
-  static inline RunningServer* server_ = nullptr;
 };
 
 const Json kTools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather",
