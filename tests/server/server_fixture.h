@@ -99,6 +99,20 @@ inline engine::EngineStats stats_after_cancellation(engine::Engine& engine) {
   return engine.stats();
 }
 
+// Posts a streaming request, reads three chunks of its answer and hangs up; returns the chunks read.
+inline int read_three_chunks_and_hang_up(RunningServer& server, const std::string& path, const std::string& body) {
+  httplib::Request request;
+  request.method = "POST";
+  request.path = path;
+  request.body = body;
+  request.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto client = server.client();
+  client.send(request);  // returns once the receiver refused more
+  return chunks;
+}
+
 inline std::vector<std::string> sse_data_lines(const std::string& body) {
   std::vector<std::string> out;
   std::size_t at = 0;

@@ -503,18 +503,11 @@ TEST_F(ServerTest, ConcurrentRequestsAllSucceed) {
 
 TEST_F(ServerTest, ClientThatDisconnectsMidStreamFreesItsCache) {
   engine::Engine& engine = server().server().model().engine();
-  httplib::Request request;
-  request.method = "POST";
-  request.path = "/v1/chat/completions";
   const int64_t context = server().server().model().context_length();
   ASSERT_GT(context, 1000);
-  request.body = chat_body(static_cast<int>(context - 100), true).dump();
-  request.set_header("Content-Type", "application/json");
-  int chunks = 0;
-  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
-  auto client = server().client();
-  client.send(request);  // returns once the receiver refused more
-  EXPECT_EQ(chunks, 3);
+  EXPECT_EQ(read_three_chunks_and_hang_up(server(), "/v1/chat/completions",
+                                          chat_body(static_cast<int>(context - 100), true).dump()),
+            3);
   const engine::EngineStats stats = stats_after_cancellation(engine);
   EXPECT_EQ(stats.running, 0);
   EXPECT_EQ(stats.in_use_blocks, 0);
