@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "engine_checks.h"
 #include "tiny_model.h"
 
 namespace deepinfer::engine {
@@ -17,6 +18,8 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
+using testing::random_prompt;
+using testing::same_bits;
 using testing::tiny_v4;
 
 struct Output {
@@ -50,13 +53,6 @@ GenerationRequest greedy(Tokens prompt, int64_t max_tokens) {
   return request;
 }
 
-Tokens random_prompt(std::mt19937& rng, int64_t length) {
-  std::uniform_int_distribution<int32_t> id(2, 511);
-  Tokens out;
-  for (int64_t i = 0; i < length; ++i) out.push_back(id(rng));
-  return out;
-}
-
 // Greedy decoding straight on the model, one sequence, no engine.
 Tokens solo_greedy(const Tokens& prompt, int64_t max_tokens) {
   const model::Model& model = tiny_v4();
@@ -70,19 +66,6 @@ Tokens solo_greedy(const Tokens& prompt, int64_t max_tokens) {
     if (step + 1 < max_tokens) model.forward(sequence, std::span(&next, 1), logits, model::LogitRows::Last);
   }
   return out;
-}
-
-bool same_bits(const std::vector<GeneratedToken>& a, const std::vector<GeneratedToken>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].token != b[i].token || std::memcmp(&a[i].logprob, &b[i].logprob, sizeof(float)) != 0) return false;
-    if (a[i].top_logprobs.size() != b[i].top_logprobs.size()) return false;
-    for (std::size_t k = 0; k < a[i].top_logprobs.size(); ++k)
-      if (a[i].top_logprobs[k].token != b[i].top_logprobs[k].token ||
-          std::memcmp(&a[i].top_logprobs[k].logprob, &b[i].top_logprobs[k].logprob, sizeof(float)) != 0)
-        return false;
-  }
-  return true;
 }
 
 Tokens ids(const Output& output) {

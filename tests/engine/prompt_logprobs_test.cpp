@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "engine_checks.h"
 #include "tiny_model.h"
 
 namespace deepinfer::engine {
@@ -18,6 +19,8 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
+using testing::random_prompt;
+using testing::same_bits;
 using testing::tiny_v4;
 
 struct Output {
@@ -54,30 +57,6 @@ GenerationRequest scored(Tokens prompt, int64_t max_tokens, int32_t alternatives
   request.sampling.prompt_logprobs = alternatives;
   request.max_tokens = max_tokens;
   return request;
-}
-
-Tokens random_prompt(std::mt19937& rng, int64_t length) {
-  std::uniform_int_distribution<int32_t> id(2, 511);
-  Tokens out;
-  for (int64_t i = 0; i < length; ++i) out.push_back(id(rng));
-  return out;
-}
-
-bool same_bits(const GeneratedToken& a, const GeneratedToken& b) {
-  if (a.token != b.token || std::memcmp(&a.logprob, &b.logprob, sizeof(float)) != 0) return false;
-  if (a.top_logprobs.size() != b.top_logprobs.size()) return false;
-  for (std::size_t k = 0; k < a.top_logprobs.size(); ++k)
-    if (a.top_logprobs[k].token != b.top_logprobs[k].token ||
-        std::memcmp(&a.top_logprobs[k].logprob, &b.top_logprobs[k].logprob, sizeof(float)) != 0)
-      return false;
-  return true;
-}
-
-bool same_bits(const std::vector<GeneratedToken>& a, const std::vector<GeneratedToken>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!same_bits(a[i], b[i])) return false;
-  return true;
 }
 
 EngineOptions options_with(int64_t block_tokens, int64_t max_batch_tokens) {
