@@ -1,0 +1,28 @@
+#pragma once
+// `--device cpu|cuda[:N]`: which backend a command runs the model on. The default is the first
+// CUDA device when this build has the CUDA backend and the machine has a GPU, else the CPU.
+#include <string>
+
+#include "model/model.h"
+
+namespace deepinfer::backend {
+
+struct DeviceSpec {
+  enum class Kind { Cpu, Cuda };
+  Kind kind = Kind::Cpu;
+  int index = 0;  // CUDA device ordinal
+};
+
+// Parses "cpu", "cuda" or "cuda:N"; "" or "auto" gives the default above. Anything else, a CUDA
+// device this build or machine does not have, is an Error that says what exists.
+DeviceSpec parse_device(const std::string& text);
+
+// Whether this build has the CUDA backend and at least one CUDA device answers.
+bool cuda_device_present();
+
+// Attaches the backend `spec` names to `model` (uploading its weights for a GPU). Returns the
+// line a command prints at start: the device, its memory and the model's footprint there.
+// A model that does not fit is an Error with the numbers.
+std::string attach_device(model::Model& model, const DeviceSpec& spec);
+
+}  // namespace deepinfer::backend

@@ -1,0 +1,95 @@
+#pragma once
+// The CUDA kernels the CUDA backend (backend/cuda) composes into the model's coarse operations.
+// Plain functions over device pointers, launched on the given stream, never synchronising: the
+// backend decides when results come back to the host. Activations are f32; weights stay in their
+// checkpoint encoding (kernels::WeightMatrix, whose data / scales point to device memory) and are
+// decoded in registers. These are the simple, correct kernels of part 1 (docs/ARCHITECTURE.md,
+// "CUDA backend"); part 2 replaces the hot ones.
+//
+// Batch invariance: every output element is reduced in an order fixed by the shapes of the
+// weights alone (never by the number of rows in the call), so a row's result does not depend
+// on what else is in the batch.
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+struct CUstream_st;
+
+namespace deepinfer::kernels::cuda {
+
+using Stream = CUstream_st*;
+
+// Raises deepinfer::Error naming `what` when the last CUDA call or launch failed.
+void check_launch(const char* what);
+
+// y[t, r] = sum_c x[t, c] * W[r, c]; x [tokens, cols], y [tokens, rows]. W in device memory.
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream);
+
+// One weight per output row of the call (mixture-of-experts): for pair p < pairs,
+// y[p, r] = sum_c x[x_row[p], c] * W_{weights[weight_of[p]]}[r, c], with y [pairs, rows].
+// `weights` is a device array of descriptors that all share rows and cols (and whose data
+// point to device memory); x_row and weight_of are device arrays of `pairs` entries. A pair
+// whose weight_of is negative gets zeros.
+void linear_gathered(const float* x, const int32_t* x_row, int64_t pairs, const WeightMatrix* weights,
+                     const int32_t* weight_of, int64_t rows, int64_t cols, float* y, Stream stream);
+
+// out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps) for rows t < count of width n; weight may be
+// null (unweighted); out may alias x.
+void rms_norm(const float* x, int64_t count, int64_t n, const float* weight, float eps, float* out, Stream stream);
+
+// RoPE over the trailing rope_dims of each head: x [count, heads, head_dim]; row t at position
+// positions[t]; inv_freq [rope_dims / 2]. Interleaved pairs (2i, 2i+1), as model/rope.h.
+void rope(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope_dims, const float* inv_freq,
+          const int32_t* positions, bool inverse, Stream stream);
+
+// streams [tokens, copies, width]: every copy of row t = table[ids[t]] (F32 or BF16 table).
+void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_t copies, float* streams,
+           Stream stream);
+
+// mHC mixing weights of one site from the projected logits [tokens, (2 + n) * n]:
+// pre = sigmoid(l * scale[0] + base) + hc_eps, post = 2 sigmoid(l * scale[1] + base),
+// comb = truncated Sinkhorn of (l * scale[2] + base), exactly as model/hyper_connections.cpp.
+// pre [tokens, n], post [tokens, n], comb [tokens, n, n]; base [(2 + n) * n], scale [3] device.
+void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
+            int64_t sinkhorn_iters, float* pre, float* post, float* comb, Stream stream);
+// The V4 head's pre only: pre[t, i] = sigmoid(logits[t, i] * scale[0] + base[i]) + hc_eps.
+void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale,
+                 float hc_eps, float* pre, Stream stream);
+// collapsed[t] = sum_i pre[t, i] * streams[t, i] over [tokens, n, d].
+void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t n, int64_t d, float* collapsed,
+                 Stream stream);
+// streams[t, k] = post[t, k] * output[t] + sum_j comb[t, j, k] * streams[t, j], in place.
+void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
+             float* streams, Stream stream);
+
+// How a MoE layer routes (model/moe.h, MoeWeights).
+struct RouterParams {
+  int32_t scoring = 0;  // 0 sqrt-softplus, 1 sigmoid, 2 softmax (model ScoringFunc order)
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  float gate_temperature = 1;
+  float routed_scaling = 1;
+  bool renormalize = true;
+  float renormalize_eps = 0;
+};
+// From router logits [tokens, experts] (modified in place into scores): each token's top_k
+// experts by score + bias (ties to the lower id), or by tid2eid[token_ids[t]] when tid2eid is
+// non-null ([table_rows, top_k]); experts ascending, their weights renormalised and scaled.
+// experts [tokens, top_k] int32, weights [tokens, top_k].
+void route(float* logits, int64_t tokens, const RouterParams& params, const float* bias, const int32_t* tid2eid,
+           const int32_t* token_ids, int32_t* experts, float* weights, Stream stream);
+
+// Clamped SwiGLU in place: gate[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp
+// when limit <= 0), times row_scale[r] when row_scale is non-null. gate and up [rows, inner].
+void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float limit, const float* row_scale,
+            Stream stream);
+
+// out[t, c] = sum_s contributions[t * k + s, c] * (slot_scale ? slot_scale[t * k + s] : 1) in
+// ascending s, then + shared[t, c] when shared is non-null. out [tokens, d].
+void moe_combine(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k, int64_t d,
+                 const float* shared, float* out, Stream stream);
+
+// out[r] = in[rows[r]] for r < count, rows of `width` floats (device index array).
+void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream);
+
+}  // namespace deepinfer::kernels::cuda
