@@ -1,7 +1,9 @@
-// `deepinfer generate`: one prompt through a checkpoint on the CPU, token by token, printing text as
-// it is produced. A direct look at the forward pass and the sampler, without the server.
+// `deepinfer generate`: one prompt through a checkpoint on the CPU or a GPU (--device), token by
+// token, printing text as it is produced. A direct look at the forward pass and the sampler,
+// without the server.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -11,8 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/device.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "engine/counter_rng.h"
 #include "engine/sampler.h"
@@ -25,10 +29,12 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer generate [--model DIR] (--prompt TEXT | --ids JSON_ARRAY) [options]\n"
+    "usage: deepinfer generate [--model DIR] (--prompt TEXT | --ids JSON_ARRAY | --prompt-ids 1,2,3)\n"
+    "                          [options]\n"
     "\n"
-    "Runs the prompt through the model on the CPU, then samples up to --max-tokens tokens,\n"
-    "printing the text as it is produced (ids when no tokenizer is available).\n"
+    "Runs the prompt through the model on the CPU or a GPU (--device), then samples up to\n"
+    "--max-tokens tokens, printing the text as it is produced (ids when no tokenizer is\n"
+    "available). The device line goes to stderr first.\n"
     "\n"
     "options:\n"
     "  --model DIR         checkpoint folder (config.json, *.safetensors; default: the embedded\n"
@@ -36,8 +42,12 @@ constexpr const char* kUsage =
     "  --tokenizer PATH    tokenizer.json (default: DIR/tokenizer.json when present)\n"
     "  --prompt TEXT       prompt text, encoded as is (no chat template)\n"
     "  --ids JSON_ARRAY    prompt token ids instead of text\n"
+    "  --prompt-ids IDS    the same as comma-separated ids: --prompt-ids 1,2,3\n"
     "  --add-bos           put the tokenizer's BOS id first\n"
     "  --max-tokens N      tokens to generate (default 32); stops early at an EOS id\n"
+    "  --ignore-eos        do not stop at EOS ids: always generate --max-tokens tokens\n"
+    "  --device D          cpu, cuda or cuda:N (default: the first CUDA device when this build\n"
+    "                      has the CUDA backend and a GPU answers, else cpu)\n"
     "  --temperature T     0 = greedy (default 0)\n"
     "  --top-p P, --top-k K, --min-p P   truncation, as in the OpenAI / vLLM APIs\n"
     "  --seed S            sampling seed (default: drawn, and printed with --json)\n"
@@ -51,6 +61,25 @@ std::optional<Tokenizer> open_tokenizer(const Args& args, const std::string& mod
   return std::nullopt;
 }
 
+// --prompt-ids: "1,2,3" (spaces around an id allowed) -> ids.
+std::vector<int32_t> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, comma - start);
+    const std::size_t first = item.find_first_not_of(' ');
+    item = first == std::string::npos ? "" : item.substr(first, item.find_last_not_of(' ') - first + 1);
+    if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(item) > INT32_MAX)
+      fail("--prompt-ids: expected comma-separated token ids such as 1,2,3, got '", text, "'");
+    ids.push_back(static_cast<int32_t>(std::stoll(item)));
+    if (comma == text.size()) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
 std::vector<int32_t> prompt_ids(const Args& args, const std::optional<Tokenizer>& tokenizer) {
   std::vector<int32_t> ids;
   if (args.has("--add-bos")) {
@@ -61,6 +90,9 @@ std::vector<int32_t> prompt_ids(const Args& args, const std::optional<Tokenizer>
     if (!tokenizer) fail("--prompt needs a tokenizer: the model folder has no tokenizer.json; pass --tokenizer or --ids");
     auto encoded = tokenizer->encode(*text);
     ids.insert(ids.end(), encoded.begin(), encoded.end());
+  } else if (auto list = args.get("--prompt-ids")) {
+    const std::vector<int32_t> given = parse_id_list(*list);
+    ids.insert(ids.end(), given.begin(), given.end());
   } else {
     nlohmann::json parsed = nlohmann::json::parse(*args.get("--ids"), nullptr, false);
     if (!parsed.is_array() || parsed.empty()) fail("--ids: expected a non-empty JSON array of token ids");
@@ -79,16 +111,18 @@ std::vector<int32_t> prompt_ids(const Args& args, const std::optional<Tokenizer>
 int run_generate(const std::vector<std::string>& argv) {
   using Clock = std::chrono::steady_clock;
   try {
-    Args args(argv, {"--help", "--add-bos", "--json"},
-              {"--model", "--tokenizer", "--prompt", "--ids", "--max-tokens", "--temperature", "--top-p", "--top-k",
-               "--min-p", "--seed"});
+    Args args(argv, {"--help", "--add-bos", "--json", "--ignore-eos"},
+              {"--model", "--tokenizer", "--prompt", "--ids", "--prompt-ids", "--max-tokens", "--temperature",
+               "--top-p", "--top-k", "--min-p", "--seed", "--device"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
-    if (args.get("--prompt").has_value() == args.get("--ids").has_value())
-      throw UsageError{"give exactly one of --prompt and --ids"};
+    if (args.get("--prompt").has_value() + args.get("--ids").has_value() + args.get("--prompt-ids").has_value() != 1)
+      throw UsageError{"give exactly one of --prompt, --ids and --prompt-ids"};
+    const std::string device = device_option(args);
+    const bool ignore_eos = args.has("--ignore-eos");
     const auto max_tokens = args.count("--max-tokens", 32);
     if (max_tokens < 0) throw UsageError{"--max-tokens must be >= 0"};
 
@@ -103,12 +137,15 @@ int run_generate(const std::vector<std::string>& argv) {
     // After every usage check, so a bad command line exits 2 even when the embedded model is missing.
     auto given_model_dir = args.get("--model");
     const std::string model_dir = given_model_dir ? *given_model_dir : default_model_dir();
+    // Before loading, so a device that is not there fails at once.
+    const backend::DeviceSpec device_spec = backend::parse_device(device);
 
     const auto load_start = Clock::now();
     std::optional<Tokenizer> tokenizer = open_tokenizer(args, model_dir);
     model::LoadOptions load_options;
     if (auto path = args.get("--tokenizer")) load_options.tokenizer = *path;
     model::Model model = model::Model::load(model_dir, load_options);
+    std::fprintf(stderr, "deepinfer generate: %s\n", backend::attach_device(model, device_spec).c_str());
     const int64_t vocab = model.config().vocab_size;
     engine::validate(params, vocab);
     std::vector<int32_t> ids = prompt_ids(args, tokenizer);
@@ -132,7 +169,7 @@ int run_generate(const std::vector<std::string>& argv) {
       const int32_t token = engine::sample(logits, params, history, seed, /*request_id=*/0, position).token;
       generated.push_back(token);
       history.append(token);
-      if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
+      if (!ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
         finish_reason = "stop";
         break;
       }

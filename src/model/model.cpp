@@ -14,22 +14,6 @@
 namespace deepinfer::model {
 namespace {
 
-// One embedding row in f32, decoded from the table's stored encoding.
-void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
-  const auto* bytes = static_cast<const std::byte*>(table.data);
-  switch (table.encoding) {
-    case kernels::WeightEncoding::F32: std::memcpy(out, bytes + row * table.cols * 4, table.cols * 4); return;
-    case kernels::WeightEncoding::BF16:
-      for (int64_t c = 0; c < table.cols; ++c) {
-        uint16_t bits;
-        std::memcpy(&bits, bytes + (row * table.cols + c) * 2, 2);
-        out[c] = bf16_to_float(bits);
-      }
-      return;
-    default: fail("embed.weight: only F32 and BF16 embedding tables are supported");
-  }
-}
-
 // The tokenizer an Engram model hashes with: the explicit one when given, else the checkpoint's.
 Tokenizer engram_tokenizer(const std::string& dir, const LoadOptions& options) {
   const std::string own = (std::filesystem::path(dir) / "tokenizer.json").string();
@@ -210,12 +194,9 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   // V4.1: each site collapses with the pre of the site before it (single-pass mHC).
   const bool single_pass = config_.family == ModelFamily::V41;
 
-  std::vector<float> streams(static_cast<std::size_t>(count * n * d_model));
-  for (int64_t t = 0; t < count; ++t) {
-    float* token_streams = streams.data() + t * n * d_model;
-    embed_row(embed_, tokens[t], token_streams);
-    for (int64_t i = 1; i < n; ++i) std::copy_n(token_streams, d_model, token_streams + i * d_model);
-  }
+  const PassShape shape{hc_shape_, single_pass, static_cast<float>(config_.rms_norm_eps)};
+  const std::unique_ptr<ForwardPass> pass = backend_->begin(shape, count);
+  pass->embed(embed_, tokens);
   if (trace) {
     trace->layer_streams.assign(static_cast<std::size_t>(count * num_layers * n * d_model), 0.0f);
     trace->csa_topk.clear();
@@ -233,25 +214,7 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   // The rows still running: all of them, then (replay) only rows [skipped, count) after the cut.
   int64_t active = count;
   int64_t active_first = 0;  // index in the call of the first active row
-  std::vector<float> sublayer_in(static_cast<std::size_t>(count * d_model));
-  std::vector<float> sublayer_out(static_cast<std::size_t>(count * d_model));
-  std::vector<float> carried_pre = single_pass ? one_hot_pre(hc_shape_, count) : std::vector<float>{};
-  auto enter_site = [&](const HyperConnectionWeights& hc, const std::vector<float>& norm) {
-    HyperMix mix;
-    if (single_pass) {
-      mix = hyper_mix(hc, hc_shape_, streams.data(), active);
-      hyper_collapse(carried_pre.data(), hc_shape_, streams.data(), active, sublayer_in.data());
-      carried_pre = mix.pre;
-    } else {
-      mix = hyper_pre(hc, hc_shape_, streams.data(), active, sublayer_in.data());
-    }
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    parallel_items(active, 2 * d_model, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t)
-        rms_norm(sublayer_in.data() + t * d_model, d_model, norm.data(), eps, sublayer_in.data() + t * d_model);
-    });
-    return mix;
-  };
+  std::vector<float> trace_streams;
   // V4.1: each sequence's group picks and candidate blocks of this call.
   std::vector<ChunkSelections> selections(items.size());
   std::vector<AttentionSegment> segments(items.size());
@@ -269,8 +232,7 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       const auto drop = [&](auto& rows_vector, int64_t width) {
         rows_vector.erase(rows_vector.begin(), rows_vector.begin() + skipped * width);
       };
-      drop(streams, n * d_model);
-      drop(carried_pre, n);
+      pass->drop_front_rows(skipped);
       drop(tokens, 1);
       if (selections[0].picks) drop(*selections[0].picks, 1);
       if (selections[0].candidate_blocks) drop(*selections[0].candidate_blocks, 1);
@@ -299,10 +261,10 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       continue;
     }
     if (config_.is_engram_layer(layer)) {
-      engram_->apply(static_cast<int>(engram_index), hash_ids, streams, active);
+      pass->engram(*engram_, static_cast<int>(engram_index), hash_ids);
       ++engram_index;
     }
-    HyperMix mix = enter_site(w.attn_hc, w.attn_norm);
+    pass->enter_site(w.attn_hc, w.attn_norm);
     std::vector<std::vector<int64_t>> picks;
     for (std::size_t i = 0; i < items.size(); ++i) {
       SequenceState& sequence = *items[i].sequence;
@@ -313,13 +275,13 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
         segment.group = GroupContext{&sequence.layers[config_.kv_source_of(layer)].group, &selections[i]};
       segment.selected = trace ? &picks : nullptr;
     }
-    attention_forward(w.attention, segments, sublayer_in.data(), active, sublayer_out.data());
-    hyper_post(mix, hc_shape_, sublayer_out.data(), active, streams.data());
+    pass->attention(w.attention, segments);
+    pass->exit_site();
 
-    mix = enter_site(w.ffn_hc, w.ffn_norm);
+    pass->enter_site(w.ffn_hc, w.ffn_norm);
     std::vector<Routing> routing;
-    moe_forward(w.moe, sublayer_in.data(), tokens.data(), active, sublayer_out.data(), trace ? &routing : nullptr);
-    hyper_post(mix, hc_shape_, sublayer_out.data(), active, streams.data());
+    pass->moe(w.moe, tokens, trace ? &routing : nullptr);
+    pass->exit_site();
 
     if (trace) {
       // Per-token records stay indexed by the call's rows; skipped rows get empty entries.
@@ -329,8 +291,10 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       }
       if (w.attention.indexer || w.attention.shared_compressed) trace->csa_topk.push_back(std::move(picks));
       trace->routing.push_back(std::move(routing));
+      trace_streams.resize(static_cast<std::size_t>(active * n * d_model));
+      pass->read_streams(trace_streams);
       for (int64_t t = 0; t < active; ++t)
-        std::copy_n(streams.data() + t * n * d_model, n * d_model,
+        std::copy_n(trace_streams.data() + t * n * d_model, n * d_model,
                     trace->layer_streams.data() + ((active_first + t) * num_layers + layer) * n * d_model);
     }
   }
@@ -354,30 +318,13 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   }
   const int64_t logit_rows = static_cast<int64_t>(head_rows.size());
   if (logit_rows == 0) return;
-  std::vector<float> head_streams(static_cast<std::size_t>(logit_rows * n * d_model));
-  std::vector<float> head_pre(single_pass ? static_cast<std::size_t>(logit_rows * n) : 0);
-  for (int64_t r = 0; r < logit_rows; ++r) {
-    std::copy_n(streams.data() + head_rows[r] * n * d_model, n * d_model, head_streams.data() + r * n * d_model);
-    if (single_pass) std::copy_n(carried_pre.data() + head_rows[r] * n, n, head_pre.data() + r * n);
-  }
-  std::vector<float> hidden(static_cast<std::size_t>(logit_rows * d_model));
-  if (single_pass)
-    hyper_collapse(head_pre.data(), hc_shape_, head_streams.data(), logit_rows, hidden.data());
-  else
-    hyper_head(hc_head_, hc_shape_, head_streams.data(), logit_rows, hidden.data());
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  parallel_items(logit_rows, 2 * d_model, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      rms_norm(hidden.data() + t * d_model, d_model, norm_.data(), eps, hidden.data() + t * d_model);
-  });
-  if (trace) trace->final_hidden = hidden;
   std::vector<float> all_logits;
   float* head_out = items.size() == 1 ? items[0].logits.data() : nullptr;
   if (!head_out) {
     all_logits.resize(static_cast<std::size_t>(logit_rows * vocab));
     head_out = all_logits.data();
   }
-  kernels::linear(hidden.data(), logit_rows, head_, head_out);
+  pass->head(head_weights(), head_rows, head_out, trace ? &trace->final_hidden : nullptr);
   if (items.size() == 1) return;
   int64_t r = 0;
   for (const BatchItem& item : items) {

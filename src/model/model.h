@@ -1,5 +1,6 @@
 #pragma once
-// The DeepSeek-V4 / V4.1 forward pass on CPU kernels: embedding, hc_mult residual streams through
+// The DeepSeek-V4 / V4.1 forward pass over a backend's coarse operations (backend.h; the CPU's by
+// default): embedding, hc_mult residual streams through
 // every decoder layer (mHC-wrapped attention and MoE; V4.1: Engram before its layers, single-pass
 // mHC, CSA2 shared compressed attention), the final collapse, norm and LM head. The family comes
 // from the config (ModelConfig::family); one code path, the deltas switched by it.
@@ -14,6 +15,7 @@
 
 #include "io/model_config.h"
 #include "model/attention.h"
+#include "model/backend.h"
 #include "model/cache_layout.h"
 #include "model/engram.h"
 #include "model/hyper_connections.h"
@@ -147,6 +149,18 @@ class Model {
   const std::string& replay_refusal() const { return replay_refusal_; }
 
   const std::vector<MtpWeights>& mtp() const { return mtp_; }
+
+  // The backend forward calls run on (the CPU's until set). A backend that holds copies of the
+  // weights (a GPU's) is made for this model; set it once, before the first forward call.
+  const Backend& backend() const { return *backend_; }
+  void set_backend(std::shared_ptr<const Backend> backend) { backend_ = std::move(backend); }
+
+  // The weights as loaded, for backends that copy them (all views into the checkpoint mapping).
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  const kernels::WeightMatrix& embedding() const { return embed_; }
+  HeadWeights head_weights() const {
+    return {config_.family == ModelFamily::V41 ? nullptr : &hc_head_, norm_, &head_};
+  }
   // V4.1 models with Engram layers: the loaded Engram (hash layout, multipliers, token map).
   const Engram* engram() const { return engram_ ? &*engram_ : nullptr; }
 
@@ -165,6 +179,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::vector<MtpWeights> mtp_;
   std::optional<Engram> engram_;  // V4.1 models with Engram layers
+  std::shared_ptr<const Backend> backend_ = cpu_backend();
   int64_t first_replayed_layer_ = -1;
   std::string replay_refusal_;
 };

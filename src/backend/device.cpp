@@ -1,0 +1,72 @@
+#include "backend/device.h"
+
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#ifdef DEEPINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace deepinfer::backend {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+bool cuda_device_present() {
+#ifdef DEEPINFER_HAVE_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+DeviceSpec parse_device(const std::string& text) {
+  if (text.empty() || text == "auto") {
+    if (cuda_device_present()) return {DeviceSpec::Kind::Cuda, 0};
+    return {DeviceSpec::Kind::Cpu, 0};
+  }
+  if (text == "cpu") return {DeviceSpec::Kind::Cpu, 0};
+  if (text != "cuda" && text.rfind("cuda:", 0) != 0) fail("--device ", text, ": expected cpu, cuda or cuda:N");
+  int index = 0;
+  if (text.size() > 5) {
+    const std::string digits = text.substr(5);
+    if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos)
+      fail("--device ", text, ": expected cuda:N with N a device number");
+    index = std::stoi(digits);
+  }
+#ifdef DEEPINFER_HAVE_CUDA
+  const int count = cuda::device_count();
+  if (count == 0) fail("--device ", text, ": no CUDA device answers on this machine (use --device cpu)");
+  if (index >= count) fail("--device ", text, ": this machine has ", count, " CUDA device(s), cuda:0 .. cuda:", count - 1);
+  return {DeviceSpec::Kind::Cuda, index};
+#else
+  fail("--device ", text, ": this build has no CUDA backend (configure with -DDEEPINFER_CUDA=ON where nvcc exists)");
+#endif
+}
+
+std::string attach_device(model::Model& model, const DeviceSpec& spec) {
+  if (spec.kind == DeviceSpec::Kind::Cpu) {
+    model.set_backend(model::cpu_backend());
+    return "device: cpu";
+  }
+#ifdef DEEPINFER_HAVE_CUDA
+  const cuda::Attached attached = cuda::make_backend(model, spec.index);
+  model.set_backend(attached.backend);
+  const cuda::DeviceInfo info = cuda::device_info(spec.index);
+  std::string line = "device: " + attached.backend->name() + ", " + gib(info.free_bytes) + " free of " +
+                     gib(info.total_bytes) + "; model weights " + gib(attached.weight_bytes) + " on the device";
+  if (attached.host_weight_bytes > 0) line += ", " + gib(attached.host_weight_bytes) + " read from host memory";
+  return line;
+#else
+  fail("--device cuda: this build has no CUDA backend");
+#endif
+}
+
+}  // namespace deepinfer::backend

@@ -1,0 +1,85 @@
+#pragma once
+// The coarse operations a forward call is made of, behind one interface per backend. Model::run
+// (model.cpp) holds the V4 family's logic once: which layers run, in what order, on which rows,
+// what the trace records, how the head's rows are chosen. A backend holds the numbers: the
+// residual streams of every row of the call and the sublayer's input and output live in its
+// memory (host for the CPU, device for CUDA) and each operation below reads and writes them
+// there. The operations are whole sublayers and boundaries, not single kernels, so a backend
+// can fuse inside them (an mHC boundary = post of one site + pre of the next; a MoE layer =
+// router, top-k, grouped experts and combine; an attention layer with its compressor and
+// indexer; the head) without the model changing.
+//
+// The CPU backend (cpu_backend.cpp) is the reference: the code in attention.cpp, moe.cpp,
+// hyper_connections.cpp and engram.cpp. The CUDA backend lives in backend/cuda.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "model/attention.h"
+#include "model/hyper_connections.h"
+#include "model/moe.h"
+
+namespace deepinfer::model {
+
+class Engram;
+
+// What stays fixed for every pass over one model.
+struct PassShape {
+  HyperConnectionShape hc;
+  // V4.1 single-pass mHC: a site collapses with the pre of the site before it (the first with a
+  // one-hot pre on stream 0) and the head with the last site's; V4 collapses with its own pre and
+  // a hyper-head.
+  bool single_pass = false;
+  float norm_eps = 0;  // the sublayer and final RMSNorms
+};
+
+// The head's weights: V4's hyper-head (null for V4.1), the final norm, the LM head.
+struct HeadWeights {
+  const HyperConnectionWeights* hc_head = nullptr;
+  std::span<const float> norm;
+  const kernels::WeightMatrix* head = nullptr;
+};
+
+// One forward call's activations and the operations on them. `rows` rows at the start; a call
+// runs embed, then per layer [engram], enter_site, attention, exit_site, enter_site, moe,
+// exit_site, then head. Not thread-safe; one pass at a time per backend.
+class ForwardPass {
+ public:
+  virtual ~ForwardPass() = default;
+  // Every stream of row t = the embedding of tokens[t].
+  virtual void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) = 0;
+  // V4.1 Engram layer `index` (among Engram layers) into the streams; hash_ids as Engram::hash.
+  virtual void engram(const Engram& engram, int index, std::span<const int64_t> hash_ids) = 0;
+  // The mHC pre of a site and its RMSNorm: streams -> sublayer input (mix kept for exit_site).
+  virtual void enter_site(const HyperConnectionWeights& hc, std::span<const float> norm) = 0;
+  // One attention layer: sublayer input -> output, updating the segments' states (attention.h).
+  virtual void attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments) = 0;
+  // One MoE layer: sublayer input -> output. token_ids: the rows' ids (hash routing).
+  virtual void moe(const MoeWeights& weights, std::span<const int32_t> token_ids, std::vector<Routing>* routing) = 0;
+  // The mHC post of the open site: sublayer output back into the streams.
+  virtual void exit_site() = 0;
+  // Forget the first `rows` rows (decoder window replay): row i becomes row i - rows.
+  virtual void drop_front_rows(int64_t rows) = 0;
+  // The streams of every current row, [rows, hc, D] (traces).
+  virtual void read_streams(std::span<float> out) = 0;
+  // Rows `rows` (current row indices) through collapse, final norm and LM head: logits
+  // [rows.size(), vocab] into host memory; hidden (optional) gets the head's input [rows, D].
+  virtual void head(const HeadWeights& weights, std::span<const int64_t> rows, float* logits,
+                    std::vector<float>* hidden) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // "cpu" or "cuda:0 (NVIDIA H200, 139.8 GiB)".
+  virtual std::string name() const = 0;
+  virtual std::unique_ptr<ForwardPass> begin(const PassShape& shape, int64_t rows) const = 0;
+};
+
+// The process-wide CPU backend (stateless; passes run concurrently).
+std::shared_ptr<const Backend> cpu_backend();
+
+}  // namespace deepinfer::model
