@@ -206,16 +206,8 @@ void trim_window(const AttentionWeights& weights, const AttentionSegment& segmen
 
 }  // namespace
 
-void attention_forward(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
-                       int64_t total_rows, float* out) {
-  const int64_t heads = weights.heads;
-  const int64_t d = weights.head_dim;
-  const int64_t rank = weights.wq_a.rows;
-  const int64_t model_dim = weights.wq_a.cols;
+std::vector<int64_t> attention_positions(std::span<const AttentionSegment> segments, int64_t total_rows) {
   const int64_t tokens = total_rows;
-  if (tokens == 0) return;
-
-  // Each row's segment and position.
   std::vector<int64_t> row_segment(static_cast<std::size_t>(tokens), -1);
   std::vector<int64_t> row_position(static_cast<std::size_t>(tokens), 0);
   for (std::size_t s = 0; s < segments.size(); ++s) {
@@ -230,39 +222,64 @@ void attention_forward(const AttentionWeights& weights, std::span<const Attentio
   }
   for (int64_t t = 0; t < tokens; ++t)
     if (row_segment[t] < 0) fail("attention: row ", t, " belongs to no segment");
+  return row_position;
+}
 
+void attention_project(const AttentionWeights& weights, const float* x, std::span<const int64_t> positions,
+                       AttentionProjections& out) {
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const int64_t rank = weights.wq_a.rows;
+  const auto tokens = static_cast<int64_t>(positions.size());
   // Low-rank query; q_residual also feeds the indexer.
-  std::vector<float> q_residual(static_cast<std::size_t>(tokens * rank));
+  std::vector<float>& q_residual = out.q_residual;
+  q_residual.resize(static_cast<std::size_t>(tokens * rank));
   kernels::linear(x, tokens, weights.wq_a, q_residual.data());
   parallel_items(tokens, 2 * rank, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       rms_norm(q_residual.data() + t * rank, rank, weights.q_norm.data(), weights.eps, q_residual.data() + t * rank);
   });
-  std::vector<float> q(static_cast<std::size_t>(tokens * heads * d));
+  std::vector<float>& q = out.q;
+  q.resize(static_cast<std::size_t>(tokens * heads * d));
   kernels::linear(q_residual.data(), tokens, weights.wq_b, q.data());
   parallel_items(tokens * heads, 4 * d, [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) {
       float* head = q.data() + pair * d;
       if (weights.q_head_norm) rms_norm(head, d, nullptr, weights.eps, head);
-      weights.rope.apply(head, d, row_position[pair / heads]);
+      weights.rope.apply(head, d, positions[pair / heads]);
     }
   });
 
-  // The shared K = V head joins each segment's window store (in its cache format).
-  std::vector<float> kv(static_cast<std::size_t>(tokens * d));
+  // The shared K = V head, normed and rotated (it joins the window store in attention_core).
+  std::vector<float>& kv = out.kv;
+  kv.resize(static_cast<std::size_t>(tokens * d));
   kernels::linear(x, tokens, weights.wkv, kv.data());
   parallel_items(tokens, 4 * d, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* row = kv.data() + t * d;
       rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
-      weights.rope.apply(row, d, row_position[t]);
+      weights.rope.apply(row, d, positions[t]);
     }
   });
+}
+
+void attention_core(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
+                    std::span<const int64_t> positions, AttentionProjections& projections, float* attended) {
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const int64_t rank = weights.wq_a.rows;
+  const int64_t model_dim = weights.wq_a.cols;
+  const auto tokens = static_cast<int64_t>(positions.size());
+  const std::vector<float>& q = projections.q;
+  std::vector<int64_t> row_segment(static_cast<std::size_t>(tokens));
+  for (std::size_t s = 0; s < segments.size(); ++s)
+    for (int64_t t = 0; t < segments[s].rows; ++t) row_segment[segments[s].row_begin + t] = static_cast<int64_t>(s);
   std::vector<SegmentKeys> segment_keys(segments.size());
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const AttentionSegment& segment = segments[s];
-    update_segment(weights, segment, x + segment.row_begin * model_dim, q_residual.data() + segment.row_begin * rank,
-                   kv.data() + segment.row_begin * d, segment_keys[s]);
+    update_segment(weights, segment, x + segment.row_begin * model_dim,
+                   projections.q_residual.data() + segment.row_begin * rank,
+                   projections.kv.data() + segment.row_begin * d, segment_keys[s]);
   }
 
   // Each query's keys, then every (token, head) pair on its own: pairs split across threads.
@@ -270,7 +287,7 @@ void attention_forward(const AttentionWeights& weights, std::span<const Attentio
   int64_t key_count = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     const SegmentKeys& source = segment_keys[row_segment[t]];
-    const int64_t position = row_position[t];
+    const int64_t position = positions[t];
     const int64_t row_in_segment = t - segments[row_segment[t]].row_begin;
     std::vector<const float*>& keys = token_keys[t];
     // The store starts no later than the window, except after decoder window replay restarted it
@@ -286,7 +303,6 @@ void attention_forward(const AttentionWeights& weights, std::span<const Attentio
     }
     key_count += static_cast<int64_t>(keys.size());
   }
-  std::vector<float> attended(static_cast<std::size_t>(tokens * heads * d));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t work_per_pair = (key_count / tokens + 1) * 2 * d;
   parallel_items(tokens * heads, work_per_pair, [&](int64_t begin, int64_t end) {
@@ -294,17 +310,22 @@ void attention_forward(const AttentionWeights& weights, std::span<const Attentio
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t t = pair / heads;
       const int64_t h = pair % heads;
-      float* head_out = attended.data() + pair * d;
+      float* head_out = attended + pair * d;
       attend_head(q.data() + pair * d, token_keys[t], d, scale, weights.sink[h], logits, head_out);
       // K = V carried RoPE into the output; rotate back at the query position.
-      weights.rope.apply(head_out, d, row_position[t], /*inverse=*/true);
+      weights.rope.apply(head_out, d, positions[t], /*inverse=*/true);
     }
   });
   for (std::size_t s = 0; s < segments.size(); ++s) {
     if (segments[s].selected) *segments[s].selected = std::move(segment_keys[s].picks);
     trim_window(weights, segments[s]);
   }
+}
 
+void attention_output(const AttentionWeights& weights, const float* attended, int64_t rows, float* out) {
+  const int64_t tokens = rows;
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
   // Grouped low-rank output: group g's heads go through its own slice of wo_a, then wo_b mixes.
   const int64_t groups = static_cast<int64_t>(weights.wo_a_groups.size());
   const int64_t group_in = heads * d / groups;
@@ -314,12 +335,23 @@ void attention_forward(const AttentionWeights& weights, std::span<const Attentio
   std::vector<float> low_rank(static_cast<std::size_t>(tokens * groups * group_out));
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t t = 0; t < tokens; ++t)
-      std::copy_n(attended.data() + t * heads * d + g * group_in, group_in, group_input.data() + t * group_in);
+      std::copy_n(attended + t * heads * d + g * group_in, group_in, group_input.data() + t * group_in);
     kernels::linear(group_input.data(), tokens, weights.wo_a_groups[g], group_result.data());
     for (int64_t t = 0; t < tokens; ++t)
       std::copy_n(group_result.data() + t * group_out, group_out, low_rank.data() + (t * groups + g) * group_out);
   }
   kernels::linear(low_rank.data(), tokens, weights.wo_b, out);
+}
+
+void attention_forward(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
+                       int64_t total_rows, float* out) {
+  if (total_rows == 0) return;
+  const std::vector<int64_t> positions = attention_positions(segments, total_rows);
+  AttentionProjections projections;
+  attention_project(weights, x, positions, projections);
+  std::vector<float> attended(static_cast<std::size_t>(total_rows * weights.heads * weights.head_dim));
+  attention_core(weights, segments, x, positions, projections, attended.data());
+  attention_output(weights, attended.data(), total_rows, out);
 }
 
 }  // namespace deepinfer::model

@@ -85,4 +85,22 @@ struct AttentionSegment {
 void attention_forward(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
                        int64_t total_rows, float* out);
 
+// attention_forward's three parts, for backends that run the stateless projections themselves
+// (backend/cuda) and the stateful middle on the host:
+//  * project: q_residual [rows, q_rank] (normed), q [rows, heads, d] (normed per head on V4,
+//    rotated), kv [rows, d] (normed, rotated), at the segments' positions;
+//  * core: the window store, compressors and indexer of each segment, then every (row, head)'s
+//    sink attention over its keys, rotated back: attended [rows, heads, d];
+//  * output: the grouped low-rank output projection, attended -> out [rows, D].
+struct AttentionProjections {
+  std::vector<float> q_residual, q, kv;
+};
+// Each row's absolute position, checked against the segments (which must tile the rows).
+std::vector<int64_t> attention_positions(std::span<const AttentionSegment> segments, int64_t total_rows);
+void attention_project(const AttentionWeights& weights, const float* x, std::span<const int64_t> positions,
+                       AttentionProjections& out);
+void attention_core(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
+                    std::span<const int64_t> positions, AttentionProjections& projections, float* attended);
+void attention_output(const AttentionWeights& weights, const float* attended, int64_t rows, float* out);
+
 }  // namespace deepinfer::model

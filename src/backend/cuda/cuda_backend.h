@@ -22,7 +22,7 @@ DeviceInfo device_info(int index);
 struct Attached {
   std::shared_ptr<const model::Backend> backend;
   int64_t weight_bytes = 0;  // uploaded to the device
-  int64_t host_weight_bytes = 0;  // read from host memory (parts still run on the CPU)
+  int64_t host_weight_bytes = 0;  // still read from host memory (compressors, indexers)
 };
 
 // Uploads what the backend runs on the GPU. A model that does not fit in the device's free

@@ -71,6 +71,10 @@ struct RouterParams {
   float routed_scaling = 1;
   bool renormalize = true;
   float renormalize_eps = 0;
+  // Rows of tid2eid (hash routing), for the bounds check: when > 0, a token id outside
+  // [0, tid2eid_rows) routes to expert -1 with weight 0 (as does a table entry outside
+  // [0, experts)); 0 leaves the token ids unchecked (the caller has validated them).
+  int64_t tid2eid_rows = 0;
 };
 // From router logits [tokens, experts] (modified in place into scores): each token's top_k
 // experts by score + bias (ties to the lower id), or by tid2eid[token_ids[t]] when tid2eid is

@@ -1,0 +1,596 @@
+// The CUDA backend's coarse operations (model/backend.h) over the kernels of kernels/cuda.
+// Part 1 (docs/ARCHITECTURE.md, "CUDA backend"): the residual streams, mHC, the MoE layers, the
+// embedding, attention's projections (low-rank q, K = V, norms, RoPE, grouped output) and the
+// head run on the GPU with their weights uploaded once. Attention's stateful middle (window
+// store, compressors, indexer, the sink softmax over the cache) and Engram still run on the
+// host's CPU code (model/attention.h attention_core, model/engram.h) between a download and an
+// upload, because the per-sequence state they read (the paged cache) is in host memory until the
+// device cache lands.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+
+#include "backend/cuda/device_memory.h"
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "model/engram.h"
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+namespace k = kernels::cuda;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(status));
+}
+
+// Arena slots: one buffer each.
+enum Slot : int {
+  kStreams,
+  kSublayerIn,
+  kSublayerOut,
+  kFlat,
+  kMixLogits,
+  kPre,
+  kPost,
+  kComb,
+  kCarriedPre,
+  kTokenIds,
+  kRouterLogits,
+  kExperts,
+  kRouteWeights,
+  kPairToken,
+  kPairIdentity,
+  kGate,
+  kUp,
+  kContributions,
+  kSharedGate,
+  kSharedUp,
+  kSharedOut,
+  kHeadRows,
+  kHeadStreams,
+  kHeadPre,
+  kHeadHidden,
+  kHeadFlat,
+  kHeadMix,
+  kLogits,
+  kPositions,
+  kQResidual,
+  kQuery,
+  kKv,
+  kAttended,
+  kLowRank,
+  kGroupOf,
+};
+
+class CudaBackend;
+
+class CudaForwardPass final : public model::ForwardPass {
+ public:
+  CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows);
+
+  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) override;
+  void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override;
+  void enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) override;
+  void attention(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments) override;
+  void moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
+           std::vector<model::Routing>* routing) override;
+  void exit_site() override;
+  void drop_front_rows(int64_t rows) override;
+  void read_streams(std::span<float> out) override;
+  void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
+            std::vector<float>* hidden) override;
+
+ private:
+  float* streams() const { return streams_ + first_ * shape_.hc.streams * shape_.hc.hidden; }
+  float* carried_pre() const { return carried_pre_ + first_ * shape_.hc.streams; }
+  // The site's mix from flattened, unit-RMS streams projected by fn: pre / post / comb.
+  void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits);
+  void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out);
+  void sync();
+
+  CudaBackend& backend_;
+  std::unique_lock<std::mutex> lock_;
+  model::PassShape shape_;
+  int64_t rows_;
+  int64_t first_ = 0;  // rows dropped from the front
+  float* streams_ = nullptr;
+  float* sublayer_in_ = nullptr;
+  float* sublayer_out_ = nullptr;
+  float* carried_pre_ = nullptr;
+  float* pre_ = nullptr;
+  float* post_ = nullptr;
+  float* comb_ = nullptr;
+  std::vector<float> host_in_, host_out_;
+};
+
+class CudaBackend final : public model::Backend {
+ public:
+  CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaBackend() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  std::string name() const override { return name_; }
+  std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, int64_t rows) const override {
+    // The pass holds the backend's lock: one pass at a time, on this backend's stream.
+    return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, rows);
+  }
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  WeightStore& weights() { return weights_; }
+  Arena& arena() { return arena_; }
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  int device_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  WeightStore weights_;
+  Arena arena_;
+  std::mutex mutex_;
+};
+
+CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows)
+    : backend_(backend), lock_(backend.mutex()), shape_(shape), rows_(rows) {
+  check(cudaSetDevice(backend_.device()), "cudaSetDevice");
+  const auto n = static_cast<std::size_t>(shape.hc.streams);
+  const auto d = static_cast<std::size_t>(shape.hc.hidden);
+  const auto r = static_cast<std::size_t>(rows);
+  Arena& arena = backend_.arena();
+  streams_ = arena.get<float>(kStreams, r * n * d);
+  sublayer_in_ = arena.get<float>(kSublayerIn, r * d);
+  sublayer_out_ = arena.get<float>(kSublayerOut, r * d);
+  carried_pre_ = arena.get<float>(kCarriedPre, r * n);
+  pre_ = arena.get<float>(kPre, r * n);
+  post_ = arena.get<float>(kPost, r * n);
+  comb_ = arena.get<float>(kComb, r * n * n);
+  if (shape.single_pass) {
+    std::vector<float> one_hot(r * n, 0.0f);
+    for (std::size_t t = 0; t < r; ++t) one_hot[t * n] = 1.0f;
+    check(cudaMemcpyAsync(carried_pre_, one_hot.data(), one_hot.size() * 4, cudaMemcpyHostToDevice, backend_.stream()),
+          "upload");
+    sync();  // one_hot is a local
+  }
+}
+
+void CudaForwardPass::sync() { check(cudaStreamSynchronize(backend_.stream()), "cudaStreamSynchronize"); }
+
+void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) {
+  int32_t* ids = backend_.arena().get<int32_t>(kTokenIds, tokens.size());
+  check(cudaMemcpyAsync(ids, tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, backend_.stream()), "upload");
+  k::embed(backend_.weights().matrix(table), ids, rows_, shape_.hc.streams, streams(), backend_.stream());
+  sync();  // `tokens` may not outlive the call
+}
+
+void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
+  const int64_t count = rows_ * shape_.hc.streams * shape_.hc.hidden;
+  host_in_.resize(static_cast<std::size_t>(count));
+  read_streams(host_in_);
+  engram.apply(index, hash_ids, host_in_, rows_);
+  check(cudaMemcpyAsync(streams(), host_in_.data(), host_in_.size() * 4, cudaMemcpyHostToDevice, backend_.stream()),
+        "upload");
+  sync();
+}
+
+void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat,
+                          float* logits) {
+  const int64_t width = shape_.hc.streams * shape_.hc.hidden;
+  k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
+  k::linear(flat, rows, backend_.weights().matrix(hc.fn), logits, backend_.stream());
+}
+
+void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) {
+  const int64_t n = shape_.hc.streams;
+  const int64_t d = shape_.hc.hidden;
+  const auto r = static_cast<std::size_t>(rows_);
+  Arena& arena = backend_.arena();
+  WeightStore& weights = backend_.weights();
+  cudaStream_t stream = backend_.stream();
+  float* flat = arena.get<float>(kFlat, r * static_cast<std::size_t>(n * d));
+  float* logits = arena.get<float>(kMixLogits, r * static_cast<std::size_t>((2 + n) * n));
+  mix(hc, streams(), rows_, flat, logits);
+  k::hc_mix(logits, rows_, n, weights.floats(hc.base), weights.floats(hc.scale), shape_.hc.hc_eps,
+            shape_.hc.sinkhorn_iters, pre_, post_, comb_, stream);
+  if (shape_.single_pass) {
+    k::hc_collapse(carried_pre(), streams(), rows_, n, d, sublayer_in_, stream);
+    check(cudaMemcpyAsync(carried_pre(), pre_, r * static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream),
+          "copy");
+  } else {
+    k::hc_collapse(pre_, streams(), rows_, n, d, sublayer_in_, stream);
+  }
+  k::rms_norm(sublayer_in_, rows_, d, weights.floats(norm), shape_.norm_eps, sublayer_in_, stream);
+}
+
+void CudaForwardPass::exit_site() {
+  k::hc_post(post_, comb_, sublayer_out_, rows_, shape_.hc.streams, shape_.hc.hidden, streams(), backend_.stream());
+}
+
+void CudaForwardPass::attention(const model::AttentionWeights& weights,
+                                std::span<const model::AttentionSegment> segments) {
+  WeightStore& store = backend_.weights();
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const int64_t rank = weights.wq_a.rows;
+  const int64_t model_dim = shape_.hc.hidden;
+  const auto r = static_cast<std::size_t>(rows_);
+  const std::vector<int64_t> positions = model::attention_positions(segments, rows_);
+  std::vector<int32_t> positions32(positions.begin(), positions.end());
+  int32_t* device_positions = arena.get<int32_t>(kPositions, r);
+  check(cudaMemcpyAsync(device_positions, positions32.data(), r * 4, cudaMemcpyHostToDevice, stream), "upload");
+
+  // Projections on the device.
+  model::AttentionProjections projections;
+  float* q_residual = arena.get<float>(kQResidual, r * static_cast<std::size_t>(rank));
+  float* q = arena.get<float>(kQuery, r * static_cast<std::size_t>(heads * d));
+  float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
+  const float* inv_freq = store.floats(weights.rope.inv_freq());
+  const int64_t rope_dims = weights.rope.rope_dims();
+  k::linear(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual, stream);
+  k::rms_norm(q_residual, rows_, rank, store.floats(weights.q_norm), weights.eps, q_residual, stream);
+  k::linear(q_residual, rows_, store.matrix(weights.wq_b), q, stream);
+  if (weights.q_head_norm) k::rms_norm(q, rows_ * heads, d, nullptr, weights.eps, q, stream);
+  k::rope(q, rows_, heads, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.wkv), kv, stream);
+  k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
+  k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
+
+  // The stateful middle on the host.
+  host_in_.resize(r * static_cast<std::size_t>(model_dim));
+  projections.q_residual.resize(r * static_cast<std::size_t>(rank));
+  projections.q.resize(r * static_cast<std::size_t>(heads * d));
+  projections.kv.resize(r * static_cast<std::size_t>(d));
+  const auto download = [&](std::vector<float>& host, const float* device) {
+    check(cudaMemcpyAsync(host.data(), device, host.size() * 4, cudaMemcpyDeviceToHost, stream), "download");
+  };
+  download(host_in_, sublayer_in_);
+  download(projections.q_residual, q_residual);
+  download(projections.q, q);
+  download(projections.kv, kv);
+  sync();
+  host_out_.resize(r * static_cast<std::size_t>(heads * d));
+  model::attention_core(weights, segments, host_in_.data(), positions, projections, host_out_.data());
+  float* attended = arena.get<float>(kAttended, host_out_.size());
+  check(cudaMemcpyAsync(attended, host_out_.data(), host_out_.size() * 4, cudaMemcpyHostToDevice, stream), "upload");
+
+  // Grouped output on the device: attended as [rows * groups, group_in] rows, row t * groups + g
+  // through group g's slice of wo_a, lands in low_rank [rows, groups, group_out] directly.
+  const auto groups = static_cast<int64_t>(weights.wo_a_groups.size());
+  const int64_t group_in = heads * d / groups;
+  const int64_t group_out = weights.wo_a_groups.front().rows;
+  const int64_t pairs = rows_ * groups;
+  std::vector<int32_t> identity(static_cast<std::size_t>(pairs));
+  std::vector<int32_t> group_of(static_cast<std::size_t>(pairs));
+  for (int64_t p = 0; p < pairs; ++p) {
+    identity[static_cast<std::size_t>(p)] = static_cast<int32_t>(p);
+    group_of[static_cast<std::size_t>(p)] = static_cast<int32_t>(p % groups);
+  }
+  int32_t* identity_device = arena.get<int32_t>(kPairIdentity, identity.size());
+  int32_t* group_of_device = arena.get<int32_t>(kGroupOf, group_of.size());
+  check(cudaMemcpyAsync(identity_device, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice, stream),
+        "upload");
+  check(cudaMemcpyAsync(group_of_device, group_of.data(), group_of.size() * 4, cudaMemcpyHostToDevice, stream),
+        "upload");
+  float* low_rank = arena.get<float>(kLowRank, static_cast<std::size_t>(pairs * group_out));
+  k::linear_gathered(attended, identity_device, pairs, store.descriptor_array(&weights.wo_a_groups, weights.wo_a_groups),
+                     group_of_device, group_out, group_in, low_rank, stream);
+  k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream);
+  sync();  // the host vectors above are locals or reused
+}
+
+void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit,
+                                 float* out) {
+  WeightStore& weights = backend_.weights();
+  cudaStream_t stream = backend_.stream();
+  const int64_t inner = expert.w1.rows;
+  const auto size = static_cast<std::size_t>(rows * inner);
+  float* gate = backend_.arena().get<float>(kSharedGate, size);
+  float* up = backend_.arena().get<float>(kSharedUp, size);
+  k::linear(x, rows, weights.matrix(expert.w1), gate, stream);
+  k::linear(x, rows, weights.matrix(expert.w3), up, stream);
+  k::swiglu(gate, up, rows, inner, limit, nullptr, stream);
+  k::linear(gate, rows, weights.matrix(expert.w2), out, stream);
+}
+
+void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
+                          std::vector<model::Routing>* routing) {
+  WeightStore& store = backend_.weights();
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t experts = weights.gate.rows;
+  const int64_t d = shape_.hc.hidden;
+  const int64_t top_k = weights.top_k;
+  const int64_t pairs = rows_ * top_k;
+  const auto r = static_cast<std::size_t>(rows_);
+
+  int32_t* ids = arena.get<int32_t>(kTokenIds, r);
+  check(cudaMemcpyAsync(ids, token_ids.data(), r * 4, cudaMemcpyHostToDevice, stream), "upload");
+  float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
+  k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream);
+  k::RouterParams params;
+  params.scoring = static_cast<int32_t>(weights.scoring);
+  params.experts = experts;
+  params.top_k = top_k;
+  params.gate_temperature = weights.gate_temperature;
+  params.routed_scaling = weights.routed_scaling;
+  params.renormalize = weights.renormalize;
+  params.renormalize_eps = weights.renormalize_eps;
+  params.tid2eid_rows = top_k > 0 ? static_cast<int64_t>(weights.tid2eid.size()) / top_k : 0;
+  int32_t* chosen = arena.get<int32_t>(kExperts, static_cast<std::size_t>(pairs));
+  float* route_weights = arena.get<float>(kRouteWeights, static_cast<std::size_t>(pairs));
+  k::route(router, rows_, params, store.floats(weights.bias), store.ints(weights.tid2eid), ids, chosen, route_weights,
+           stream);
+
+  // Pair p = (token p / k, slot p % k): w1 / w3 read the token's row, w2 the pair's own.
+  std::vector<int32_t> pair_token(static_cast<std::size_t>(pairs));
+  for (int64_t p = 0; p < pairs; ++p) pair_token[static_cast<std::size_t>(p)] = static_cast<int32_t>(p / top_k);
+  std::vector<int32_t> identity(static_cast<std::size_t>(pairs));
+  std::iota(identity.begin(), identity.end(), 0);
+  int32_t* pair_token_device = arena.get<int32_t>(kPairToken, static_cast<std::size_t>(pairs));
+  int32_t* identity_device = arena.get<int32_t>(kPairIdentity, static_cast<std::size_t>(pairs));
+  check(cudaMemcpyAsync(pair_token_device, pair_token.data(), pair_token.size() * 4, cudaMemcpyHostToDevice, stream),
+        "upload");
+  check(cudaMemcpyAsync(identity_device, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice, stream),
+        "upload");
+
+  std::vector<kernels::WeightMatrix> w1, w2, w3;
+  for (const model::ExpertWeights& expert : weights.experts) {
+    w1.push_back(expert.w1);
+    w2.push_back(expert.w2);
+    w3.push_back(expert.w3);
+  }
+  const kernels::WeightMatrix* w1_device = store.descriptor_array(&weights.experts, w1);
+  const kernels::WeightMatrix* w2_device = store.descriptor_array(&weights.experts.front().w2, w2);
+  const kernels::WeightMatrix* w3_device = store.descriptor_array(&weights.experts.front().w3, w3);
+  const int64_t inner = weights.experts.front().w1.rows;
+  float* gate = arena.get<float>(kGate, static_cast<std::size_t>(pairs * inner));
+  float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
+  float* contributions = arena.get<float>(kContributions, static_cast<std::size_t>(pairs * d));
+  k::linear_gathered(sublayer_in_, pair_token_device, pairs, w1_device, chosen, inner, d, gate, stream);
+  k::linear_gathered(sublayer_in_, pair_token_device, pairs, w3_device, chosen, inner, d, up, stream);
+  k::swiglu(gate, up, pairs, inner, weights.swiglu_limit, weights.weight_before_down ? route_weights : nullptr,
+            stream);
+  k::linear_gathered(gate, identity_device, pairs, w2_device, chosen, d, inner, contributions, stream);
+
+  float* shared = nullptr;
+  if (!weights.shared.empty()) {
+    if (weights.shared.size() != 1) fail("CUDA backend: ", weights.shared.size(), " shared experts (one is supported)");
+    shared = arena.get<float>(kSharedOut, r * static_cast<std::size_t>(d));
+    expert_ffn(weights.shared.front(), sublayer_in_, rows_, weights.swiglu_limit, shared);
+  }
+  k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
+                 sublayer_out_, stream);
+  sync();  // pair_token / identity are locals
+  if (routing) {
+    std::vector<int32_t> host_experts(static_cast<std::size_t>(pairs));
+    std::vector<float> host_weights(static_cast<std::size_t>(pairs));
+    check(cudaMemcpy(host_experts.data(), chosen, host_experts.size() * 4, cudaMemcpyDeviceToHost), "download");
+    check(cudaMemcpy(host_weights.data(), route_weights, host_weights.size() * 4, cudaMemcpyDeviceToHost), "download");
+    routing->assign(r, {});
+    for (int64_t t = 0; t < rows_; ++t) {
+      model::Routing& decision = (*routing)[static_cast<std::size_t>(t)];
+      decision.experts.assign(host_experts.begin() + t * top_k, host_experts.begin() + (t + 1) * top_k);
+      decision.weights.assign(host_weights.begin() + t * top_k, host_weights.begin() + (t + 1) * top_k);
+    }
+  }
+}
+
+void CudaForwardPass::drop_front_rows(int64_t rows) {
+  first_ += rows;
+  rows_ -= rows;
+}
+
+void CudaForwardPass::read_streams(std::span<float> out) {
+  const auto count = static_cast<std::size_t>(rows_ * shape_.hc.streams * shape_.hc.hidden);
+  check(cudaMemcpyAsync(out.data(), streams(), count * 4, cudaMemcpyDeviceToHost, backend_.stream()), "download");
+  sync();
+}
+
+void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
+                           std::vector<float>* hidden_out) {
+  WeightStore& store = backend_.weights();
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t n = shape_.hc.streams;
+  const int64_t d = shape_.hc.hidden;
+  const auto count = static_cast<int64_t>(rows.size());
+  const auto c = static_cast<std::size_t>(count);
+  int64_t* row_ids = arena.get<int64_t>(kHeadRows, c);
+  check(cudaMemcpyAsync(row_ids, rows.data(), rows.size_bytes(), cudaMemcpyHostToDevice, stream), "upload");
+  float* head_streams = arena.get<float>(kHeadStreams, c * static_cast<std::size_t>(n * d));
+  float* pre = arena.get<float>(kHeadPre, c * static_cast<std::size_t>(n));
+  float* hidden = arena.get<float>(kHeadHidden, c * static_cast<std::size_t>(d));
+  k::gather_rows(streams(), row_ids, count, n * d, head_streams, stream);
+  if (shape_.single_pass) {
+    k::gather_rows(carried_pre(), row_ids, count, n, pre, stream);
+  } else {
+    float* flat = arena.get<float>(kHeadFlat, c * static_cast<std::size_t>(n * d));
+    float* mix_logits = arena.get<float>(kHeadMix, c * static_cast<std::size_t>(n));
+    mix(*weights.hc_head, head_streams, count, flat, mix_logits);
+    k::hc_head_pre(mix_logits, count, n, store.floats(weights.hc_head->base), store.floats(weights.hc_head->scale),
+                   shape_.hc.hc_eps, pre, stream);
+  }
+  k::hc_collapse(pre, head_streams, count, n, d, hidden, stream);
+  k::rms_norm(hidden, count, d, store.floats(weights.norm), shape_.norm_eps, hidden, stream);
+  const kernels::WeightMatrix& head = store.matrix(*weights.head);
+  float* device_logits = arena.get<float>(kLogits, c * static_cast<std::size_t>(head.rows));
+  k::linear(hidden, count, head, device_logits, stream);
+  check(cudaMemcpyAsync(logits, device_logits, c * static_cast<std::size_t>(head.rows) * 4, cudaMemcpyDeviceToHost,
+                        stream),
+        "download");
+  if (hidden_out) {
+    hidden_out->resize(c * static_cast<std::size_t>(d));
+    check(cudaMemcpyAsync(hidden_out->data(), hidden, hidden_out->size() * 4, cudaMemcpyDeviceToHost, stream),
+          "download");
+  }
+  sync();
+}
+
+// Everything the GPU part of the forward pass reads, planned before anything is uploaded.
+void plan_weights(const model::Model& model, WeightStore& store) {
+  const model::HeadWeights head = model.head_weights();
+  store.plan_matrix(model.embedding());
+  store.plan_matrix(*head.head);
+  store.plan_floats(head.norm);
+  if (head.hc_head) {
+    store.plan_matrix(head.hc_head->fn);
+    store.plan_floats(head.hc_head->base);
+    store.plan_floats(head.hc_head->scale);
+  }
+  for (const model::LayerWeights& layer : model.layers()) {
+    for (const model::HyperConnectionWeights* hc : {&layer.attn_hc, &layer.ffn_hc}) {
+      store.plan_matrix(hc->fn);
+      store.plan_floats(hc->base);
+      store.plan_floats(hc->scale);
+    }
+    store.plan_floats(layer.attn_norm);
+    store.plan_floats(layer.ffn_norm);
+    const model::AttentionWeights& a = layer.attention;
+    for (const kernels::WeightMatrix* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) store.plan_matrix(*w);
+    for (const kernels::WeightMatrix& g : a.wo_a_groups) store.plan_matrix(g);
+    store.plan_floats(a.q_norm);
+    store.plan_floats(a.kv_norm);
+    store.plan_floats(a.rope.inv_freq());
+    store.plan_matrix(layer.moe.gate);
+    store.plan_floats(layer.moe.bias);
+    store.plan_ints(layer.moe.tid2eid);
+    for (const auto* experts : {&layer.moe.experts, &layer.moe.shared})
+      for (const model::ExpertWeights& expert : *experts) {
+        store.plan_matrix(expert.w1);
+        store.plan_matrix(expert.w2);
+        store.plan_matrix(expert.w3);
+      }
+  }
+}
+
+// Uploads in the order plan_weights counted.
+void upload_weights(const model::Model& model, WeightStore& store) {
+  const model::HeadWeights head = model.head_weights();
+  store.matrix(model.embedding());
+  store.matrix(*head.head);
+  store.floats(head.norm);
+  if (head.hc_head) {
+    store.matrix(head.hc_head->fn);
+    store.floats(head.hc_head->base);
+    store.floats(head.hc_head->scale);
+  }
+  for (const model::LayerWeights& layer : model.layers()) {
+    for (const model::HyperConnectionWeights* hc : {&layer.attn_hc, &layer.ffn_hc}) {
+      store.matrix(hc->fn);
+      store.floats(hc->base);
+      store.floats(hc->scale);
+    }
+    store.floats(layer.attn_norm);
+    store.floats(layer.ffn_norm);
+    const model::AttentionWeights& a = layer.attention;
+    for (const kernels::WeightMatrix* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) store.matrix(*w);
+    store.descriptor_array(&a.wo_a_groups, a.wo_a_groups);
+    store.floats(a.q_norm);
+    store.floats(a.kv_norm);
+    store.floats(a.rope.inv_freq());
+    store.matrix(layer.moe.gate);
+    store.floats(layer.moe.bias);
+    store.ints(layer.moe.tid2eid);
+    std::vector<kernels::WeightMatrix> w1, w2, w3;
+    for (const model::ExpertWeights& expert : layer.moe.experts) {
+      w1.push_back(expert.w1);
+      w2.push_back(expert.w2);
+      w3.push_back(expert.w3);
+    }
+    if (!layer.moe.experts.empty()) {
+      store.descriptor_array(&layer.moe.experts, w1);
+      store.descriptor_array(&layer.moe.experts.front().w2, w2);
+      store.descriptor_array(&layer.moe.experts.front().w3, w3);
+    }
+    for (const model::ExpertWeights& expert : layer.moe.shared) {
+      store.matrix(expert.w1);
+      store.matrix(expert.w2);
+      store.matrix(expert.w3);
+    }
+  }
+}
+
+// Bytes of the weights the host's part of the forward pass (attention's compressors and indexer,
+// Engram's projection) still reads from host memory.
+int64_t host_weight_bytes(const model::Model& model) {
+  std::size_t bytes = 0;
+  const auto add = [&](const kernels::WeightMatrix& w) { bytes += matrix_data_bytes(w) + matrix_scale_bytes(w); };
+  const auto add_compressor = [&](const model::CompressorWeights& c) {
+    add(c.wkv);
+    add(c.wgate);
+  };
+  for (const model::LayerWeights& layer : model.layers()) {
+    const model::AttentionWeights& a = layer.attention;
+    if (a.compressor) add_compressor(*a.compressor);
+    if (a.indexer) {
+      add(a.indexer->wq_b);
+      add(a.indexer->weights_proj);
+      add_compressor(a.indexer->compressor);
+    }
+    if (a.latent_compressor) {
+      add(a.latent_compressor->wkv);
+      if (a.latent_compressor->wgate) add(*a.latent_compressor->wgate);
+    }
+    if (a.index_keys) add(a.index_keys->wk);
+    if (a.index_queries) {
+      add(a.index_queries->wq_b);
+      add(a.index_queries->weights_proj);
+    }
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+std::string gib(std::size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+DeviceInfo device_info(int index) {
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, index), "cudaGetDeviceProperties");
+  check(cudaSetDevice(index), "cudaSetDevice");
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return {properties.name, static_cast<int64_t>(total_bytes), static_cast<int64_t>(free_bytes)};
+}
+
+Attached make_backend(const model::Model& model, int index) {
+  const DeviceInfo info = device_info(index);
+  auto backend = std::make_shared<CudaBackend>(index, "cuda:" + std::to_string(index) + " (" + info.name + ", " +
+                                                          gib(static_cast<std::size_t>(info.total_bytes)) + ")");
+  WeightStore& store = backend->weights();
+  plan_weights(model, store);
+  // Room for the activation arena and the CUDA context's own needs beside the weights.
+  constexpr std::size_t kReserve = std::size_t{1} << 30;
+  if (store.planned_bytes() + kReserve > static_cast<std::size_t>(info.free_bytes))
+    fail("the model does not fit on cuda:", index, " (", info.name, "): its weights need ", gib(store.planned_bytes()),
+         " plus ", gib(kReserve), " of working memory, and the device has ", gib(static_cast<std::size_t>(info.free_bytes)),
+         " free of ", gib(static_cast<std::size_t>(info.total_bytes)));
+  upload_weights(model, store);
+  return {backend, static_cast<int64_t>(store.uploaded_bytes()), host_weight_bytes(model)};
+}
+
+}  // namespace deepinfer::backend::cuda

@@ -1,0 +1,167 @@
+// The mHC steps of model/hyper_connections.cpp: the per-token mixing weights (sigmoids and the
+// truncated Sinkhorn), the collapse of the streams into one sublayer input, and the write-back.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 256;
+constexpr int kMixThreads = 64;
+constexpr int64_t kMaxStreams = 16;  // hc_mult; V4 uses 4
+
+// One thread per token: n is small, and the Sinkhorn rounds are a chain of dependent steps.
+__global__ void __launch_bounds__(kMixThreads)
+    hc_mix_kernel(const float* __restrict__ logits, int64_t tokens, int n, const float* __restrict__ base,
+                  const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
+                  float* __restrict__ post, float* __restrict__ comb_out) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const int mixes = (2 + n) * n;
+  const float* row = logits + t * mixes;
+  const float scale_pre = scale[0];
+  const float scale_post = scale[1];
+  const float scale_comb = scale[2];
+  for (int i = 0; i < n; ++i) {
+    pre[t * n + i] = sigmoid(row[i] * scale_pre + base[i]) + hc_eps;
+    post[t * n + i] = 2.0f * sigmoid(row[n + i] * scale_post + base[n + i]);
+  }
+  float comb[kMaxStreams * kMaxStreams];
+  for (int j = 0; j < n * n; ++j) comb[j] = row[2 * n + j] * scale_comb + base[2 * n + j];
+  // Row softmax (model::softmax: max, exp, sum in order, divide) plus eps.
+  for (int j = 0; j < n; ++j) {
+    float* r = comb + j * n;
+    float max_value = -INFINITY;
+    for (int k = 0; k < n; ++k) max_value = fmaxf(max_value, r[k]);
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) {
+      r[k] = expf(r[k] - max_value);
+      sum += r[k];
+    }
+    for (int k = 0; k < n; ++k) r[k] /= sum;
+    for (int k = 0; k < n; ++k) r[k] += hc_eps;
+  }
+  auto normalize_columns = [&] {
+    for (int k = 0; k < n; ++k) {
+      float sum = 0.0f;
+      for (int j = 0; j < n; ++j) sum += comb[j * n + k];
+      for (int j = 0; j < n; ++j) comb[j * n + k] /= sum + hc_eps;
+    }
+  };
+  auto normalize_rows = [&] {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int k = 0; k < n; ++k) sum += comb[j * n + k];
+      for (int k = 0; k < n; ++k) comb[j * n + k] /= sum + hc_eps;
+    }
+  };
+  normalize_columns();
+  for (int64_t iter = 1; iter < iters; ++iter) {
+    normalize_rows();
+    normalize_columns();
+  }
+  for (int j = 0; j < n * n; ++j) comb_out[t * n * n + j] = comb[j];
+}
+
+__global__ void hc_head_pre_kernel(const float* __restrict__ logits, int64_t tokens, int64_t n,
+                                   const float* __restrict__ base, const float* __restrict__ scale, float hc_eps,
+                                   float* __restrict__ pre) {
+  const int64_t total = tokens * n;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t, i;
+    split_index(item, n, t, i);
+    pre[item] = sigmoid(logits[item] * scale[0] + base[i]) + hc_eps;
+  }
+}
+
+// One thread per (t, d): sum over the streams in order.
+__global__ void hc_collapse_kernel(const float* __restrict__ pre, const float* __restrict__ streams, int64_t tokens,
+                                   int64_t n, int64_t d, float* __restrict__ collapsed) {
+  const int64_t total = tokens * d;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t, c;
+    split_index(item, d, t, c);
+    const float* p = pre + t * n;
+    const float* s = streams + t * n * d + c;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += p[i] * s[i * d];
+    collapsed[item] = sum;
+  }
+}
+
+// One thread per (t, d): it reads all n streams at d before writing any, so in place is safe.
+__global__ void hc_post_kernel(const float* post, const float* comb, const float* output, int64_t tokens, int n,
+                               int64_t d, float* streams) {
+  const int64_t total = tokens * d;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t, c;
+    split_index(item, d, t, c);
+    float* s = streams + t * n * d + c;
+    float previous[kMaxStreams];
+    for (int j = 0; j < n; ++j) previous[j] = s[j * d];
+    const float* m = comb + t * n * n;
+    const float out = output[item];
+    for (int k = 0; k < n; ++k) {
+      float mixed = 0.0f;
+      for (int j = 0; j < n; ++j) mixed += m[j * n + k] * previous[j];
+      s[k * d] = post[t * n + k] * out + mixed;
+    }
+  }
+}
+
+void check_streams(const char* what, int64_t n) {
+  if (n < 1 || n > kMaxStreams) fail(what, ": ", n, " streams; this kernel handles 1 to ", kMaxStreams);
+}
+
+}  // namespace
+
+void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
+            int64_t sinkhorn_iters, float* pre, float* post, float* comb, Stream stream) {
+  if (tokens < 0) fail("cuda::hc_mix: negative token count ", tokens);
+  if (tokens == 0) return;
+  check_streams("cuda::hc_mix", n);
+  const int64_t blocks = (tokens + kMixThreads - 1) / kMixThreads;
+  hc_mix_kernel<<<static_cast<unsigned>(blocks), kMixThreads, 0, native(stream)>>>(
+      logits, tokens, static_cast<int>(n), base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
+  check_launch("cuda::hc_mix");
+}
+
+void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
+                 float* pre, Stream stream) {
+  if (tokens < 0 || n < 0) fail("cuda::hc_head_pre: negative size (tokens ", tokens, ", n ", n, ")");
+  if (tokens * n == 0) return;
+  hc_head_pre_kernel<<<grid_for(tokens * n, kThreads), kThreads, 0, native(stream)>>>(logits, tokens, n, base, scale,
+                                                                                       hc_eps, pre);
+  check_launch("cuda::hc_head_pre");
+}
+
+void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t n, int64_t d, float* collapsed,
+                 Stream stream) {
+  if (tokens < 0 || n < 0 || d < 0) fail("cuda::hc_collapse: negative size (tokens ", tokens, ", n ", n, ", d ", d, ")");
+  if (tokens * d == 0) return;
+  hc_collapse_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(pre, streams, tokens, n, d,
+                                                                                       collapsed);
+  check_launch("cuda::hc_collapse");
+}
+
+void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
+             float* streams, Stream stream) {
+  if (tokens < 0 || d < 0) fail("cuda::hc_post: negative size (tokens ", tokens, ", d ", d, ")");
+  if (tokens * d == 0) return;
+  check_streams("cuda::hc_post", n);
+  hc_post_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(post, comb, output, tokens,
+                                                                                   static_cast<int>(n), d, streams);
+  check_launch("cuda::hc_post");
+}
+
+}  // namespace deepinfer::kernels::cuda

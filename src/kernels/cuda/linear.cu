@@ -1,0 +1,396 @@
+// linear and linear_gathered: y[t, r] = sum_c x[t, c] * W[r, c] with the weight decoded in
+// registers from its checkpoint encoding.
+//
+// Work split: a block of 8 warps takes 8 output rows (one warp each) and loops over tiles of 8
+// tokens, so each weight row is streamed once per token tile while the tile's activations come
+// from L1 / L2. Inside a warp, lane l takes the chunks of 4 consecutive columns starting at
+// 4 l + 128 k, in increasing k, and accumulates each of its columns into one f32 sum per token
+// with fmaf in increasing column order; the 32 lane sums are then combined by a butterfly
+// (xor 16, 8, 4, 2, 1). That order is fixed by `cols` alone: neither the number of tokens, nor the
+// tile a token falls in, nor whether the loads were vectorised (alignment) changes a single
+// operation, so every y[t, r] has the same bits alone or in any batch (the batch-invariance
+// contract of cuda_kernels.h). linear_gathered reduces in exactly the same order, so a pair's
+// row equals linear's for the same x row and weight, bit for bit.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kTileTokens = 8;                    // tokens (pairs) a warp reduces per weight pass
+constexpr int kRowsPerBlock = 8;                  // one warp per output row
+constexpr int kThreads = kRowsPerBlock * kWarp;   // 256
+constexpr int kChunk = 4;                         // consecutive columns a lane takes per step
+constexpr int64_t kWarpStride = kChunk * kWarp;   // 128 columns per warp step
+constexpr int64_t kMaxGridY = 65535;
+
+// One weight row as a lane reads it.
+struct RowView {
+  const uint8_t* data;    // the row's first byte
+  const uint8_t* scales;  // the row's first scale (an E8M0 byte or an F32), as bytes
+  uint32_t block_cols;    // min(block_cols, 2^31): columns are below 2^31, so the groups are unchanged
+  int block_shift;        // log2(block_cols) when a power of two, else -1
+  bool vector;            // a chunk of 4 may be loaded as one aligned word
+  bool element_aligned;   // F32 / BF16 data aligned to its element size
+  bool scales_aligned;    // F32 scales 4-byte aligned
+  bool chunk_scale;       // block_cols % 4 == 0: the 4 columns of a chunk share one scale
+};
+
+template <WeightEncoding E>
+constexpr bool kScaled = E == WeightEncoding::FP8_E4M3 || E == WeightEncoding::FP4_E2M1;
+
+template <WeightEncoding E, ScaleEncoding S>
+__device__ __forceinline__ RowView make_row(const WeightMatrix& w, int64_t row, bool vector) {
+  RowView v{};
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  const auto address = reinterpret_cast<uintptr_t>(w.data);
+  v.vector = vector;
+  if constexpr (E == WeightEncoding::F32) {
+    v.data = bytes + row * w.cols * 4;
+    v.element_aligned = address % 4 == 0;
+  } else if constexpr (E == WeightEncoding::BF16) {
+    v.data = bytes + row * w.cols * 2;
+    v.element_aligned = address % 2 == 0;
+  } else if constexpr (E == WeightEncoding::FP8_E4M3) {
+    v.data = bytes + row * w.cols;
+  } else {
+    v.data = bytes + row * (w.cols / 2);
+  }
+  if constexpr (kScaled<E> && S != ScaleEncoding::None) {
+    const int64_t scale_cols = (w.cols + w.block_cols - 1) / w.block_cols;
+    const int64_t scale_row = E == WeightEncoding::FP8_E4M3 ? row / w.block_rows : row;
+    const int64_t element_size = S == ScaleEncoding::F32 ? 4 : 1;
+    v.scales = static_cast<const uint8_t*>(w.scales) + scale_row * scale_cols * element_size;
+    v.scales_aligned = reinterpret_cast<uintptr_t>(w.scales) % 4 == 0;
+    v.block_cols = static_cast<uint32_t>(w.block_cols < (int64_t{1} << 31) ? w.block_cols : (int64_t{1} << 31));
+    v.block_shift = (w.block_cols & (w.block_cols - 1)) == 0 ? __ffsll(w.block_cols) - 1 : -1;
+    v.chunk_scale = w.block_cols % kChunk == 0;
+  }
+  return v;
+}
+
+template <ScaleEncoding S>
+__device__ __forceinline__ float scale_of(const RowView& v, int64_t column) {
+  // 32-bit division: a 64-bit one is a subroutine call.
+  const int64_t group = v.block_shift >= 0 ? column >> v.block_shift
+                                           : static_cast<int64_t>(static_cast<uint32_t>(column) / v.block_cols);
+  if constexpr (S == ScaleEncoding::E8M0) {
+    return e8m0_value(v.scales[group]);
+  } else {
+    const uint8_t* p = v.scales + group * 4;
+    return v.scales_aligned ? *reinterpret_cast<const float*>(p) : __uint_as_float(load_u32_bytes(p));
+  }
+}
+
+// The stored value of column c before its scale.
+template <WeightEncoding E>
+__device__ __forceinline__ float raw_element(const RowView& v, int64_t c) {
+  if constexpr (E == WeightEncoding::F32) {
+    const uint8_t* p = v.data + c * 4;
+    return v.element_aligned ? *reinterpret_cast<const float*>(p) : __uint_as_float(load_u32_bytes(p));
+  } else if constexpr (E == WeightEncoding::BF16) {
+    const uint8_t* p = v.data + c * 2;
+    return bf16_value(v.element_aligned ? uint32_t{*reinterpret_cast<const uint16_t*>(p)} : load_u16_bytes(p));
+  } else if constexpr (E == WeightEncoding::FP8_E4M3) {
+    return e4m3_value(v.data[c]);
+  } else {
+    const uint32_t byte = v.data[c / 2];
+    return e2m1_value((c & 1) ? byte >> 4 : byte & 0xfu);
+  }
+}
+
+// The decoded weight of column c: value * scale, as the CPU's decode_row computes it.
+template <WeightEncoding E, ScaleEncoding S>
+__device__ __forceinline__ float element(const RowView& v, int64_t c) {
+  float value = raw_element<E>(v, c);
+  if constexpr (kScaled<E> && S != ScaleEncoding::None) value = value * scale_of<S>(v, c);
+  return value;
+}
+
+// The decoded weights of columns c0 .. c0 + 3 (c0 a multiple of 4, all inside the row).
+template <WeightEncoding E, ScaleEncoding S>
+__device__ __forceinline__ void chunk(const RowView& v, int64_t c0, float (&w)[kChunk]) {
+  if (v.vector) {
+    if constexpr (E == WeightEncoding::F32) {
+      const float4 q = *reinterpret_cast<const float4*>(v.data + c0 * 4);
+      w[0] = q.x;
+      w[1] = q.y;
+      w[2] = q.z;
+      w[3] = q.w;
+    } else if constexpr (E == WeightEncoding::BF16) {
+      const uint2 q = *reinterpret_cast<const uint2*>(v.data + c0 * 2);
+      w[0] = bf16_value(q.x);
+      w[1] = bf16_value(q.x >> 16);
+      w[2] = bf16_value(q.y);
+      w[3] = bf16_value(q.y >> 16);
+    } else if constexpr (E == WeightEncoding::FP8_E4M3) {
+      const uint32_t q = *reinterpret_cast<const uint32_t*>(v.data + c0);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) w[j] = e4m3_value((q >> (8 * j)) & 0xffu);
+    } else {
+      const uint32_t q = *reinterpret_cast<const uint16_t*>(v.data + c0 / 2);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) w[j] = e2m1_value((q >> (4 * j)) & 0xfu);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) w[j] = raw_element<E>(v, c0 + j);
+  }
+  if constexpr (kScaled<E> && S != ScaleEncoding::None) {
+    if (v.chunk_scale) {
+      const float s = scale_of<S>(v, c0);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) w[j] = w[j] * s;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) w[j] = w[j] * scale_of<S>(v, c0 + j);
+    }
+  }
+}
+
+// This lane's partial sums of one weight row against up to kTileTokens activation rows
+// (xr[t] for t < count). The order is the one described at the top of the file.
+template <WeightEncoding E, ScaleEncoding S>
+__device__ __forceinline__ void dot_tile(const RowView& v, int64_t cols, const float* (&xr)[kTileTokens], int count,
+                                         bool x_vector, float (&acc)[kTileTokens]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+#pragma unroll
+  for (int t = 0; t < kTileTokens; ++t) acc[t] = 0.0f;
+  int64_t c0 = int64_t{kChunk} * lane;
+  // Unrolled so that several chunks' loads are in flight at once; the order of the fmaf chain
+  // of each accumulator is the same as without.
+#pragma unroll 4
+  for (; c0 + kChunk <= cols; c0 += kWarpStride) {
+    float w[kChunk];
+    chunk<E, S>(v, c0, w);
+#pragma unroll
+    for (int t = 0; t < kTileTokens; ++t) {
+      if (t < count) {
+        float a[kChunk];
+        if (x_vector) {
+          const float4 q = *reinterpret_cast<const float4*>(xr[t] + c0);
+          a[0] = q.x;
+          a[1] = q.y;
+          a[2] = q.z;
+          a[3] = q.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) a[j] = xr[t][c0 + j];
+        }
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) acc[t] = fmaf(a[j], w[j], acc[t]);
+      }
+    }
+  }
+  if (c0 < cols) {  // the row's last, partial chunk (one lane at most)
+    const int remaining = static_cast<int>(cols - c0);
+    for (int j = 0; j < remaining; ++j) {
+      const float w = element<E, S>(v, c0 + j);
+#pragma unroll
+      for (int t = 0; t < kTileTokens; ++t)
+        if (t < count) acc[t] = fmaf(xr[t][c0 + j], w, acc[t]);
+    }
+  }
+}
+
+// Reduces the lanes' sums and stores token t's result at out[t * out_stride] (t < count).
+__device__ __forceinline__ void store_tile(float (&acc)[kTileTokens], int count, float* out, int64_t out_stride) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+#pragma unroll
+  for (int t = 0; t < kTileTokens; ++t) {
+    if (t < count) {  // warp-uniform
+      const float sum = warp_sum(acc[t]);
+      if (lane == t) out[t * out_stride] = sum;
+    }
+  }
+}
+
+__device__ __forceinline__ bool vector_weights(const WeightMatrix& w) {
+  return w.cols % kChunk == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+template <WeightEncoding E, ScaleEncoding S>
+__global__ void __launch_bounds__(kThreads)
+    linear_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y, bool x_vector) {
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (row >= w.rows) return;  // the whole warp
+  const RowView v = make_row<E, S>(w, row, vector_weights(w));
+  const int64_t tiles = (tokens + kTileTokens - 1) / kTileTokens;
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int64_t t0 = tile * kTileTokens;
+    const int count = static_cast<int>(tokens - t0 < kTileTokens ? tokens - t0 : kTileTokens);
+    const float* xr[kTileTokens];
+#pragma unroll
+    for (int t = 0; t < kTileTokens; ++t) xr[t] = x + (t0 + (t < count ? t : 0)) * w.cols;
+    float acc[kTileTokens];
+    dot_tile<E, S>(v, w.cols, xr, count, x_vector, acc);
+    store_tile(acc, count, y + t0 * w.rows + row, w.rows);
+  }
+}
+
+// The gathered kernel reads each descriptor on the device, so it picks the decoder there.
+__device__ void dot_any(const WeightMatrix& w, int64_t row, int64_t cols, const float* (&xr)[kTileTokens], int count,
+                        bool x_vector, float (&acc)[kTileTokens]) {
+  const bool vector = vector_weights(w);
+  switch (w.encoding) {
+    case WeightEncoding::F32:
+      return dot_tile<WeightEncoding::F32, ScaleEncoding::None>(
+          make_row<WeightEncoding::F32, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
+    case WeightEncoding::BF16:
+      return dot_tile<WeightEncoding::BF16, ScaleEncoding::None>(
+          make_row<WeightEncoding::BF16, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
+    case WeightEncoding::FP8_E4M3:
+      switch (w.scale_encoding) {
+        case ScaleEncoding::None:
+          return dot_tile<WeightEncoding::FP8_E4M3, ScaleEncoding::None>(
+              make_row<WeightEncoding::FP8_E4M3, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
+        case ScaleEncoding::E8M0:
+          return dot_tile<WeightEncoding::FP8_E4M3, ScaleEncoding::E8M0>(
+              make_row<WeightEncoding::FP8_E4M3, ScaleEncoding::E8M0>(w, row, vector), cols, xr, count, x_vector, acc);
+        case ScaleEncoding::F32:
+          return dot_tile<WeightEncoding::FP8_E4M3, ScaleEncoding::F32>(
+              make_row<WeightEncoding::FP8_E4M3, ScaleEncoding::F32>(w, row, vector), cols, xr, count, x_vector, acc);
+      }
+      break;
+    case WeightEncoding::FP4_E2M1:
+      switch (w.scale_encoding) {
+        case ScaleEncoding::None:
+          return dot_tile<WeightEncoding::FP4_E2M1, ScaleEncoding::None>(
+              make_row<WeightEncoding::FP4_E2M1, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
+        case ScaleEncoding::E8M0:
+          return dot_tile<WeightEncoding::FP4_E2M1, ScaleEncoding::E8M0>(
+              make_row<WeightEncoding::FP4_E2M1, ScaleEncoding::E8M0>(w, row, vector), cols, xr, count, x_vector, acc);
+        case ScaleEncoding::F32:
+          return dot_tile<WeightEncoding::FP4_E2M1, ScaleEncoding::F32>(
+              make_row<WeightEncoding::FP4_E2M1, ScaleEncoding::F32>(w, row, vector), cols, xr, count, x_vector, acc);
+      }
+      break;
+  }
+  // An encoding this build does not know: NaN, so the mistake shows.
+#pragma unroll
+  for (int t = 0; t < kTileTokens; ++t) acc[t] = quiet_nan();
+}
+
+__global__ void __launch_bounds__(kThreads)
+    linear_gathered_kernel(const float* __restrict__ x, const int32_t* __restrict__ x_row, int64_t pairs,
+                           const WeightMatrix* __restrict__ weights, const int32_t* __restrict__ weight_of,
+                           int64_t rows, int64_t cols, float* __restrict__ y, bool x_vector) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (row >= rows) return;
+  const int64_t tiles = (pairs + kTileTokens - 1) / kTileTokens;
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int64_t p0 = tile * kTileTokens;
+    const int count = static_cast<int>(pairs - p0 < kTileTokens ? pairs - p0 : kTileTokens);
+    // Runs of consecutive pairs on the same weight share one pass over its row.
+    for (int i = 0; i < count;) {
+      const int32_t which = weight_of[p0 + i];
+      int run = 1;
+      while (i + run < count && weight_of[p0 + i + run] == which) ++run;
+      float* out = y + (p0 + i) * rows + row;
+      if (which < 0) {
+        if (lane < run) out[lane * rows] = 0.0f;
+      } else {
+        const WeightMatrix w = weights[which];
+        const float* xr[kTileTokens];
+#pragma unroll
+        for (int t = 0; t < kTileTokens; ++t) xr[t] = x + static_cast<int64_t>(x_row[p0 + i + (t < run ? t : 0)]) * cols;
+        float acc[kTileTokens];
+        dot_any(w, row, cols, xr, run, x_vector, acc);
+        store_tile(acc, run, out, rows);
+      }
+      i += run;
+    }
+  }
+}
+
+const char* encoding_name(WeightEncoding encoding) {
+  switch (encoding) {
+    case WeightEncoding::F32: return "F32";
+    case WeightEncoding::BF16: return "BF16";
+    case WeightEncoding::FP8_E4M3: return "FP8_E4M3";
+    case WeightEncoding::FP4_E2M1: return "FP4_E2M1";
+  }
+  return "unknown";
+}
+
+// The CPU's descriptor checks (kernels/cpu/linear.cpp): a wrong descriptor would read out of bounds.
+void check_weight(const WeightMatrix& w) {
+  const char* name = encoding_name(w.encoding);
+  if (w.rows < 0 || w.cols < 0) fail("cuda::linear: ", name, " weight has negative shape [", w.rows, ", ", w.cols, "]");
+  if (w.rows > 0 && w.cols > 0 && w.data == nullptr) fail("cuda::linear: ", name, " weight has no data");
+  if (w.cols >= (int64_t{1} << 31)) fail("cuda::linear: ", name, " weight has ", w.cols, " columns, over 2^31");
+  if (w.encoding != WeightEncoding::FP8_E4M3 && w.encoding != WeightEncoding::FP4_E2M1) return;
+  if (w.block_rows < 1 || w.block_cols < 1)
+    fail("cuda::linear: ", name, " weight has block size ", w.block_rows, "x", w.block_cols,
+         "; both must be at least 1");
+  if (w.scale_encoding != ScaleEncoding::None && w.scales == nullptr) fail("cuda::linear: ", name, " weight has no scales");
+  if (w.encoding == WeightEncoding::FP4_E2M1 && (w.cols % 2 != 0 || w.cols % w.block_cols != 0))
+    fail("cuda::linear: FP4_E2M1 weight has ", w.cols,
+         " columns; it needs an even number and a multiple of its group size ", w.block_cols);
+}
+
+dim3 grid_of(int64_t rows, int64_t tokens) {
+  const int64_t row_blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t tiles = (tokens + kTileTokens - 1) / kTileTokens;
+  return dim3(static_cast<unsigned>(row_blocks), static_cast<unsigned>(std::min(tiles, kMaxGridY)), 1);
+}
+
+bool vector_activations(const float* x, int64_t cols) {
+  return cols % kChunk == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+template <WeightEncoding E, ScaleEncoding S>
+void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float* y, cudaStream_t stream) {
+  linear_kernel<E, S><<<grid_of(w.rows, tokens), kThreads, 0, stream>>>(x, tokens, w, y, vector_activations(x, w.cols));
+}
+
+template <WeightEncoding E>
+void launch_scaled(const float* x, int64_t tokens, const WeightMatrix& w, float* y, cudaStream_t stream) {
+  switch (w.scale_encoding) {
+    case ScaleEncoding::None: return launch_linear<E, ScaleEncoding::None>(x, tokens, w, y, stream);
+    case ScaleEncoding::E8M0: return launch_linear<E, ScaleEncoding::E8M0>(x, tokens, w, y, stream);
+    case ScaleEncoding::F32: return launch_linear<E, ScaleEncoding::F32>(x, tokens, w, y, stream);
+  }
+  fail("cuda::linear: unknown scale encoding ", static_cast<int>(w.scale_encoding));
+}
+
+}  // namespace
+
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream) {
+  check_weight(weight);
+  if (tokens < 0) fail("cuda::linear: negative token count ", tokens);
+  if (tokens == 0 || weight.rows == 0) return;
+  const cudaStream_t s = native(stream);
+  switch (weight.encoding) {
+    case WeightEncoding::F32: launch_linear<WeightEncoding::F32, ScaleEncoding::None>(x, tokens, weight, y, s); break;
+    case WeightEncoding::BF16: launch_linear<WeightEncoding::BF16, ScaleEncoding::None>(x, tokens, weight, y, s); break;
+    case WeightEncoding::FP8_E4M3: launch_scaled<WeightEncoding::FP8_E4M3>(x, tokens, weight, y, s); break;
+    case WeightEncoding::FP4_E2M1: launch_scaled<WeightEncoding::FP4_E2M1>(x, tokens, weight, y, s); break;
+    default: fail("cuda::linear: unknown weight encoding ", static_cast<int>(weight.encoding));
+  }
+  check_launch("cuda::linear");
+}
+
+void linear_gathered(const float* x, const int32_t* x_row, int64_t pairs, const WeightMatrix* weights,
+                     const int32_t* weight_of, int64_t rows, int64_t cols, float* y, Stream stream) {
+  if (pairs < 0 || rows < 0 || cols < 0)
+    fail("cuda::linear_gathered: negative size (pairs ", pairs, ", rows ", rows, ", cols ", cols, ")");
+  if (cols >= (int64_t{1} << 31)) fail("cuda::linear_gathered: ", cols, " columns, over 2^31");
+  if (pairs == 0 || rows == 0) return;
+  linear_gathered_kernel<<<grid_of(rows, pairs), kThreads, 0, native(stream)>>>(
+      x, x_row, pairs, weights, weight_of, rows, cols, y, vector_activations(x, cols));
+  check_launch("cuda::linear_gathered");
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,83 @@
+// Row copies: the embedding lookup into every residual stream, and gather_rows.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 256;
+
+// One thread per (t, c), writing all copies; an id outside the table gives zeros.
+template <WeightEncoding E>
+__global__ void embed_kernel(const uint8_t* table, int64_t vocab, int64_t width, bool aligned, const int32_t* ids,
+                             int64_t tokens, int64_t copies, float* streams) {
+  const int64_t total = tokens * width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t, c;
+    split_index(i, width, t, c);
+    const int64_t id = ids[t];
+    float value = 0.0f;
+    if (id >= 0 && id < vocab) {
+      const int64_t element = id * width + c;
+      if constexpr (E == WeightEncoding::F32) {
+        const uint8_t* p = table + element * 4;
+        value = aligned ? *reinterpret_cast<const float*>(p) : __uint_as_float(load_u32_bytes(p));
+      } else {
+        const uint8_t* p = table + element * 2;
+        value = bf16_value(aligned ? uint32_t{*reinterpret_cast<const uint16_t*>(p)} : load_u16_bytes(p));
+      }
+    }
+    float* out = streams + t * copies * width + c;
+    for (int64_t copy = 0; copy < copies; ++copy) out[copy * width] = value;
+  }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* __restrict__ rows, int64_t count,
+                                   int64_t width, float* __restrict__ out) {
+  const int64_t total = count * width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r, c;
+    split_index(i, width, r, c);
+    out[i] = in[rows[r] * width + c];
+  }
+}
+
+}  // namespace
+
+void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_t copies, float* streams,
+           Stream stream) {
+  if (tokens < 0 || copies < 0) fail("cuda::embed: negative size (tokens ", tokens, ", copies ", copies, ")");
+  if (table.rows < 0 || table.cols < 0) fail("cuda::embed: table has negative shape [", table.rows, ", ", table.cols, "]");
+  if (table.encoding != WeightEncoding::F32 && table.encoding != WeightEncoding::BF16)
+    fail("cuda::embed: the embedding table must be F32 or BF16, not encoding ", static_cast<int>(table.encoding));
+  if (tokens == 0 || copies == 0 || table.cols == 0) return;
+  if (table.rows > 0 && table.data == nullptr) fail("cuda::embed: table has no data");
+  const auto* bytes = static_cast<const uint8_t*>(table.data);
+  const auto address = reinterpret_cast<uintptr_t>(table.data);
+  const unsigned blocks = grid_for(tokens * table.cols, kThreads);
+  if (table.encoding == WeightEncoding::F32)
+    embed_kernel<WeightEncoding::F32><<<blocks, kThreads, 0, native(stream)>>>(
+        bytes, table.rows, table.cols, address % 4 == 0, ids, tokens, copies, streams);
+  else
+    embed_kernel<WeightEncoding::BF16><<<blocks, kThreads, 0, native(stream)>>>(
+        bytes, table.rows, table.cols, address % 2 == 0, ids, tokens, copies, streams);
+  check_launch("cuda::embed");
+}
+
+void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream) {
+  if (count < 0 || width < 0) fail("cuda::gather_rows: negative size (count ", count, ", width ", width, ")");
+  if (count * width == 0) return;
+  gather_rows_kernel<<<grid_for(count * width, kThreads), kThreads, 0, native(stream)>>>(in, rows, count, width, out);
+  check_launch("cuda::gather_rows");
+}
+
+}  // namespace deepinfer::kernels::cuda

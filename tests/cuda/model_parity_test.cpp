@@ -1,0 +1,137 @@
+// The whole forward pass on the CUDA backend against the CPU backend, on every golden fixture:
+// logits within 1e-3 (f32 accumulation in another order), identical greedy tokens, chunked
+// prefill and decode equal to one-shot, batched rows bit-identical to solo rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "gpu_fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+using gpu_testing::fixture_pair;
+
+constexpr float kTolerance = 1e-3f;
+
+std::vector<int32_t> prompt_of(const model::Model& model, int64_t length, int32_t salt) {
+  std::vector<int32_t> ids;
+  const int64_t vocab = model.vocab_size();
+  for (int64_t i = 0; i < length; ++i) ids.push_back(static_cast<int32_t>(2 + (i * 37 + salt * 101) % (vocab - 2)));
+  return ids;
+}
+
+// All rows of `ids` through a fresh sequence in chunks of `chunk`.
+std::vector<float> run_chunked(const model::Model& model, const std::vector<int32_t>& ids, std::size_t chunk) {
+  model::SequenceState sequence = model.new_sequence();
+  const auto vocab = static_cast<std::size_t>(model.vocab_size());
+  std::vector<float> logits(ids.size() * vocab);
+  for (std::size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const std::size_t count = std::min(chunk, ids.size() - begin);
+    model.forward(sequence, std::span(ids).subspan(begin, count), std::span(logits).subspan(begin * vocab, count * vocab));
+  }
+  return logits;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const float diff = std::abs(a[i] - b[i]);
+    if (!(diff <= worst)) worst = std::isnan(diff) ? INFINITY : diff;
+  }
+  return worst;
+}
+
+std::vector<int32_t> greedy(const model::Model& model, const std::vector<int32_t>& prompt, int steps) {
+  model::SequenceState sequence = model.new_sequence();
+  const auto vocab = static_cast<std::size_t>(model.vocab_size());
+  std::vector<float> logits(vocab);
+  model.forward(sequence, prompt, logits, model::LogitRows::Last);
+  std::vector<int32_t> out;
+  for (int i = 0; i < steps; ++i) {
+    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    model.forward(sequence, std::span(&next, 1), logits, model::LogitRows::Last);
+  }
+  return out;
+}
+
+class GpuFixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuFixtureTest, LogitsMatchTheCpuBackend) {
+  DEEPINFER_REQUIRE_GPU();
+  const auto& pair = fixture_pair(GetParam());
+  const std::vector<int32_t> ids = prompt_of(*pair.cpu, 48, 1);
+  const std::vector<float> cpu = run_chunked(*pair.cpu, ids, ids.size());
+  const std::vector<float> gpu = run_chunked(*pair.gpu, ids, ids.size());
+  const float diff = max_abs_diff(cpu, gpu);
+  std::printf("[ %s ] one-shot prefill of 48: max |gpu - cpu| = %.3g\n", GetParam().c_str(), diff);
+  EXPECT_LE(diff, kTolerance);
+}
+
+TEST_P(GpuFixtureTest, ChunkedPrefillAndDecodeEqualOneShot) {
+  DEEPINFER_REQUIRE_GPU();
+  const auto& pair = fixture_pair(GetParam());
+  const std::vector<int32_t> ids = prompt_of(*pair.gpu, 40, 2);
+  const std::vector<float> one_shot = run_chunked(*pair.gpu, ids, ids.size());
+  for (std::size_t chunk : {1, 7, 16}) {
+    const std::vector<float> chunked = run_chunked(*pair.gpu, ids, chunk);
+    EXPECT_EQ(0, std::memcmp(one_shot.data(), chunked.data(), one_shot.size() * sizeof(float)))
+        << "chunks of " << chunk << ": max diff " << max_abs_diff(one_shot, chunked);
+  }
+}
+
+TEST_P(GpuFixtureTest, GreedyTokensEqualTheCpuBackend) {
+  DEEPINFER_REQUIRE_GPU();
+  const auto& pair = fixture_pair(GetParam());
+  const std::vector<int32_t> prompt = prompt_of(*pair.cpu, 16, 3);
+  EXPECT_EQ(greedy(*pair.cpu, prompt, 24), greedy(*pair.gpu, prompt, 24));
+}
+
+TEST_P(GpuFixtureTest, BatchedRowsAreBitIdenticalToSoloRows) {
+  DEEPINFER_REQUIRE_GPU();
+  const model::Model& model = *fixture_pair(GetParam()).gpu;
+  const auto vocab = static_cast<std::size_t>(model.vocab_size());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(prompt_of(model, 5 + 9 * i, 10 + i));
+  std::vector<std::vector<float>> solo;
+  for (const auto& prompt : prompts) {
+    model::SequenceState sequence = model.new_sequence();
+    std::vector<float> logits(vocab);
+    model.forward(sequence, prompt, logits, model::LogitRows::Last);
+    solo.push_back(logits);
+  }
+  std::vector<model::SequenceState> sequences;
+  for (std::size_t i = 0; i < prompts.size(); ++i) sequences.push_back(model.new_sequence());
+  std::vector<std::vector<float>> batched(prompts.size(), std::vector<float>(vocab));
+  std::vector<model::BatchItem> items;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    items.push_back({&sequences[i], prompts[i], batched[i], model::LogitRows::Last});
+  model.forward_batch(items);
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(solo[i].data(), batched[i].data(), vocab * sizeof(float))) << "prompt " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, GpuFixtureTest,
+                         ::testing::Values("v4/tiny_bf16", "v4/tiny_fp8", "v4/real_vocab", "v41/tiny_bf16",
+                                           "v41/tiny_fp8"),
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '/', '_');
+                           return name;
+                         });
+
+TEST(GpuBackend, NamesTheDevice) {
+  DEEPINFER_REQUIRE_GPU();
+  const auto& pair = fixture_pair("v4/tiny_fp8");
+  EXPECT_EQ(pair.cpu->backend().name(), "cpu");
+  EXPECT_EQ(pair.gpu->backend().name().rfind("cuda:0 (", 0), 0u) << pair.gpu->backend().name();
+}
+
+}  // namespace
+}  // namespace deepinfer
