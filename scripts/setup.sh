@@ -12,6 +12,10 @@ packages=(
   libutf8proc-dev                     # Unicode normalisation (Engram token map)
   libcpp-httplib-dev                  # the HTTP server (src/server) and the bench client
 )
+# The CUDA backend needs nothing from Debian: it builds with the CUDA toolkit's nvcc, preinstalled
+# under /usr/local/cuda here and in CI (scripts/build.sh puts /usr/local/cuda/bin on PATH when
+# nvcc is not on it, for CMake to find). Where nvcc is absent the build simply has no CUDA backend
+# (DEEPINFER_CUDA defaults to off) and everything runs on the CPU.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 

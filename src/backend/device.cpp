@@ -51,18 +51,19 @@ DeviceSpec parse_device(const std::string& text) {
 #endif
 }
 
-std::string attach_device(model::Model& model, const DeviceSpec& spec) {
+std::string attach_device(model::Model& model, const DeviceSpec& spec, int64_t max_rows) {
   if (spec.kind == DeviceSpec::Kind::Cpu) {
     model.set_backend(model::cpu_backend());
     return "device: cpu";
   }
 #ifdef DEEPINFER_HAVE_CUDA
-  const cuda::Attached attached = cuda::make_backend(model, spec.index);
+  const cuda::Attached attached = cuda::make_backend(model, spec.index, max_rows);
   model.set_backend(attached.backend);
   const cuda::DeviceInfo info = cuda::device_info(spec.index);
   std::string line = "device: " + attached.backend->name() + ", " + gib(info.free_bytes) + " free of " +
-                     gib(info.total_bytes) + "; model weights " + gib(attached.weight_bytes) + " on the device";
-  if (attached.host_weight_bytes > 0) line += ", " + gib(attached.host_weight_bytes) + " read from host memory";
+                     gib(info.total_bytes) + " after loading; weights " + gib(attached.weight_bytes) +
+                     " and activations " + gib(attached.activation_bytes) + " on the device";
+  if (attached.host_weight_bytes > 0) line += ", " + gib(attached.host_weight_bytes) + " (compressors, indexers) read from host memory";
   return line;
 #else
   fail("--device cuda: this build has no CUDA backend");

@@ -22,7 +22,8 @@ bool cuda_device_present();
 
 // Attaches the backend `spec` names to `model` (uploading its weights for a GPU). Returns the
 // line a command prints at start: the device, its memory and the model's footprint there.
-// A model that does not fit is an Error with the numbers.
-std::string attach_device(model::Model& model, const DeviceSpec& spec);
+// A model that does not fit is an Error with the numbers. max_rows: the most rows one forward
+// call will have (the engine's --max-batch-tokens); the GPU's activation memory is sized for it.
+std::string attach_device(model::Model& model, const DeviceSpec& spec, int64_t max_rows = 512);
 
 }  // namespace deepinfer::backend

@@ -2,7 +2,8 @@
 // examples, with the definition of tools/train/train.py's `evaluate`, so the engine's figure and
 // the training script's can be compared directly: per example, from position 0, the NLL of each
 // target token given everything before it; summed over every target token of the file and divided
-// by their count.
+// by their count. `--ids-file` scores one sequence of token ids instead and can list each
+// token's NLL.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,8 +21,10 @@
 
 #include "api/prompt_tokens.h"
 #include "api/training_render.h"
+#include "backend/device.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/tokenizer/tokenizer.h"
@@ -31,7 +34,7 @@ namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: deepinfer perplexity --file FILE [--model DIR] [options]\n"
+    "usage: deepinfer perplexity (--file FILE | --ids-file IDS.json) [--model DIR] [options]\n"
     "\n"
     "Scores a JSONL file of examples with the model and prints the mean negative log-likelihood\n"
     "of their target tokens and the perplexity exp(mean NLL), as tools/train/train.py evaluates:\n"
@@ -45,16 +48,24 @@ constexpr const char* kUsage =
     "             `deepinfer render --train` takes it: the targets are the answer's ids\n"
     "             (reasoning, answer or tool calls, end-of-sentence) after the served prompt\n"
     "\n"
+    "--ids-file scores one sequence given as token ids instead: a JSON array [id, ...]; every id\n"
+    "after the first is a target, and each target's NLL is printed (one line per target:\n"
+    "position, id, NLL; with --json the array \"nll\").\n"
+    "\n"
     "options:\n"
-    "  --file FILE       the examples (- = stdin); required\n"
+    "  --file FILE       the examples (- = stdin)\n"
+    "  --ids-file FILE   one sequence of token ids, a JSON array (- = stdin); no tokenizer needed\n"
     "  --model DIR       checkpoint folder (default: the embedded deepinfer-mini-v41)\n"
     "  --tokenizer PATH  tokenizer.json (default: DIR/tokenizer.json)\n"
     "  --ctx N           tokens of each example scored, from its start (default 1024)\n"
     "  --batch N         examples run together in one batched forward pass (default 8); the\n"
     "                    figures do not depend on it\n"
     "  --threads N       compute threads (default: all cores; also DEEPINFER_THREADS)\n"
+    "  --device D        cpu, cuda or cuda:N (default: the first CUDA device when this build has\n"
+    "                    the CUDA backend and a GPU answers, else cpu)\n"
     "  --json            print one JSON object: file, examples, tokens (targets scored),\n"
-    "                    mean_nll, perplexity, seconds\n"
+    "                    mean_nll, perplexity (also as ppl), seconds; with --ids-file also nll (each\n"
+    "                    target's NLL in order) before mean_nll\n"
     "\n"
     "exit codes: 0 done, 1 bad model, tokenizer or example (the line is named), 2 bad command line\n";
 
@@ -113,18 +124,39 @@ double next_token_nll(const float* row, int64_t vocab, int32_t target) {
   return static_cast<double>(max) + std::log(sum) - static_cast<double>(row[target]);
 }
 
-// Runs `group` through the model together and returns each example's NLL summed over its targets.
+// --ids-file: a JSON array of token ids, one example whose targets are every id after the first.
+Example read_ids_example(std::istream& in, const std::string& source, int64_t ctx, int64_t vocab) {
+  const nlohmann::json value = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (in.bad()) fail(source, ": read error");
+  if (!value.is_array()) fail(source, value.is_discarded() ? ": not valid JSON" : ": expected a JSON array of token ids");
+  Example example;
+  for (const auto& id : value) {
+    if (!id.is_number_integer()) fail(source, ": ", id.dump(), " is not a token id");
+    const int64_t number = id.get<int64_t>();
+    if (number < 0 || number >= vocab)
+      fail(source, ": token id ", number, " is outside the model's vocabulary (", vocab, ")");
+    example.ids.push_back(static_cast<int32_t>(number));
+  }
+  if (example.ids.size() < 2) fail(source, ": need at least 2 token ids (the first has no target)");
+  if (static_cast<int64_t>(example.ids.size()) > ctx) example.ids.resize(static_cast<std::size_t>(ctx));
+  return example;
+}
+
+// Runs `group` through the model together and returns each example's NLL summed over its targets;
+// `per_token` (optional) gets each example's target NLLs in position order.
 // Each sequence first takes its whole untargeted prefix (no logits), then kChunkTokens at a time;
 // the last id is never fed (it predicts nothing). forward_batch's logits do not depend on the batch
 // or the chunking, and each sum is added in position order, so the sums do not depend on either.
 // `logits` is scratch kept across calls: it only grows, so its pages are zeroed once.
-std::vector<double> score_group(const model::Model& model, std::span<const Example> group, std::vector<float>& logits) {
+std::vector<double> score_group(const model::Model& model, std::span<const Example> group, std::vector<float>& logits,
+                                std::vector<std::vector<double>>* per_token = nullptr) {
   const int64_t vocab = model.vocab_size();
   std::vector<model::SequenceState> sequences;
   sequences.reserve(group.size());
   for (std::size_t i = 0; i < group.size(); ++i) sequences.push_back(model.new_sequence());
   std::vector<std::size_t> fed(group.size(), 0);
   std::vector<double> sums(group.size(), 0.0);
+  if (per_token) per_token->assign(group.size(), {});
   std::vector<double> row_nll;
   while (true) {
     std::vector<model::BatchItem> items;
@@ -169,7 +201,11 @@ std::vector<double> score_group(const model::Model& model, std::span<const Examp
     for (std::size_t k = 0; k < items.size(); ++k) {
       const std::size_t e = item_example[k];
       if (items[k].rows == model::LogitRows::All)
-        for (std::size_t t = 0; t < items[k].tokens.size(); ++t) sums[e] += row_nll[static_cast<std::size_t>(row++)];
+        for (std::size_t t = 0; t < items[k].tokens.size(); ++t) {
+          const double nll = row_nll[static_cast<std::size_t>(row++)];
+          sums[e] += nll;
+          if (per_token) (*per_token)[e].push_back(nll);
+        }
       fed[e] += items[k].tokens.size();
     }
   }
@@ -181,32 +217,40 @@ std::vector<double> score_group(const model::Model& model, std::span<const Examp
 int run_perplexity(const std::vector<std::string>& argv) {
   using Clock = std::chrono::steady_clock;
   try {
-    Args args(argv, {"--help", "--json"}, {"--model", "--tokenizer", "--file", "--ctx", "--batch", "--threads"});
+    Args args(argv, {"--help", "--json"},
+              {"--model", "--tokenizer", "--file", "--ids-file", "--ctx", "--batch", "--threads", "--device"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
-    const auto file_name = args.get("--file");
-    if (!file_name) throw UsageError{"--file is required (- reads stdin)"};
+    const auto ids_file_name = args.get("--ids-file");
+    const auto file_name = ids_file_name ? ids_file_name : args.get("--file");
+    if (!file_name) throw UsageError{"--file or --ids-file is required (- reads stdin)"};
+    if (ids_file_name && args.get("--file")) throw UsageError{"give one of --file and --ids-file"};
+    const bool ids_mode = ids_file_name.has_value();
     const int64_t ctx = args.count("--ctx", 1024, 2);
     const int64_t batch = args.count("--batch", 8, 1);
     if (args.get("--threads"))
       setenv("DEEPINFER_THREADS", std::to_string(args.count("--threads", 1, 1)).c_str(), 1);
+    const std::string device = device_option(args);
     const auto model_arg = args.get("--model");
     const std::string model_dir = model_arg ? *model_arg : default_model_dir();
+    // Before loading, so a device that is not there fails at once.
+    const backend::DeviceSpec device_spec = backend::parse_device(device);
 
     const auto start = Clock::now();
     if (!std::filesystem::is_directory(model_dir)) fail(model_dir, ": no such model folder (pass --model DIR)");
+    // Token ids need no tokenizer: then only a V4.1 Engram model reads one (the folder's, or --tokenizer).
     const std::string tokenizer_path = args.get("--tokenizer").value_or(model_dir + "/tokenizer.json");
-    if (!args.get("--tokenizer") && !std::filesystem::exists(tokenizer_path))
+    if (!ids_mode && !args.get("--tokenizer") && !std::filesystem::exists(tokenizer_path))
       fail(model_dir, ": no tokenizer.json in the model folder; pass --tokenizer");
     model::LoadOptions load_options;
-    load_options.tokenizer = tokenizer_path;
-    const model::Model model = model::Model::load(model_dir, load_options);
+    load_options.tokenizer = ids_mode ? args.get("--tokenizer").value_or("") : tokenizer_path;
+    model::Model model = model::Model::load(model_dir, load_options);
+    std::fprintf(stderr, "deepinfer perplexity: %s\n", backend::attach_device(model, device_spec).c_str());
     const api::PromptFormat format =
         model.config().family == ModelFamily::V41 ? api::PromptFormat::V41 : api::PromptFormat::V4;
-    const api::PromptEncoder encoder(Tokenizer::from_file(tokenizer_path), format);
 
     std::ifstream file;
     const bool from_stdin = *file_name == "-";
@@ -215,18 +259,24 @@ int run_perplexity(const std::vector<std::string>& argv) {
       if (!file) fail(*file_name, ": cannot open");
     }
     const std::string source = from_stdin ? std::string("stdin") : *file_name;
-    const std::vector<Example> examples =
-        read_examples(from_stdin ? std::cin : static_cast<std::istream&>(file), source, encoder, format, ctx,
-                      model.vocab_size());
+    std::istream& in = from_stdin ? std::cin : static_cast<std::istream&>(file);
+    std::vector<Example> examples;
+    if (ids_mode) {
+      examples.push_back(read_ids_example(in, source, ctx, model.vocab_size()));
+    } else {
+      const api::PromptEncoder encoder(Tokenizer::from_file(tokenizer_path), format);
+      examples = read_examples(in, source, encoder, format, ctx, model.vocab_size());
+    }
 
     // Summed in file order whatever the batch, so the mean is the same to the bit.
     double total = 0.0;
     int64_t targets = 0;
     const bool progress = isatty(STDERR_FILENO) != 0;
     std::vector<float> logits;
+    std::vector<std::vector<double>> per_token;  // --ids-file: the one example's target NLLs
     for (std::size_t begin = 0; begin < examples.size(); begin += static_cast<std::size_t>(batch)) {
       const auto group = std::span(examples).subspan(begin, std::min(examples.size() - begin, static_cast<std::size_t>(batch)));
-      for (const double sum : score_group(model, group, logits)) total += sum;
+      for (const double sum : score_group(model, group, logits, ids_mode ? &per_token : nullptr)) total += sum;
       for (const Example& example : group) targets += static_cast<int64_t>(example.ids.size() - example.first_target);
       if (progress && std::chrono::duration<double>(Clock::now() - start).count() > 2.0)
         std::fprintf(stderr, "\r[%zu / %zu examples]", begin + group.size(), examples.size());
@@ -237,11 +287,19 @@ int run_perplexity(const std::vector<std::string>& argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
     if (args.has("--json")) {
-      const nlohmann::ordered_json out = {{"file", source},          {"examples", examples.size()},
-                                          {"tokens", targets},        {"mean_nll", mean_nll},
-                                          {"perplexity", perplexity}, {"seconds", seconds}};
+      nlohmann::ordered_json out = {{"file", source}, {"examples", examples.size()}, {"tokens", targets}};
+      if (ids_mode) out["nll"] = per_token.front();
+      out["mean_nll"] = mean_nll;
+      out["perplexity"] = perplexity;
+      out["ppl"] = perplexity;  // llama.cpp-style tools read this name
+      out["seconds"] = seconds;
       std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
+      if (ids_mode) {
+        const std::vector<int32_t>& ids = examples.front().ids;
+        for (std::size_t t = 0; t < per_token.front().size(); ++t)
+          std::printf("%zu %d %.6f\n", t + 1, ids[t + 1], per_token.front()[t]);
+      }
       std::printf("%s: %zu examples, %lld target tokens, mean NLL %.4f, perplexity %.4f\n", source.c_str(),
                   examples.size(), static_cast<long long>(targets), mean_nll, perplexity);
     }

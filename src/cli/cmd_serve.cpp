@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "backend/device.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "server/server.h"
 
@@ -32,6 +34,9 @@ constexpr const char* kUsage =
     "  --served-model-name NAME the name clients put in \"model\" (default: the folder's name)\n"
     "  --host H                 address to listen on (default 127.0.0.1)\n"
     "  --port P                 port (default 8000; 0 picks a free one)\n"
+    "  --device D               cpu, cuda or cuda:N (default: the first CUDA device when this\n"
+    "                           build has the CUDA backend and a GPU answers, else cpu); the\n"
+    "                           device line goes to stderr at startup\n"
     "  --threads N              compute threads (default: all cores; also DEEPINFER_THREADS)\n"
     "  --http-threads N         concurrent connections (default 512; each stream holds one)\n"
     "  --cache-memory SIZE      cache memory, bytes or with K/M/G suffix (default 1G)\n"
@@ -84,7 +89,7 @@ int run_serve(const std::vector<std::string>& argv) {
     Args args(argv, {"--help", "--cors", "--no-prefix-caching"},
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
-               "--max-body-bytes", "--api-key", "--max-prompt-logits-memory"});
+               "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
@@ -112,6 +117,7 @@ int run_serve(const std::vector<std::string>& argv) {
       options.api_key = env;
     }
     options.cors = args.has("--cors");
+    const std::string device = device_option(args);
     // After every usage check, so a bad command line exits 2 even when the embedded model is missing.
     auto model_dir = args.get("--model");
     options.model_dir = model_dir ? *model_dir : default_model_dir();
@@ -120,6 +126,15 @@ int run_serve(const std::vector<std::string>& argv) {
     } else if (!std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json")) {
       options.tokenizer = asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
     }
+    // Resolved before loading, so a device that is not there fails at once; attached by the
+    // server's hook between loading the model and starting its engine.
+    const backend::DeviceSpec device_spec = backend::parse_device(device);
+    std::string device_line;
+    // The GPU's activation memory is sized for the engine's largest step.
+    const int64_t max_rows = options.engine.max_batch_tokens;
+    options.on_model_loaded = [&device_spec, &device_line, max_rows](model::Model& loaded) {
+      device_line = backend::attach_device(loaded, device_spec, max_rows);
+    };
 
     // Signals go to one waiting thread, not to whichever thread runs: block them before any
     // thread (engine, HTTP pool, compute pool) is created so every thread inherits the mask.
@@ -135,6 +150,7 @@ int run_serve(const std::vector<std::string>& argv) {
       LoadingIndicator indicator(options.model_dir);
       server = std::make_unique<server::Server>(options);
     }
+    std::fprintf(stderr, "deepinfer serve: %s\n", device_line.c_str());
     const int port = server->bind();
     server::ServedModel& model = server->model();
     std::printf("deepinfer serve: listening on http://%s:%d  model \"%s\" from %s (%s, vocab %lld, context %lld tokens, "

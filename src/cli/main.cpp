@@ -17,7 +17,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"tokenize", "text <-> token ids with a model's tokenizer", deepinfer::cli::run_tokenize},
     {"inspect", "describe a checkpoint folder: config, tensors, what is missing", deepinfer::cli::run_inspect},
-    {"generate", "run one prompt through a model on the CPU and print the continuation", deepinfer::cli::run_generate},
+    {"generate", "run one prompt through a model (CPU or GPU) and print the continuation", deepinfer::cli::run_generate},
     {"serve", "serve a model over HTTP (OpenAI / DeepSeek / Anthropic APIs)", deepinfer::cli::run_serve},
     {"render", "Chat Completions requests -> the served prompt text and ids (training data)", deepinfer::cli::run_render},
     {"perplexity", "mean NLL and perplexity of a model over a JSONL file (train.py's evaluation)", deepinfer::cli::run_perplexity},

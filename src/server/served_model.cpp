@@ -22,6 +22,7 @@ ServedModel::ServedModel(const ServerOptions& options) {
   model::LoadOptions load_options;
   load_options.tokenizer = options.tokenizer;
   model_ = std::make_unique<model::Model>(model::Model::load(options.model_dir, load_options));
+  if (options.on_model_loaded) options.on_model_loaded(*model_);
   const ModelConfig& config = model_->config();
   format_ = config.family == ModelFamily::V41 ? api::PromptFormat::V41 : api::PromptFormat::V4;
   encoder_ = std::make_unique<api::PromptEncoder>(Tokenizer::from_file(tokenizer_origin_), format_);

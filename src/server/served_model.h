@@ -17,8 +17,8 @@ namespace deepinfer::server {
 
 class ServedModel {
  public:
-  // Loads the checkpoint and starts the engine. Throws deepinfer::Error for a bad folder,
-  // tokenizer or options.
+  // Loads the checkpoint, hands it to options.on_model_loaded (when set), then starts the engine.
+  // Throws deepinfer::Error for a bad folder, tokenizer or options (and passes on the hook's).
   explicit ServedModel(const ServerOptions& options);
   ~ServedModel();
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "model/model.h"
 
 namespace deepinfer::server {
 
@@ -25,6 +26,10 @@ struct ServerOptions {
   engine::EngineOptions engine;
   // One line per finished request (structured: key=value pairs). Empty: stderr.
   std::function<void(const std::string&)> log;
+  // Called once with the loaded model, before the engine starts: where the command line puts it
+  // on its device (`deepinfer serve --device`, backend::attach_device), so the server itself
+  // depends on no backend. Empty: the model runs where it loaded (the CPU).
+  std::function<void(model::Model&)> on_model_loaded;
 };
 
 }  // namespace deepinfer::server

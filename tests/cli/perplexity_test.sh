@@ -51,6 +51,38 @@ expect_eq "stdin (--file -) and the human summary" \
   "$(ppl --file - <"$dir/mixed.jsonl" | sed 's/mean NLL [0-9.]*, perplexity [0-9.]*$/.../')" \
   "stdin: 3 examples, $(printf '%s' "$mixed" | num tokens) target tokens, ..."
 
+# --ids-file: the sentence's ids as one JSON array; the per-token NLLs (one per id after the
+# first), their mean (the text example's, as the same ids are scored) and its exp.
+golden_ids="[0,671,4787,13769,46012,54994,1060,270,41638,6397,14,1539,436,12122,1559,1055,270,12426,9364,304,7053,16]"
+printf '%s\n' "$golden_ids" >"$dir/ids.json"
+ids_json=$(ppl --ids-file "$dir/ids.json" --json)
+nll_list() { sed -n 's/.*"nll":\[\([^]]*\)\].*/\1/p'; }
+expect_eq "--ids-file JSON fields, in order" "$(printf '%s' "$ids_json" | sed 's/\[[^]]*\]//g; s/"\([a-z_]*\)":[^,}]*/\1/g')" \
+  "{file,examples,tokens,nll,mean_nll,perplexity,seconds}"
+expect_eq "--ids-file: one NLL per id after the first" \
+  "$(printf '%s' "$ids_json" | nll_list | awk -F, '{ print NF }') $(printf '%s' "$ids_json" | num tokens)" "21 21"
+expect_eq "--ids-file: mean_nll is the mean of the NLLs" \
+  "$(close "$(printf '%s' "$ids_json" | nll_list | awk -F, '{ for (i = 1; i <= NF; i++) s += $i; printf "%.12f", s / NF }')" \
+    "$(printf '%s' "$ids_json" | num mean_nll)" 1e-9)" "yes"
+expect_eq "--ids-file: perplexity is exp(mean_nll)" \
+  "$(close "$(printf '%s' "$ids_json" | num perplexity)" "$(awk -v m="$(printf '%s' "$ids_json" | num mean_nll)" 'BEGIN { printf "%.6f", exp(m) }')" 0.01)" "yes"
+expect_eq "--ids-file scores what the text example scores, bit for bit" \
+  "$(printf '%s' "$ids_json" | num mean_nll)" "$(printf '%s' "$text" | num mean_nll)"
+# No tokenizer needed: a model folder without one (tiny_bf16, vocabulary 512).
+tiny="$DEEPINFER_TEST_DATA_DIR/golden/v4/tiny_bf16"
+expect_eq "--ids-file from stdin, no tokenizer: one line per target, then the summary" \
+  "$(printf '[5,17,42,99]' | "$DEEPINFER" perplexity --model "$tiny" --ids-file - | awk 'NR <= 3 { printf "%s %s|", $1, $2 } NR == 4 { sub(/mean NLL.*/, ""); print }')" \
+  "1 17|2 42|3 99|stdin: 1 examples, 3 target tokens, "
+expect_eq "--ids-file: --ctx truncates" "$(ppl --ids-file "$dir/ids.json" --ctx 6 --json | num tokens)" "5"
+printf '[5]' >"$dir/one_id.json"
+expect_exit "--ids-file: one id has no target" 1 "$DEEPINFER" perplexity --model "$tiny" --ids-file "$dir/one_id.json"
+printf '[5,600]' >"$dir/outside.json"
+expect_exit "--ids-file: an id outside the vocabulary" 1 "$DEEPINFER" perplexity --model "$tiny" --ids-file "$dir/outside.json"
+printf '{"ids":[5,6]}' >"$dir/object.json"
+expect_exit "--ids-file: not an array" 1 "$DEEPINFER" perplexity --model "$tiny" --ids-file "$dir/object.json"
+expect_exit "--ids-file: missing file" 1 "$DEEPINFER" perplexity --model "$tiny" --ids-file "$dir/nonexistent.json"
+expect_exit "--file and --ids-file together" 2 ppl --file "$dir/text.jsonl" --ids-file "$dir/ids.json"
+
 printf '"a"\n{"messages": [\n' >"$dir/bad.jsonl"
 expect_exit "a line that is not JSON" 1 ppl --file "$dir/bad.jsonl"
 expect_eq "the error names the line" "$(ppl --file "$dir/bad.jsonl" 2>&1 | grep -c "bad.jsonl line 2: not valid JSON")" "1"

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/error.h"
 #include "gpu_fixtures.h"
 
 namespace deepinfer {
@@ -131,6 +132,45 @@ TEST(GpuBackend, NamesTheDevice) {
   const auto& pair = fixture_pair("v4/tiny_fp8");
   EXPECT_EQ(pair.cpu->backend().name(), "cpu");
   EXPECT_EQ(pair.gpu->backend().name().rfind("cuda:0 (", 0), 0u) << pair.gpu->backend().name();
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// A device too small for what is asked is a clear error at load, and costs nothing else: the
+// device still serves a model attached afterwards.
+TEST(GpuBackend, ActivationsThatDoNotFitAreRefusedAtLoad) {
+  DEEPINFER_REQUIRE_GPU();
+  const std::string dir = gpu_testing::test_data_dir() + "/golden/v4/tiny_fp8";
+  model::Model model = model::Model::load(dir);
+  try {
+    backend::attach_device(model, backend::parse_device("cuda:0"), int64_t{1} << 32);
+    FAIL() << "a 2^32-row arena was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("do not"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(model.backend().name(), "cpu");
+  backend::attach_device(model, backend::parse_device("cuda:0"));
+  model::SequenceState sequence = model.new_sequence();
+  std::vector<float> logits(static_cast<std::size_t>(model.vocab_size()));
+  const std::vector<int32_t> ids = {5, 6, 7};
+  model.forward(sequence, ids, logits, model::LogitRows::Last);
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+}
+
+TEST(GpuBackend, DeviceNamesAreChecked) {
+  EXPECT_THROW(backend::parse_device("cuda:x"), Error);
+  EXPECT_THROW(backend::parse_device("tpu"), Error);
+  EXPECT_EQ(backend::parse_device("cpu").kind, backend::DeviceSpec::Kind::Cpu);
+  if (!backend::cuda_device_present()) {
+    EXPECT_THROW(backend::parse_device("cuda"), Error);
+    return;
+  }
+  EXPECT_EQ(backend::parse_device("").kind, backend::DeviceSpec::Kind::Cuda);
+  EXPECT_THROW(backend::parse_device("cuda:99"), Error);
 }
 
 }  // namespace

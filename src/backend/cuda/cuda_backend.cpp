@@ -18,6 +18,7 @@
 #include "backend/cuda/device_memory.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "io/model_config.h"
 #include "model/engram.h"
 
 namespace deepinfer::backend::cuda {
@@ -123,6 +124,10 @@ class CudaBackend final : public model::Backend {
     // The pass holds the backend's lock: one pass at a time, on this backend's stream.
     return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, rows);
   }
+
+  // Sizes every arena buffer for calls of up to `rows` rows, so that a step of the engine's
+  // largest batch allocates nothing (and a device too small for it fails here, at load).
+  void reserve(const model::Model& model, int64_t rows);
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -436,6 +441,47 @@ void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const in
   sync();
 }
 
+void CudaBackend::reserve(const model::Model& model, int64_t rows) {
+  const ModelConfig& c = model.config();
+  const auto r = static_cast<std::size_t>(rows);
+  const auto n = static_cast<std::size_t>(c.hc_mult);
+  const auto d = static_cast<std::size_t>(c.hidden_size);
+  std::size_t experts = 1, pairs = r, inner = 1, shared_inner = 1, rank = 1, query = 1, head_dim = 1, low_rank = 1;
+  for (const model::LayerWeights& layer : model.layers()) {
+    const model::MoeWeights& moe = layer.moe;
+    experts = std::max(experts, static_cast<std::size_t>(moe.gate.rows));
+    if (!moe.experts.empty()) inner = std::max(inner, static_cast<std::size_t>(moe.experts.front().w1.rows));
+    if (!moe.shared.empty()) shared_inner = std::max(shared_inner, static_cast<std::size_t>(moe.shared.front().w1.rows));
+    pairs = std::max(pairs, r * static_cast<std::size_t>(moe.top_k));
+    const model::AttentionWeights& a = layer.attention;
+    rank = std::max(rank, static_cast<std::size_t>(a.wq_a.rows));
+    query = std::max(query, static_cast<std::size_t>(a.heads * a.head_dim));
+    head_dim = std::max(head_dim, static_cast<std::size_t>(a.head_dim));
+    const std::size_t groups = a.wo_a_groups.size();
+    pairs = std::max(pairs, r * groups);
+    if (groups > 0) low_rank = std::max(low_rank, groups * static_cast<std::size_t>(a.wo_a_groups.front().rows));
+  }
+  const std::size_t route_pairs = pairs;
+  const std::size_t expert_pairs = r * static_cast<std::size_t>(c.num_experts_per_tok);
+  const auto vocab = static_cast<std::size_t>(model.vocab_size());
+  const std::pair<int, std::size_t> float_slots[] = {
+      {kStreams, r * n * d},        {kSublayerIn, r * d},          {kSublayerOut, r * d},
+      {kFlat, r * n * d},           {kMixLogits, r * (2 + n) * n}, {kPre, r * n},
+      {kPost, r * n},               {kComb, r * n * n},            {kCarriedPre, r * n},
+      {kRouterLogits, r * experts}, {kRouteWeights, route_pairs},  {kGate, expert_pairs * inner},
+      {kUp, expert_pairs * inner},  {kContributions, expert_pairs * d}, {kSharedGate, r * shared_inner},
+      {kSharedUp, r * shared_inner}, {kSharedOut, r * d},          {kHeadStreams, r * n * d},
+      {kHeadPre, r * n},            {kHeadHidden, r * d},          {kHeadFlat, r * n * d},
+      {kHeadMix, r * n},            {kLogits, r * vocab},          {kQResidual, r * rank},
+      {kQuery, r * query},          {kKv, r * head_dim},           {kAttended, r * query},
+      {kLowRank, r * low_rank}};
+  for (const auto& [slot, count] : float_slots) arena_.get<float>(slot, count);
+  for (const auto& [slot, count] : {std::pair<int, std::size_t>{kTokenIds, r}, {kExperts, route_pairs},
+                                    {kPairToken, pairs}, {kPairIdentity, pairs}, {kPositions, r}, {kGroupOf, pairs}})
+    arena_.get<int32_t>(slot, count);
+  arena_.get<int64_t>(kHeadRows, r);
+}
+
 // Everything the GPU part of the forward pass reads, planned before anything is uploaded.
 void plan_weights(const model::Model& model, WeightStore& store) {
   const model::HeadWeights head = model.head_weights();
@@ -577,7 +623,7 @@ DeviceInfo device_info(int index) {
   return {properties.name, static_cast<int64_t>(total_bytes), static_cast<int64_t>(free_bytes)};
 }
 
-Attached make_backend(const model::Model& model, int index) {
+Attached make_backend(const model::Model& model, int index, int64_t max_rows) {
   const DeviceInfo info = device_info(index);
   auto backend = std::make_shared<CudaBackend>(index, "cuda:" + std::to_string(index) + " (" + info.name + ", " +
                                                           gib(static_cast<std::size_t>(info.total_bytes)) + ")");
@@ -590,7 +636,13 @@ Attached make_backend(const model::Model& model, int index) {
          " plus ", gib(kReserve), " of working memory, and the device has ", gib(static_cast<std::size_t>(info.free_bytes)),
          " free of ", gib(static_cast<std::size_t>(info.total_bytes)));
   upload_weights(model, store);
-  return {backend, static_cast<int64_t>(store.uploaded_bytes()), host_weight_bytes(model)};
+  try {
+    backend->reserve(model, max_rows);
+  } catch (const Error& error) {
+    fail("cuda:", index, ": the weights fit, but the activations of a ", max_rows, "-row step do not: ", error.what());
+  }
+  return {backend, static_cast<int64_t>(store.uploaded_bytes()), host_weight_bytes(model),
+          static_cast<int64_t>(backend->arena().bytes())};
 }
 
 }  // namespace deepinfer::backend::cuda

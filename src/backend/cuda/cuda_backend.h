@@ -23,10 +23,12 @@ struct Attached {
   std::shared_ptr<const model::Backend> backend;
   int64_t weight_bytes = 0;  // uploaded to the device
   int64_t host_weight_bytes = 0;  // still read from host memory (compressors, indexers)
+  int64_t activation_bytes = 0;   // the arena, sized for max_rows
 };
 
-// Uploads what the backend runs on the GPU. A model that does not fit in the device's free
-// memory is an Error with the numbers, raised before anything is allocated.
-Attached make_backend(const model::Model& model, int index);
+// Uploads what the backend runs on the GPU and sizes the activation arena for calls of up to
+// max_rows rows (larger calls grow it). A model that does not fit in the device's free memory is
+// an Error with the numbers, raised before anything is allocated.
+Attached make_backend(const model::Model& model, int index, int64_t max_rows);
 
 }  // namespace deepinfer::backend::cuda

@@ -8,8 +8,11 @@ namespace deepinfer::backend::cuda {
 namespace {
 
 void check(cudaError_t status, const char* what, std::size_t bytes) {
-  if (status != cudaSuccess)
-    fail("CUDA: ", what, " of ", bytes, " bytes failed: ", cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  // A failed allocation is not sticky, but it stays the runtime's "last error" until read, and
+  // the next kernel launch's check would report it as its own.
+  cudaGetLastError();
+  fail("CUDA: ", what, " of ", bytes, " bytes failed: ", cudaGetErrorString(status));
 }
 
 }  // namespace

@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""Writes a synthetic DeepSeek-V4.1-Flash checkpoint: the release's widths, a few layers, random weights.
+
+    python3 tools/make_synthetic_v41_flash.py --out /tmp/v41flash            # 4 layers, ~32 GB
+    python3 tools/make_synthetic_v41_flash.py --out /tmp/v41tiny --layers 2 --small   # ~30 MB, for checks
+
+What it writes into --out (DeepSeek's release layout, which deepinfer's loader reads):
+  config.json                      tests/data/configs/v41_flash.json with num_hidden_layers = N and
+                                   every per-layer schedule made consistent for N layers (below)
+  model-0000K-of-0000M.safetensors shards of about --shard-gb each, written one after the other
+  model.safetensors.index.json     weight_map + metadata.total_size
+  SYNTHETIC.txt                    how it was made (the command line, the schedule, the seed)
+
+Tensors: exactly the required entries of deepinfer's expected_tensors(config)
+(src/io/checkpoint_schema.cpp) for a V4.1 release checkpoint, in the dtype DeepSeek ships (the
+first one the schema accepts): dense linears F8_E4M3 with an F8_E8M0 scale per 32x32 tile, routed
+experts I8 holding two e2m1 per byte with an F8_E8M0 scale per 32 inputs, the compressor and index-key
+projections, router, embedding and head BF16, mHC parameters, sinks and router bias F32. Optional
+entries (gate.bias_vl, MTP layers) are left out.
+
+Schedule for N layers (the release has 40: ratios 0,0 then eighteen 2s then twenty 1s; kv sources
+2, 8, 14, 20; index sources also 24, 28, 32, 36; candidate source 20; Engram at 1 and 14; 3 DSpark
+layers): layer i takes the compress ratio of release layer floor(i * 40 / N) (N = 4: release layers
+0, 10, 20, 30 -> ratios 0, 2, 1, 1), unless --ratios gives them. A ratio > 0 layer is a kv source
+(and so an index source) when it maps to a release kv source or when no earlier layer is a kv
+source of its ratio; it is an index source when it maps to a release index source; the rest reuse.
+The candidate source is the last kv source (the release's rule: candidate 20 = its last kv
+source). No Engram layers (so the loader needs no tokenizer), no hash-routed MoE layers (V4.1 has
+none), num_nextn_predict_layers 0 and no DSpark fields.
+
+Values are random but sane: FP8 codes are U(-1, 1) rounded to e4m3 (never the NaN codes 0x7f /
+0xff) with tile scales 2^(-round(log2 sqrt(cols)) + {-1, 0, 0, +1}), so weights ~ 1/sqrt(cols);
+FP4 bytes are uniform (every e2m1 nibble is finite) with group scales one power of two below that
+(e2m1 values have RMS ~2.9); BF16 matrices U(-1, 1) * 2/sqrt(cols) (embedding U(-1, 1)); norms
+1 + 0.1 U; mHC base and router bias 0.1 U, mHC scale 0.5 + 0.1 U, sinks 0.5 U. For speed one
+random block per kind (--block-mb) is made once and tensors are slices of it at random offsets,
+so nothing larger than one block is ever held in memory; shards stream to disk.
+Needs numpy only (safetensors is written by hand: 8-byte header length, JSON header, data).
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_BASE_CONFIG = REPO / "tests" / "data" / "configs" / "v41_flash.json"
+
+# --small: the same structure with narrow widths, for checking the tool and the loader quickly.
+SMALL_WIDTHS = {
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "q_lora_rank": 128,
+    "o_groups": 4,
+    "o_lora_rank": 64,
+    "n_routed_experts": 16,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 128,
+    "index_n_heads": 4,
+    "index_head_dim": 64,
+}
+
+DSPARK_KEYS = ("dspark_block_size", "dspark_noise_token_id", "dspark_target_layer_ids", "dspark_markov_rank",
+               "dspark_n_routed_experts", "dspark_num_experts_per_tok")
+ENGRAM_KEYS = ("engram_num_embeddings", "engram_max_ngram_size", "engram_vocab_size", "engram_n_heads",
+               "engram_head_dim", "engram_pad_token_id", "engram_pad_id", "engram_compressed_vocab_size")
+
+
+def ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+# ---------------------------------------------------------------------------------------------
+# config
+
+
+def derive_schedule(text, layers, ratios_override):
+    """Per-layer compress ratios, kv sources, index sources and candidate source for `layers` layers."""
+    release_layers = text["num_hidden_layers"]
+    release_ratios = text["compress_ratios"][:release_layers]
+    release_kv = set(text.get("kv_source_layer_ids", []))
+    release_index = set(text.get("index_source_layer_ids", []))
+    if ratios_override is not None:
+        if len(ratios_override) != layers:
+            sys.exit(f"--ratios has {len(ratios_override)} entries, --layers is {layers}")
+        ratios = list(ratios_override)
+        source_of = [None] * layers
+    else:
+        source_of = [i * release_layers // layers for i in range(layers)]
+        ratios = [release_ratios[s] for s in source_of]
+    for r in ratios:
+        if r not in (0, 1, 2):
+            sys.exit(f"compress ratio {r}: V4.1 ratios are 0, 1 or 2")
+    kv, index = [], []
+    for i, r in enumerate(ratios):
+        if r == 0:
+            continue
+        latest_kv = kv[-1] if kv else None
+        if latest_kv is None or ratios[latest_kv] != r or source_of[i] in release_kv:
+            kv.append(i)
+            index.append(i)
+        elif source_of[i] in release_index:
+            index.append(i)
+    candidate = kv[-1] if kv else -1
+    return ratios, kv, index, candidate, source_of
+
+
+def make_config(base, layers, ratios_override, small):
+    config = copy.deepcopy(base)
+    text = config["text_config"]
+    ratios, kv, index, candidate, source_of = derive_schedule(text, layers, ratios_override)
+    text["num_hidden_layers"] = layers
+    text["num_nextn_predict_layers"] = 0
+    text["compress_ratios"] = ratios
+    text["kv_source_layer_ids"] = kv
+    text["index_source_layer_ids"] = index
+    text["candidate_source_layer_id"] = candidate
+    text["engram_layer_ids"] = []
+    for key in ENGRAM_KEYS + DSPARK_KEYS:
+        text.pop(key, None)
+    config.pop("vision_config", None)  # text only: no vision weights are written
+    if small:
+        text.update(SMALL_WIDTHS)
+        config.pop("image_token_id", None)  # 129264 is outside the small vocabulary
+    return config, source_of
+
+
+# ---------------------------------------------------------------------------------------------
+# the tensors of expected_tensors(config), required entries only, release dtypes
+
+
+class Tensor:
+    __slots__ = ("name", "dtype", "shape", "kind", "cols")
+
+    def __init__(self, name, dtype, shape, kind, cols=None):
+        self.name = name
+        self.dtype = dtype  # safetensors dtype string
+        self.shape = shape  # stored shape
+        self.kind = kind    # how its values are made (see Writer.values)
+        self.cols = cols    # logical input width of a matrix (for its spread)
+
+    @property
+    def nbytes(self):
+        n = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1}[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def expected_tensors(config):
+    t = config["text_config"]
+    q = config["quantization_config"]
+    block_rows, block_cols = q["weight_block_size"]
+    if q.get("quant_method") != "fp8" or q.get("expert_dtype") != "fp4":
+        sys.exit("the base config must be a V4.1 release config (fp8 dense, fp4 experts)")
+    D = t["hidden_size"]
+    V = t["vocab_size"]
+    n = t["hc_mult"]
+    L = t["num_hidden_layers"]
+    ratios = t["compress_ratios"]
+    kv = set(t["kv_source_layer_ids"])
+    index = set(t["index_source_layer_ids"])
+    out = []
+
+    def add(name, dtype, shape, kind, cols=None):
+        out.append(Tensor(name, dtype, list(shape), kind, cols))
+
+    def fp8_linear(prefix, rows, cols):
+        add(prefix + ".weight", "F8_E4M3", [rows, cols], "fp8", cols)
+        add(prefix + ".scale", "F8_E8M0", [ceil_div(rows, block_rows), ceil_div(cols, block_cols)], "fp8_scale", cols)
+
+    def fp4_linear(prefix, rows, cols):
+        add(prefix + ".weight", "I8", [rows, cols // 2], "fp4", cols)
+        add(prefix + ".scale", "F8_E8M0", [rows, cols // 32], "fp4_scale", cols)
+
+    def bf16_matrix(name, rows, cols):
+        add(name, "BF16", [rows, cols], "bf16", cols)
+
+    add("embed.weight", "BF16", [V, D], "embed")
+    if not t.get("tie_word_embeddings", config.get("tie_word_embeddings", False)):
+        bf16_matrix("head.weight", V, D)
+    add("norm.weight", "BF16", [D], "norm")
+    heads_width = t["num_attention_heads"] * t["head_dim"]
+    groups_width = t["o_groups"] * t["o_lora_rank"]
+    hd = t["head_dim"]
+    idx = t["index_head_dim"]
+    experts = t["n_routed_experts"]
+    inter = t["moe_intermediate_size"]
+    mix = (2 + n) * n
+    for layer in range(L):
+        p = f"layers.{layer}."
+        add(p + "attn_norm.weight", "BF16", [D], "norm")
+        add(p + "ffn_norm.weight", "BF16", [D], "norm")
+        for site in ("attn", "ffn"):
+            add(p + f"hc_{site}_fn", "F32", [mix, n * D], "f32_matrix", n * D)
+            add(p + f"hc_{site}_base", "F32", [mix], "small_0.1")
+            add(p + f"hc_{site}_scale", "F32", [3], "hc_scale")
+        a = p + "attn."
+        fp8_linear(a + "wq_a", t["q_lora_rank"], D)
+        add(a + "q_norm.weight", "BF16", [t["q_lora_rank"]], "norm")
+        fp8_linear(a + "wq_b", heads_width, t["q_lora_rank"])
+        fp8_linear(a + "wkv", hd, D)  # num_key_value_heads is 1
+        add(a + "kv_norm.weight", "BF16", [hd], "norm")
+        fp8_linear(a + "wo_a", groups_width, heads_width // t["o_groups"])
+        fp8_linear(a + "wo_b", D, groups_width)
+        add(a + "attn_sink", "F32", [t["num_attention_heads"]], "sink")
+        # V4.1 compressed branch (checkpoint_schema.cpp v41_compressed_branch); the projections of
+        # unstated storage ship as BF16, the first dtype the schema accepts.
+        if layer in kv:
+            bf16_matrix(a + "compressor.wkv.weight", hd, D)
+            if ratios[layer] > 1:
+                bf16_matrix(a + "compressor.wgate.weight", hd, D)
+            add(a + "compressor.norm.weight", "BF16", [hd], "norm")
+            bf16_matrix(a + "indexer.wk.weight", idx, hd)
+            add(a + "indexer.k_norm.weight", "BF16", [idx], "norm")
+        if layer in index:
+            fp8_linear(a + "indexer.wq_b", t["index_n_heads"] * idx, t["q_lora_rank"])
+            bf16_matrix(a + "indexer.weights_proj.weight", t["index_n_heads"], D)
+        f = p + "ffn."
+        bf16_matrix(f + "gate.weight", experts, D)
+        add(f + "gate.bias", "F32", [experts], "small_0.1")
+        for e in range(experts):
+            ex = f + f"experts.{e}."
+            fp4_linear(ex + "w1", inter, D)
+            fp4_linear(ex + "w2", D, inter)
+            fp4_linear(ex + "w3", inter, D)
+        shared = t["n_shared_experts"] * inter
+        if shared > 0:
+            fp8_linear(f + "shared_experts.w1", shared, D)
+            fp8_linear(f + "shared_experts.w2", D, shared)
+            fp8_linear(f + "shared_experts.w3", shared, D)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# values
+
+
+def e4m3_positive_table():
+    """Values of the e4m3fn codes 0x00 .. 0x7e (0x7f is NaN), ascending with the code."""
+    values = []
+    for code in range(0x7F):
+        e, m = code >> 3, code & 7
+        values.append((m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    return np.array(values, dtype=np.float64)
+
+
+class Blocks:
+    """One random block per kind of data, made once; tensors are slices of them."""
+
+    def __init__(self, block_bytes, seed):
+        self.size = block_bytes
+        self.rng = np.random.default_rng(seed)
+        self.pick = random.Random(seed)
+        # FP8: U(-1, 1) rounded to the nearest e4m3 code of magnitude <= 1 (codes 0x00..0x38).
+        table = e4m3_positive_table()[:0x39]
+        middles = ((table[1:] + table[:-1]) / 2).astype(np.float32)
+        magnitude = self.rng.random(block_bytes, dtype=np.float32)
+        codes = np.searchsorted(middles, magnitude).astype(np.uint8)
+        del magnitude
+        codes |= (self.rng.integers(0, 2, block_bytes, dtype=np.uint8) << 7)
+        self.fp8 = codes
+        # FP4: any byte is two finite e2m1 values.
+        self.fp4 = self.rng.integers(0, 256, block_bytes, dtype=np.uint8)
+        # Scale jitter in {-1, 0, 0, +1}, added to a tensor's base exponent.
+        self.jitter = np.array([-1, 0, 0, 1], dtype=np.int16)[self.rng.integers(0, 4, block_bytes // 16)]
+        self.scale_blocks = {}
+        self.bf16_blocks = {}
+
+    def scales(self, exponent):
+        block = self.scale_blocks.get(exponent)
+        if block is None:
+            block = (exponent + self.jitter).astype(np.uint8)
+            self.scale_blocks[exponent] = block
+        return block
+
+    def bf16(self, spread):
+        """uint16 BF16 bit patterns of U(-1, 1) * spread (truncated from f32)."""
+        block = self.bf16_blocks.get(spread)
+        if block is None:
+            values = (self.rng.random(self.size // 2, dtype=np.float32) * 2 - 1) * np.float32(spread)
+            block = (values.view(np.uint32) >> 16).astype(np.uint16)
+            self.bf16_blocks[spread] = block
+        return block
+
+    def chunks(self, block, count):
+        """Memoryviews over `block` (a 1-D array) covering `count` elements: one slice at a random
+        offset when it fits, else the block repeated from a random start."""
+        total = block.shape[0]
+        if count <= total:
+            start = self.pick.randrange(0, total - count + 1)
+            yield memoryview(block[start:start + count])
+            return
+        start = self.pick.randrange(0, total)
+        done = 0
+        while done < count:
+            take = min(count - done, total - start)
+            yield memoryview(block[start:start + take])
+            done += take
+            start = 0
+
+
+def scale_exponent(cols):
+    """ue8m0 byte of 2^(-round(log2 sqrt(cols)))."""
+    return 127 - int(round(math.log2(math.sqrt(cols))))
+
+
+def bf16_bytes(values):
+    values = np.asarray(values, dtype=np.float32)
+    return (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+
+
+def tensor_data(tensor, blocks, rng):
+    """Yields the tensor's bytes as a few large buffers."""
+    count = 1
+    for d in tensor.shape:
+        count *= d
+    kind = tensor.kind
+    if kind == "fp8":
+        yield from blocks.chunks(blocks.fp8, count)
+    elif kind == "fp4":
+        yield from blocks.chunks(blocks.fp4, count)
+    elif kind == "fp8_scale":
+        yield from blocks.chunks(blocks.scales(scale_exponent(tensor.cols)), count)
+    elif kind == "fp4_scale":
+        # e2m1 codes have RMS ~2.9, so one power of two lower than the FP8 tiles.
+        yield from blocks.chunks(blocks.scales(scale_exponent(tensor.cols) - 1), count)
+    elif kind == "embed":
+        yield from blocks.chunks(blocks.bf16(1.0), count)
+    elif kind == "bf16":
+        yield from blocks.chunks(blocks.bf16(2.0 / math.sqrt(tensor.cols)), count)
+    elif kind == "norm":
+        yield bf16_bytes(1 + 0.1 * (rng.random(count, dtype=np.float32) * 2 - 1))
+    elif kind == "f32_matrix":
+        yield ((rng.random(count, dtype=np.float32) * 2 - 1) * np.float32(2.0 / math.sqrt(tensor.cols))).tobytes()
+    elif kind == "small_0.1":
+        yield (0.1 * (rng.random(count, dtype=np.float32) * 2 - 1)).astype(np.float32).tobytes()
+    elif kind == "hc_scale":
+        yield (0.5 + 0.1 * (rng.random(count, dtype=np.float32) * 2 - 1)).astype(np.float32).tobytes()
+    elif kind == "sink":
+        yield (0.5 * (rng.random(count, dtype=np.float32) * 2 - 1)).astype(np.float32).tobytes()
+    else:
+        raise ValueError(f"{tensor.name}: no values for kind {kind}")
+
+
+# ---------------------------------------------------------------------------------------------
+# shards
+
+
+def plan_shards(tensors, shard_bytes):
+    shards, current, size = [], [], 0
+    for tensor in tensors:
+        if current and size + tensor.nbytes > shard_bytes:
+            shards.append(current)
+            current, size = [], 0
+        current.append(tensor)
+        size += tensor.nbytes
+    if current:
+        shards.append(current)
+    return shards
+
+
+DTYPE_ORDER = {"F32": 0, "BF16": 1, "F8_E4M3": 2, "I8": 2, "F8_E8M0": 3}
+
+
+def write_all(f, piece):
+    """Writes every byte of `piece` to the unbuffered file `f` (raw writes may be partial)."""
+    view = memoryview(piece).cast("B")
+    total = len(view)
+    while view:
+        view = view[f.write(view):]
+    return total
+
+
+def write_shard(path, tensors, blocks, rng):
+    # Wider dtypes first, so every tensor's data is aligned for its dtype (as the reference writer does).
+    ordered = sorted(tensors, key=lambda t: DTYPE_ORDER[t.dtype])
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for tensor in ordered:
+        header[tensor.name] = {"dtype": tensor.dtype, "shape": tensor.shape, "data_offsets": [offset, offset + tensor.nbytes]}
+        offset += tensor.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb", buffering=0) as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for tensor in ordered:
+            written = 0
+            for piece in tensor_data(tensor, blocks, rng):
+                written += write_all(f, piece)
+            if written != tensor.nbytes:
+                raise RuntimeError(f"{tensor.name}: wrote {written} bytes, expected {tensor.nbytes}")
+    return offset
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="checkpoint folder to write (created; must be empty or absent)")
+    parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
+    parser.add_argument("--ratios", help="comma-separated compress ratios per layer (0, 1, 2), instead of the "
+                                         "ones sampled from the release schedule")
+    parser.add_argument("--small", action="store_true", help="narrow widths and 16 experts (quick checks)")
+    parser.add_argument("--base-config", default=str(DEFAULT_BASE_CONFIG), help="V4.1 release config.json")
+    parser.add_argument("--shard-gb", type=float, default=4.0, help="target shard size in GB (default 4)")
+    parser.add_argument("--block-mb", type=int, default=64, help="size of each random block (default 64 MB)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    parser.add_argument("--dry-run", action="store_true", help="print the schedule and sizes, write nothing")
+    args = parser.parse_args()
+
+    if args.layers < 1:
+        sys.exit("--layers must be >= 1")
+    out = Path(args.out)
+    if not args.dry_run:
+        if out.exists() and any(out.iterdir()) and not args.force:
+            sys.exit(f"{out} is not empty (use --force to overwrite)")
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("model*.safetensors*"):
+            old.unlink()
+
+    base = json.loads(Path(args.base_config).read_text())
+    ratios = [int(r) for r in args.ratios.split(",")] if args.ratios else None
+    config, source_of = make_config(base, args.layers, ratios, args.small)
+    tensors = expected_tensors(config)
+    total = sum(t.nbytes for t in tensors)
+    shards = plan_shards(tensors, int(args.shard_gb * 1e9))
+    text = config["text_config"]
+    kinds = []
+    for layer, ratio in enumerate(text["compress_ratios"]):
+        if ratio == 0:
+            kinds.append("SWA")
+        elif layer in text["kv_source_layer_ids"]:
+            kinds.append(f"r{ratio} kv source")
+        elif layer in text["index_source_layer_ids"]:
+            kinds.append(f"r{ratio} reindex")
+        else:
+            kinds.append(f"r{ratio} reuse")
+    schedule = "; ".join(
+        f"layer {i}: {k}" + (f" (release layer {source_of[i]})" if source_of[i] is not None else "")
+        for i, k in enumerate(kinds))
+    print(f"{out}: {args.layers} layers ({schedule}); candidate source {text['candidate_source_layer_id']}")
+    print(f"{len(tensors)} tensors, {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB) in {len(shards)} shard(s)", flush=True)
+    by_kind = {}
+    for t in tensors:
+        part = ("routed experts" if ".experts." in t.name else "embed + head" if t.name in ("embed.weight", "head.weight")
+                else "rest (attention, shared experts, router, mHC, norms)")
+        by_kind[part] = by_kind.get(part, 0) + t.nbytes
+    for part, size in by_kind.items():
+        print(f"  {part}: {size / 1e9:.2f} GB")
+    if args.dry_run:
+        return
+
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    started = time.time()
+    blocks = Blocks(args.block_mb * 1024 * 1024, args.seed)
+    rng = np.random.default_rng(args.seed + 1)
+    weight_map = {}
+    written = 0
+    for k, shard in enumerate(shards):
+        name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        written += write_shard(out / name, shard, blocks, rng)
+        for tensor in shard:
+            weight_map[tensor.name] = name
+        elapsed = time.time() - started
+        print(f"  {name}: {sum(t.nbytes for t in shard) / 1e9:.2f} GB; {written / 1e9:.2f} GB in {elapsed:.1f} s "
+              f"({written / 1e9 / max(elapsed, 1e-9):.2f} GB/s)", flush=True)
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (out / "SYNTHETIC.txt").write_text(
+        "Synthetic DeepSeek-V4.1-Flash-shaped checkpoint: random weights, no trained behaviour.\n"
+        f"made by: {' '.join(sys.argv)}\nseed: {args.seed}\nschedule: {schedule}\n"
+        f"total tensor bytes: {total}\n")
+    on_disk = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    print(f"total: {total / 1e9:.2f} GB of tensors ({total / 2**30:.2f} GiB), {on_disk / 1e9:.2f} GB on disk, "
+          f"{time.time() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
