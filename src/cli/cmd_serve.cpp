@@ -126,16 +126,6 @@ int run_serve(const std::vector<std::string>& argv) {
     } else if (!std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json")) {
       options.tokenizer = asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
     }
-    // Resolved before loading, so a device that is not there fails at once; attached by the
-    // server's hook between loading the model and starting its engine.
-    const backend::DeviceSpec device_spec = backend::parse_device(device);
-    std::string device_line;
-    // The GPU's activation memory is sized for the engine's largest step.
-    const int64_t max_rows = options.engine.max_batch_tokens;
-    options.on_model_loaded = [&device_spec, &device_line, max_rows](model::Model& loaded) {
-      device_line = backend::attach_device(loaded, device_spec, max_rows);
-    };
-
     // Signals go to one waiting thread, not to whichever thread runs: block them before any
     // thread (engine, HTTP pool, compute pool) is created so every thread inherits the mask.
     sigset_t signals;
@@ -144,6 +134,17 @@ int run_serve(const std::vector<std::string>& argv) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
+    // Resolved before loading, so a device that is not there fails at once; attached by the
+    // server's hook between loading the model and starting its engine. After the mask: the CUDA
+    // driver starts threads of its own when first asked, and they must not take SIGTERM either.
+    const backend::DeviceSpec device_spec = backend::parse_device(device);
+    std::string device_line;
+    // The GPU's activation memory is sized for the engine's largest step.
+    const int64_t max_rows = options.engine.max_batch_tokens;
+    options.on_model_loaded = [&device_spec, &device_line, max_rows](model::Model& loaded) {
+      device_line = backend::attach_device(loaded, device_spec, max_rows);
+    };
 
     std::unique_ptr<server::Server> server;
     {

@@ -19,7 +19,7 @@ expect_eq "the sentence tokenizes to the golden's ids" \
   "$(printf '"%s"\n' "$sentence" | "$DEEPINFER" tokenize --jsonl --add-bos --tokenizer "$tokenizer")" \
   "[0,671,4787,13769,46012,54994,1060,270,41638,6397,14,1539,436,12122,1559,1055,270,12426,9364,304,7053,16]"
 text=$(ppl --file "$dir/text.jsonl" --json)
-expect_eq "JSON fields, in order" "$(printf '%s' "$text" | sed 's/"[^"]*"://g; s/[^,{}]//g')" "{,,,,,}"
+expect_eq "JSON fields, in order" "$(printf '%s' "$text" | sed 's/"[^"]*"://g; s/[^,{}]//g')" "{,,,,,,}"
 expect_eq "file, examples, tokens" "$(printf '%s' "$text" | sed 's/,"mean_nll.*//')" \
   "{\"file\":\"$dir/text.jsonl\",\"examples\":1,\"tokens\":21"
 expect_eq "mean NLL equals the reference's (logits within 1e-4, so NLLs within 2e-4)" \
@@ -58,7 +58,10 @@ printf '%s\n' "$golden_ids" >"$dir/ids.json"
 ids_json=$(ppl --ids-file "$dir/ids.json" --json)
 nll_list() { sed -n 's/.*"nll":\[\([^]]*\)\].*/\1/p'; }
 expect_eq "--ids-file JSON fields, in order" "$(printf '%s' "$ids_json" | sed 's/\[[^]]*\]//g; s/"\([a-z_]*\)":[^,}]*/\1/g')" \
-  "{file,examples,tokens,nll,mean_nll,perplexity,seconds}"
+  "{file,examples,tokens,nll,mean_nll,perplexity,ppl,seconds}"
+expect_eq "--ids-file: ppl is perplexity under llama.cpp's name" \
+  "$(printf '%s' "$ids_json" | sed -n 's/.*"perplexity":\([^,]*\),.*/\1/p')" \
+  "$(printf '%s' "$ids_json" | sed -n 's/.*"ppl":\([^,]*\),.*/\1/p')"
 expect_eq "--ids-file: one NLL per id after the first" \
   "$(printf '%s' "$ids_json" | nll_list | awk -F, '{ print NF }') $(printf '%s' "$ids_json" | num tokens)" "21 21"
 expect_eq "--ids-file: mean_nll is the mean of the NLLs" \

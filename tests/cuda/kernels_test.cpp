@@ -905,5 +905,38 @@ TEST(CudaKernels, CheckLaunchReportsTheLastError) {
   EXPECT_NO_THROW(check_launch("after the error was read"));
 }
 
+// moe_sort: a stable order by expert (ties keep pair order), tokens = pair / top_k, and
+// position_of the inverse permutation.
+TEST(CudaMoeSort, OrdersPairsByExpertStably) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(21);
+  for (const int64_t pairs : {int64_t{1}, int64_t{6}, int64_t{384}, int64_t{3072}}) {
+    const int64_t top_k = 6;
+    std::uniform_int_distribution<int32_t> expert(0, 383);
+    std::vector<int32_t> experts(static_cast<std::size_t>(pairs));
+    for (auto& e : experts) e = expert(rng);
+    const DeviceBytes dexperts = to_device(experts);
+    DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
+        sorted_pair(pairs * 8), position_of(pairs * 8);
+    moe_sort(dexperts.at<int32_t>(), pairs, top_k, static_cast<void*>(scratch.at<std::byte>()), moe_sort_scratch_bytes(pairs),
+             sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(),
+             position_of.at<int64_t>(), kDefaultStream);
+    synchronize();
+    std::vector<int64_t> want(static_cast<std::size_t>(pairs));
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t b) { return experts[a] < experts[b]; });
+    const auto got_pair = from_device(sorted_pair.at<int64_t>(), want.size());
+    const auto got_expert = from_device(sorted_expert.at<int32_t>(), want.size());
+    const auto got_token = from_device(sorted_token.at<int32_t>(), want.size());
+    const auto got_position = from_device(position_of.at<int64_t>(), want.size());
+    EXPECT_EQ(got_pair, want) << pairs << " pairs";
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got_expert[i], experts[want[i]]);
+      EXPECT_EQ(got_token[i], want[i] / top_k);
+      EXPECT_EQ(got_position[want[i]], static_cast<int64_t>(i));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::kernels::cuda

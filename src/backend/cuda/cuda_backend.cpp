@@ -67,6 +67,12 @@ enum Slot : int {
   kAttended,
   kLowRank,
   kGroupOf,
+  kSortScratch,
+  kSortedExpert,
+  kSortedPair,
+  kPositionOf,
+  kSortedOut,
+  kSortedScale,
 };
 
 class CudaBackend;
@@ -336,15 +342,20 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   k::route(router, rows_, params, store.floats(weights.bias), store.ints(weights.tid2eid), ids, chosen, route_weights,
            stream);
 
-  // Pair p = (token p / k, slot p % k): w1 / w3 read the token's row, w2 the pair's own.
-  std::vector<int32_t> pair_token(static_cast<std::size_t>(pairs));
-  for (int64_t p = 0; p < pairs; ++p) pair_token[static_cast<std::size_t>(p)] = static_cast<int32_t>(p / top_k);
+  // Pairs p = (token p / k, slot p % k), ordered by expert so that each expert's weights stream
+  // once per run of its pairs: w1 / w3 read the pair's token row, w2 the pair's own hidden row,
+  // and the outputs go back to pair order for the combine (same numbers in any order).
+  const std::size_t scratch_bytes = k::moe_sort_scratch_bytes(pairs);
+  void* scratch = arena.get<std::byte>(kSortScratch, scratch_bytes);
+  int32_t* sorted_expert = arena.get<int32_t>(kSortedExpert, static_cast<std::size_t>(pairs));
+  int32_t* sorted_token = arena.get<int32_t>(kPairToken, static_cast<std::size_t>(pairs));
+  int64_t* sorted_pair = arena.get<int64_t>(kSortedPair, static_cast<std::size_t>(pairs));
+  int64_t* position_of = arena.get<int64_t>(kPositionOf, static_cast<std::size_t>(pairs));
+  k::moe_sort(chosen, pairs, top_k, scratch, scratch_bytes, sorted_expert, sorted_token, sorted_pair, position_of,
+              stream);
   std::vector<int32_t> identity(static_cast<std::size_t>(pairs));
   std::iota(identity.begin(), identity.end(), 0);
-  int32_t* pair_token_device = arena.get<int32_t>(kPairToken, static_cast<std::size_t>(pairs));
   int32_t* identity_device = arena.get<int32_t>(kPairIdentity, static_cast<std::size_t>(pairs));
-  check(cudaMemcpyAsync(pair_token_device, pair_token.data(), pair_token.size() * 4, cudaMemcpyHostToDevice, stream),
-        "upload");
   check(cudaMemcpyAsync(identity_device, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice, stream),
         "upload");
 
@@ -360,12 +371,18 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t inner = weights.experts.front().w1.rows;
   float* gate = arena.get<float>(kGate, static_cast<std::size_t>(pairs * inner));
   float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
+  float* sorted_out = arena.get<float>(kSortedOut, static_cast<std::size_t>(pairs * d));
   float* contributions = arena.get<float>(kContributions, static_cast<std::size_t>(pairs * d));
-  k::linear_gathered(sublayer_in_, pair_token_device, pairs, w1_device, chosen, inner, d, gate, stream);
-  k::linear_gathered(sublayer_in_, pair_token_device, pairs, w3_device, chosen, inner, d, up, stream);
-  k::swiglu(gate, up, pairs, inner, weights.swiglu_limit, weights.weight_before_down ? route_weights : nullptr,
-            stream);
-  k::linear_gathered(gate, identity_device, pairs, w2_device, chosen, d, inner, contributions, stream);
+  k::linear_gathered(sublayer_in_, sorted_token, pairs, w1_device, sorted_expert, inner, d, gate, stream);
+  k::linear_gathered(sublayer_in_, sorted_token, pairs, w3_device, sorted_expert, inner, d, up, stream);
+  float* sorted_scale = nullptr;
+  if (weights.weight_before_down) {
+    sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
+    k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
+  }
+  k::swiglu(gate, up, pairs, inner, weights.swiglu_limit, sorted_scale, stream);
+  k::linear_gathered(gate, identity_device, pairs, w2_device, sorted_expert, d, inner, sorted_out, stream);
+  k::gather_rows(sorted_out, position_of, pairs, d, contributions, stream);
 
   float* shared = nullptr;
   if (!weights.shared.empty()) {
@@ -375,7 +392,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   }
   k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
                  sublayer_out_, stream);
-  sync();  // pair_token / identity are locals
+  sync();  // identity is a local
   if (routing) {
     std::vector<int32_t> host_experts(static_cast<std::size_t>(pairs));
     std::vector<float> host_weights(static_cast<std::size_t>(pairs));
@@ -474,12 +491,16 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
       {kHeadPre, r * n},            {kHeadHidden, r * d},          {kHeadFlat, r * n * d},
       {kHeadMix, r * n},            {kLogits, r * vocab},          {kQResidual, r * rank},
       {kQuery, r * query},          {kKv, r * head_dim},           {kAttended, r * query},
-      {kLowRank, r * low_rank}};
+      {kLowRank, r * low_rank},     {kSortedOut, expert_pairs * d}, {kSortedScale, expert_pairs}};
   for (const auto& [slot, count] : float_slots) arena_.get<float>(slot, count);
   for (const auto& [slot, count] : {std::pair<int, std::size_t>{kTokenIds, r}, {kExperts, route_pairs},
                                     {kPairToken, pairs}, {kPairIdentity, pairs}, {kPositions, r}, {kGroupOf, pairs}})
     arena_.get<int32_t>(slot, count);
   arena_.get<int64_t>(kHeadRows, r);
+  arena_.get<int32_t>(kSortedExpert, expert_pairs);
+  arena_.get<int64_t>(kSortedPair, expert_pairs);
+  arena_.get<int64_t>(kPositionOf, expert_pairs);
+  arena_.get<std::byte>(kSortScratch, k::moe_sort_scratch_bytes(static_cast<int64_t>(expert_pairs)));
 }
 
 // Everything the GPU part of the forward pass reads, planned before anything is uploaded.

@@ -9,6 +9,7 @@
 // Batch invariance: every output element is reduced in an order fixed by the shapes of the
 // weights alone (never by the number of rows in the call), so a row's result does not depend
 // on what else is in the batch.
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -82,6 +83,14 @@ struct RouterParams {
 // experts [tokens, top_k] int32, weights [tokens, top_k].
 void route(float* logits, int64_t tokens, const RouterParams& params, const float* bias, const int32_t* tid2eid,
            const int32_t* token_ids, int32_t* experts, float* weights, Stream stream);
+
+// Orders a MoE step's pairs p = (token p / top_k, slot p % top_k) by expert, stably: position i
+// holds pair sorted_pair[i] of expert sorted_expert[i] and token sorted_token[i], and pair p sits
+// at position_of[p]. scratch: device memory of at least moe_sort_scratch_bytes(pairs) bytes.
+std::size_t moe_sort_scratch_bytes(int64_t pairs);
+void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratch, std::size_t scratch_bytes,
+              int32_t* sorted_expert, int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of,
+              Stream stream);
 
 // Clamped SwiGLU in place: gate[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp
 // when limit <= 0), times row_scale[r] when row_scale is non-null. gate and up [rows, inner].
