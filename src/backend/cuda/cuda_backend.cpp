@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/op_profile.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "io/model_config.h"
@@ -140,6 +142,7 @@ class CudaBackend final : public model::Backend {
   WeightStore& weights() { return weights_; }
   Arena& arena() { return arena_; }
   std::mutex& mutex() { return mutex_; }
+  OpProfile& profile() { return profile_; }
 
  private:
   int device_;
@@ -148,6 +151,7 @@ class CudaBackend final : public model::Backend {
   WeightStore weights_;
   Arena arena_;
   std::mutex mutex_;
+  OpProfile profile_;
 };
 
 CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows)
@@ -176,6 +180,7 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
 void CudaForwardPass::sync() { check(cudaStreamSynchronize(backend_.stream()), "cudaStreamSynchronize"); }
 
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) {
+  const OpProfile::Section timed(backend_.profile(), "embed", backend_.stream());
   int32_t* ids = backend_.arena().get<int32_t>(kTokenIds, tokens.size());
   check(cudaMemcpyAsync(ids, tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, backend_.stream()), "upload");
   k::embed(backend_.weights().matrix(table), ids, rows_, shape_.hc.streams, streams(), backend_.stream());
@@ -183,6 +188,7 @@ void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const 
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
+  const OpProfile::Section timed(backend_.profile(), "engram (host)", backend_.stream());
   const int64_t count = rows_ * shape_.hc.streams * shape_.hc.hidden;
   host_in_.resize(static_cast<std::size_t>(count));
   read_streams(host_in_);
@@ -200,6 +206,7 @@ void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* 
 }
 
 void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) {
+  const OpProfile::Section timed(backend_.profile(), "enter_site", backend_.stream());
   const int64_t n = shape_.hc.streams;
   const int64_t d = shape_.hc.hidden;
   const auto r = static_cast<std::size_t>(rows_);
@@ -222,6 +229,7 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
 }
 
 void CudaForwardPass::exit_site() {
+  const OpProfile::Section timed(backend_.profile(), "exit_site", backend_.stream());
   k::hc_post(post_, comb_, sublayer_out_, rows_, shape_.hc.streams, shape_.hc.hidden, streams(), backend_.stream());
 }
 
@@ -241,6 +249,8 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   check(cudaMemcpyAsync(device_positions, positions32.data(), r * 4, cudaMemcpyHostToDevice, stream), "upload");
 
   // Projections on the device.
+  std::optional<OpProfile::Section> timed;
+  timed.emplace(backend_.profile(), "attention.project", stream);
   model::AttentionProjections projections;
   float* q_residual = arena.get<float>(kQResidual, r * static_cast<std::size_t>(rank));
   float* q = arena.get<float>(kQuery, r * static_cast<std::size_t>(heads * d));
@@ -257,6 +267,8 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
 
   // The stateful middle on the host.
+  timed.reset();
+  timed.emplace(backend_.profile(), "attention.transfers", stream);
   host_in_.resize(r * static_cast<std::size_t>(model_dim));
   projections.q_residual.resize(r * static_cast<std::size_t>(rank));
   projections.q.resize(r * static_cast<std::size_t>(heads * d));
@@ -269,8 +281,12 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   download(projections.q, q);
   download(projections.kv, kv);
   sync();
+  timed.reset();
+  timed.emplace(backend_.profile(), "attention.core (host)", stream);
   host_out_.resize(r * static_cast<std::size_t>(heads * d));
   model::attention_core(weights, segments, host_in_.data(), positions, projections, host_out_.data());
+  timed.reset();
+  timed.emplace(backend_.profile(), "attention.output", stream);
   float* attended = arena.get<float>(kAttended, host_out_.size());
   check(cudaMemcpyAsync(attended, host_out_.data(), host_out_.size() * 4, cudaMemcpyHostToDevice, stream), "upload");
 
@@ -315,6 +331,7 @@ void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float
 
 void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
                           std::vector<model::Routing>* routing) {
+  const OpProfile::Section timed(backend_.profile(), "moe", backend_.stream());
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();
@@ -420,6 +437,7 @@ void CudaForwardPass::read_streams(std::span<float> out) {
 
 void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
                            std::vector<float>* hidden_out) {
+  const OpProfile::Section timed(backend_.profile(), "head", backend_.stream());
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();
