@@ -32,6 +32,11 @@ struct WeightMatrix {
   int64_t block_cols = 1;
 };
 
+const char* encoding_name(WeightEncoding encoding);
+// Refuses (deepinfer::Error naming `who`) a descriptor whose shape, blocks or scales are
+// inconsistent; every backend's linear checks this before it reads.
+void check_weight(const WeightMatrix& weight, const char* who);
+
 // y[t, r] = sum_c x[t, c] * W[r, c] for t < tokens; x is [tokens, cols], y is [tokens, rows], f32.
 // Batch invariance: each y[t, r] is reduced in one fixed order that depends on neither `tokens`
 // nor how the work is split across threads, so a row of logits is bit-identical alone or batched.

@@ -521,89 +521,77 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   arena_.get<std::byte>(kSortScratch, k::moe_sort_scratch_bytes(static_cast<int64_t>(expert_pairs)));
 }
 
-// Everything the GPU part of the forward pass reads, planned before anything is uploaded.
-void plan_weights(const model::Model& model, WeightStore& store) {
+// Every tensor the GPU part of the forward pass reads, in one walk over the model, so that what is
+// planned (counted before anything is allocated) and what is uploaded cannot drift apart.
+// visit.matrix(w), visit.floats(values), visit.ints(values), visit.descriptors(key, matrices).
+template <typename Visit>
+void for_each_device_tensor(const model::Model& model, Visit& visit) {
   const model::HeadWeights head = model.head_weights();
-  store.plan_matrix(model.embedding());
-  store.plan_matrix(*head.head);
-  store.plan_floats(head.norm);
-  if (head.hc_head) {
-    store.plan_matrix(head.hc_head->fn);
-    store.plan_floats(head.hc_head->base);
-    store.plan_floats(head.hc_head->scale);
-  }
+  const auto hyper_connection = [&](const model::HyperConnectionWeights& hc) {
+    visit.matrix(hc.fn);
+    visit.floats(hc.base);
+    visit.floats(hc.scale);
+  };
+  visit.matrix(model.embedding());
+  visit.matrix(*head.head);
+  visit.floats(head.norm);
+  if (head.hc_head) hyper_connection(*head.hc_head);
   for (const model::LayerWeights& layer : model.layers()) {
-    for (const model::HyperConnectionWeights* hc : {&layer.attn_hc, &layer.ffn_hc}) {
-      store.plan_matrix(hc->fn);
-      store.plan_floats(hc->base);
-      store.plan_floats(hc->scale);
-    }
-    store.plan_floats(layer.attn_norm);
-    store.plan_floats(layer.ffn_norm);
+    hyper_connection(layer.attn_hc);
+    hyper_connection(layer.ffn_hc);
+    visit.floats(layer.attn_norm);
+    visit.floats(layer.ffn_norm);
     const model::AttentionWeights& a = layer.attention;
-    for (const kernels::WeightMatrix* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) store.plan_matrix(*w);
-    for (const kernels::WeightMatrix& g : a.wo_a_groups) store.plan_matrix(g);
-    store.plan_floats(a.q_norm);
-    store.plan_floats(a.kv_norm);
-    store.plan_floats(a.rope.inv_freq());
-    store.plan_matrix(layer.moe.gate);
-    store.plan_floats(layer.moe.bias);
-    store.plan_ints(layer.moe.tid2eid);
-    for (const auto* experts : {&layer.moe.experts, &layer.moe.shared})
-      for (const model::ExpertWeights& expert : *experts) {
-        store.plan_matrix(expert.w1);
-        store.plan_matrix(expert.w2);
-        store.plan_matrix(expert.w3);
-      }
-  }
-}
-
-// Uploads in the order plan_weights counted.
-void upload_weights(const model::Model& model, WeightStore& store) {
-  const model::HeadWeights head = model.head_weights();
-  store.matrix(model.embedding());
-  store.matrix(*head.head);
-  store.floats(head.norm);
-  if (head.hc_head) {
-    store.matrix(head.hc_head->fn);
-    store.floats(head.hc_head->base);
-    store.floats(head.hc_head->scale);
-  }
-  for (const model::LayerWeights& layer : model.layers()) {
-    for (const model::HyperConnectionWeights* hc : {&layer.attn_hc, &layer.ffn_hc}) {
-      store.matrix(hc->fn);
-      store.floats(hc->base);
-      store.floats(hc->scale);
-    }
-    store.floats(layer.attn_norm);
-    store.floats(layer.ffn_norm);
-    const model::AttentionWeights& a = layer.attention;
-    for (const kernels::WeightMatrix* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) store.matrix(*w);
-    store.descriptor_array(&a.wo_a_groups, a.wo_a_groups);
-    store.floats(a.q_norm);
-    store.floats(a.kv_norm);
-    store.floats(a.rope.inv_freq());
-    store.matrix(layer.moe.gate);
-    store.floats(layer.moe.bias);
-    store.ints(layer.moe.tid2eid);
+    for (const kernels::WeightMatrix* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) visit.matrix(*w);
+    for (const kernels::WeightMatrix& g : a.wo_a_groups) visit.matrix(g);
+    visit.descriptors(&a.wo_a_groups, a.wo_a_groups);
+    visit.floats(a.q_norm);
+    visit.floats(a.kv_norm);
+    visit.floats(a.rope.inv_freq());
+    const model::MoeWeights& moe = layer.moe;
+    visit.matrix(moe.gate);
+    visit.floats(moe.bias);
+    visit.ints(moe.tid2eid);
     std::vector<kernels::WeightMatrix> w1, w2, w3;
-    for (const model::ExpertWeights& expert : layer.moe.experts) {
+    for (const model::ExpertWeights& expert : moe.experts) {
       w1.push_back(expert.w1);
       w2.push_back(expert.w2);
       w3.push_back(expert.w3);
     }
-    if (!layer.moe.experts.empty()) {
-      store.descriptor_array(&layer.moe.experts, w1);
-      store.descriptor_array(&layer.moe.experts.front().w2, w2);
-      store.descriptor_array(&layer.moe.experts.front().w3, w3);
+    for (const kernels::WeightMatrix& w : w1) visit.matrix(w);
+    for (const kernels::WeightMatrix& w : w2) visit.matrix(w);
+    for (const kernels::WeightMatrix& w : w3) visit.matrix(w);
+    if (!moe.experts.empty()) {
+      // The keys moe() looks the arrays up by.
+      visit.descriptors(&moe.experts, w1);
+      visit.descriptors(&moe.experts.front().w2, w2);
+      visit.descriptors(&moe.experts.front().w3, w3);
     }
-    for (const model::ExpertWeights& expert : layer.moe.shared) {
-      store.matrix(expert.w1);
-      store.matrix(expert.w2);
-      store.matrix(expert.w3);
+    for (const model::ExpertWeights& expert : moe.shared) {
+      visit.matrix(expert.w1);
+      visit.matrix(expert.w2);
+      visit.matrix(expert.w3);
     }
   }
 }
+
+struct PlanWeights {
+  WeightStore& store;
+  void matrix(const kernels::WeightMatrix& w) { store.plan_matrix(w); }
+  void floats(std::span<const float> values) { store.plan_floats(values); }
+  void ints(std::span<const int32_t> values) { store.plan_ints(values); }
+  void descriptors(const void*, const std::vector<kernels::WeightMatrix>&) {}  // bytes, not megabytes
+};
+
+struct UploadWeights {
+  WeightStore& store;
+  void matrix(const kernels::WeightMatrix& w) { store.matrix(w); }
+  void floats(std::span<const float> values) { store.floats(values); }
+  void ints(std::span<const int32_t> values) { store.ints(values); }
+  void descriptors(const void* key, const std::vector<kernels::WeightMatrix>& matrices) {
+    store.descriptor_array(key, matrices);
+  }
+};
 
 // Bytes of the weights the host's part of the forward pass (attention's compressors and indexer,
 // Engram's projection) still reads from host memory.
@@ -667,14 +655,16 @@ Attached make_backend(const model::Model& model, int index, int64_t max_rows) {
   auto backend = std::make_shared<CudaBackend>(index, "cuda:" + std::to_string(index) + " (" + info.name + ", " +
                                                           gib(static_cast<std::size_t>(info.total_bytes)) + ")");
   WeightStore& store = backend->weights();
-  plan_weights(model, store);
+  PlanWeights plan{store};
+  for_each_device_tensor(model, plan);
   // Room for the activation arena and the CUDA context's own needs beside the weights.
   constexpr std::size_t kReserve = std::size_t{1} << 30;
   if (store.planned_bytes() + kReserve > static_cast<std::size_t>(info.free_bytes))
     fail("the model does not fit on cuda:", index, " (", info.name, "): its weights need ", gib(store.planned_bytes()),
          " plus ", gib(kReserve), " of working memory, and the device has ", gib(static_cast<std::size_t>(info.free_bytes)),
          " free of ", gib(static_cast<std::size_t>(info.total_bytes)));
-  upload_weights(model, store);
+  UploadWeights upload{store};
+  for_each_device_tensor(model, upload);
   try {
     backend->reserve(model, max_rows);
   } catch (const Error& error) {

@@ -314,30 +314,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-const char* encoding_name(WeightEncoding encoding) {
-  switch (encoding) {
-    case WeightEncoding::F32: return "F32";
-    case WeightEncoding::BF16: return "BF16";
-    case WeightEncoding::FP8_E4M3: return "FP8_E4M3";
-    case WeightEncoding::FP4_E2M1: return "FP4_E2M1";
-  }
-  return "unknown";
-}
-
-// The CPU's descriptor checks (kernels/cpu/linear.cpp): a wrong descriptor would read out of bounds.
+// The shared descriptor checks, and one of this kernel's own: columns index with 32-bit ints.
 void check_weight(const WeightMatrix& w) {
-  const char* name = encoding_name(w.encoding);
-  if (w.rows < 0 || w.cols < 0) fail("cuda::linear: ", name, " weight has negative shape [", w.rows, ", ", w.cols, "]");
-  if (w.rows > 0 && w.cols > 0 && w.data == nullptr) fail("cuda::linear: ", name, " weight has no data");
-  if (w.cols >= (int64_t{1} << 31)) fail("cuda::linear: ", name, " weight has ", w.cols, " columns, over 2^31");
-  if (w.encoding != WeightEncoding::FP8_E4M3 && w.encoding != WeightEncoding::FP4_E2M1) return;
-  if (w.block_rows < 1 || w.block_cols < 1)
-    fail("cuda::linear: ", name, " weight has block size ", w.block_rows, "x", w.block_cols,
-         "; both must be at least 1");
-  if (w.scale_encoding != ScaleEncoding::None && w.scales == nullptr) fail("cuda::linear: ", name, " weight has no scales");
-  if (w.encoding == WeightEncoding::FP4_E2M1 && (w.cols % 2 != 0 || w.cols % w.block_cols != 0))
-    fail("cuda::linear: FP4_E2M1 weight has ", w.cols,
-         " columns; it needs an even number and a multiple of its group size ", w.block_cols);
+  kernels::check_weight(w, "cuda::linear");
+  if (w.cols >= (int64_t{1} << 31))
+    fail("cuda::linear: ", encoding_name(w.encoding), " weight has ", w.cols, " columns, over 2^31");
 }
 
 dim3 grid_of(int64_t rows, int64_t tokens) {
