@@ -325,6 +325,10 @@ TEST(CudaLinear, BatchInvariantBitForBit) {
   weights.push_back(make_weight(WeightEncoding::FP8_E4M3, 130, 300, rng, ScaleEncoding::E8M0, 128, 128));
   weights.push_back(make_weight(WeightEncoding::FP8_E4M3, 33, 301, rng, ScaleEncoding::F32, 32, 32));
   weights.push_back(make_weight(WeightEncoding::FP4_E2M1, 70, 512, rng, ScaleEncoding::E8M0, 1, 32));
+  // The real model's few-row, many-column shapes (mHC fn, router, a 32x32 FP8).
+  weights.push_back(make_weight(WeightEncoding::F32, 24, 20480, rng));
+  weights.push_back(make_weight(WeightEncoding::BF16, 384, 5120, rng));
+  weights.push_back(make_weight(WeightEncoding::FP8_E4M3, 64, 5120, rng, ScaleEncoding::E8M0, 32, 32));
   constexpr int64_t kTokens = 37;
   for (const HostWeight& w : weights) {
     const int64_t cols = w.matrix.cols;
@@ -410,9 +414,9 @@ TEST(CudaLinearGathered, EqualsLinearPerPair) {
         continue;
       }
       const std::vector<float> xp(x.begin() + x_row[p] * c.cols, x.begin() + (x_row[p] + 1) * c.cols);
+      // Bit for bit the plain kernel's row, which the linear tests hold to the CPU within 1e-5
+      // of sum |x w| (a plain relative bound is wrong where the sum cancels).
       const std::vector<float> alone = gpu_linear(xp, 1, device[weight_of[p]].matrix);
-      // Bit for bit the plain kernel's row, which the linear tests hold to the CPU within
-      // 1e-5 of sum |x w| (a plain relative bound is wrong where the sum cancels).
       EXPECT_TRUE(same_bits(got, alone)) << describe(descriptors[0], 1, 0) << ": pair " << p;
     }
   }

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -24,7 +25,9 @@ namespace deepinfer::model::test_support {
 namespace fs = std::filesystem;
 
 inline void write_synthetic(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
-  std::ifstream in(std::string(DEEPINFER_TEST_DATA_DIR) + "/configs/tiny_v41.json");
+  // The environment may say where tests/data is (the GPU tests run from another checkout).
+  const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
+  std::ifstream in(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/configs/tiny_v41.json");
   nlohmann::json document = nlohmann::json::parse(in);
   edit(document);
   std::ofstream(dir + "/config.json") << document.dump(2);
