@@ -137,6 +137,20 @@ class CudaBackend final : public model::Backend {
   // largest batch allocates nothing (and a device too small for it fails here, at load).
   void reserve(const model::Model& model, int64_t rows);
 
+  // 0, 1, ..., count - 1 on the device (x rows of linear_gathered calls that read their own row),
+  // uploaded only when a call needs more than any before.
+  const int32_t* identity(int64_t count) {
+    if (count > identity_count_) {
+      std::vector<int32_t> values(static_cast<std::size_t>(count));
+      std::iota(values.begin(), values.end(), 0);
+      int32_t* device = arena_.get<int32_t>(kPairIdentity, values.size());
+      check(cudaMemcpyAsync(device, values.data(), values.size() * 4, cudaMemcpyHostToDevice, stream_), "upload");
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `values` is a local
+      identity_count_ = static_cast<int64_t>(values.size());
+    }
+    return arena_.get<int32_t>(kPairIdentity, static_cast<std::size_t>(count));
+  }
+
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   WeightStore& weights() { return weights_; }
@@ -150,6 +164,7 @@ class CudaBackend final : public model::Backend {
   cudaStream_t stream_ = nullptr;
   WeightStore weights_;
   Arena arena_;
+  int64_t identity_count_ = 0;
   std::mutex mutex_;
   OpProfile profile_;
 };
@@ -296,21 +311,17 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   const int64_t group_in = heads * d / groups;
   const int64_t group_out = weights.wo_a_groups.front().rows;
   const int64_t pairs = rows_ * groups;
-  std::vector<int32_t> identity(static_cast<std::size_t>(pairs));
   std::vector<int32_t> group_of(static_cast<std::size_t>(pairs));
-  for (int64_t p = 0; p < pairs; ++p) {
-    identity[static_cast<std::size_t>(p)] = static_cast<int32_t>(p);
-    group_of[static_cast<std::size_t>(p)] = static_cast<int32_t>(p % groups);
-  }
-  int32_t* identity_device = arena.get<int32_t>(kPairIdentity, identity.size());
+  for (int64_t p = 0; p < pairs; ++p) group_of[static_cast<std::size_t>(p)] = static_cast<int32_t>(p % groups);
+  const int32_t* identity_device = backend_.identity(pairs);
   int32_t* group_of_device = arena.get<int32_t>(kGroupOf, group_of.size());
-  check(cudaMemcpyAsync(identity_device, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice, stream),
-        "upload");
   check(cudaMemcpyAsync(group_of_device, group_of.data(), group_of.size() * 4, cudaMemcpyHostToDevice, stream),
         "upload");
   float* low_rank = arena.get<float>(kLowRank, static_cast<std::size_t>(pairs * group_out));
-  k::linear_gathered(attended, identity_device, pairs, store.descriptor_array(&weights.wo_a_groups, weights.wo_a_groups),
-                     group_of_device, group_out, group_in, low_rank, stream);
+  const kernels::WeightMatrix* groups_device = store.find_descriptor_array(&weights.wo_a_groups);
+  if (!groups_device) groups_device = store.descriptor_array(&weights.wo_a_groups, weights.wo_a_groups);
+  k::linear_gathered(attended, identity_device, pairs, groups_device, group_of_device, group_out, group_in, low_rank,
+                     stream);
   k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream);
   sync();  // the host vectors above are locals or reused
 }
@@ -370,21 +381,19 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   int64_t* position_of = arena.get<int64_t>(kPositionOf, static_cast<std::size_t>(pairs));
   k::moe_sort(chosen, pairs, top_k, scratch, scratch_bytes, sorted_expert, sorted_token, sorted_pair, position_of,
               stream);
-  std::vector<int32_t> identity(static_cast<std::size_t>(pairs));
-  std::iota(identity.begin(), identity.end(), 0);
-  int32_t* identity_device = arena.get<int32_t>(kPairIdentity, static_cast<std::size_t>(pairs));
-  check(cudaMemcpyAsync(identity_device, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice, stream),
-        "upload");
+  const int32_t* identity_device = backend_.identity(pairs);
 
-  std::vector<kernels::WeightMatrix> w1, w2, w3;
-  for (const model::ExpertWeights& expert : weights.experts) {
-    w1.push_back(expert.w1);
-    w2.push_back(expert.w2);
-    w3.push_back(expert.w3);
-  }
-  const kernels::WeightMatrix* w1_device = store.descriptor_array(&weights.experts, w1);
-  const kernels::WeightMatrix* w2_device = store.descriptor_array(&weights.experts.front().w2, w2);
-  const kernels::WeightMatrix* w3_device = store.descriptor_array(&weights.experts.front().w3, w3);
+  // The experts' descriptor arrays were uploaded at attach (for_each_device_tensor); they are
+  // built here only for a model part that walk did not cover.
+  const auto experts_array = [&](const void* key, kernels::WeightMatrix model::ExpertWeights::* which) {
+    if (const kernels::WeightMatrix* found = store.find_descriptor_array(key)) return found;
+    std::vector<kernels::WeightMatrix> host;
+    for (const model::ExpertWeights& expert : weights.experts) host.push_back(expert.*which);
+    return store.descriptor_array(key, host);
+  };
+  const kernels::WeightMatrix* w1_device = experts_array(&weights.experts, &model::ExpertWeights::w1);
+  const kernels::WeightMatrix* w2_device = experts_array(&weights.experts.front().w2, &model::ExpertWeights::w2);
+  const kernels::WeightMatrix* w3_device = experts_array(&weights.experts.front().w3, &model::ExpertWeights::w3);
   const int64_t inner = weights.experts.front().w1.rows;
   float* gate = arena.get<float>(kGate, static_cast<std::size_t>(pairs * inner));
   float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
@@ -409,7 +418,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   }
   k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
                  sublayer_out_, stream);
-  sync();  // identity is a local
+  sync();
   if (routing) {
     std::vector<int32_t> host_experts(static_cast<std::size_t>(pairs));
     std::vector<float> host_weights(static_cast<std::size_t>(pairs));

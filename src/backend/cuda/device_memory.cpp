@@ -107,6 +107,11 @@ const kernels::WeightMatrix* WeightStore::descriptor_array(const void* key,
   return static_cast<const kernels::WeightMatrix*>(address);
 }
 
+const kernels::WeightMatrix* WeightStore::find_descriptor_array(const void* key) const {
+  const auto found = copies_.find(key);
+  return found == copies_.end() ? nullptr : static_cast<const kernels::WeightMatrix*>(found->second);
+}
+
 void* Arena::get_bytes(int slot, std::size_t bytes) {
   if (slot >= static_cast<int>(slots_.size())) slots_.resize(static_cast<std::size_t>(slot) + 1);
   DeviceBuffer& buffer = slots_[static_cast<std::size_t>(slot)];

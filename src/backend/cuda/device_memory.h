@@ -53,6 +53,8 @@ class WeightStore {
   const int32_t* ints(std::span<const int32_t> host);
   // A device array of device descriptors, uploaded once per distinct `key`.
   const kernels::WeightMatrix* descriptor_array(const void* key, const std::vector<kernels::WeightMatrix>& host);
+  // The array uploaded under `key`, or null (so a step need not rebuild its host side).
+  const kernels::WeightMatrix* find_descriptor_array(const void* key) const;
 
   std::size_t uploaded_bytes() const { return uploaded_bytes_; }
 
