@@ -3,13 +3,14 @@
 //
 //   decode_step_bench --model DIR [--tokenizer FILE] [--device cpu|cuda[:N]] [--batch 1,16,64]
 //                     [--context 512] [--steps 16] [--repeat 5] [--warmup 1] [--prefill-tokens 4096]
-//                     [--threads N] [--seed S] [--no-trace] [--copy-gb G] [--json]
+//                     [--threads N] [--seed S] [--no-trace] [--shared-prefill] [--copy-gb G] [--json]
 //
 // For each batch size B: B fresh sequences are prefilled to --context random tokens (chunks
 // through forward_batch, LogitRows::None, at most --prefill-tokens rows per call), --warmup
 // untimed decode steps run, then --repeat times --steps decode steps (one token per sequence,
 // LogitRows::Last, random ids) are timed on the wall clock; the figure is the median ms/step
 // over the repeats. The sequences keep growing: repeat r starts at context + warmup + r * steps.
+// --shared-prefill prefills one sequence and copies it to the others (long contexts at batch 64).
 //
 // The bound: bytes one decode step reads (step_bytes(): weights, distinct routed experts, cache)
 // divided by a copy bandwidth measured in the same run (cuda: device-to-device cudaMemcpy of
@@ -77,6 +78,7 @@ struct Options {
   int threads = 0;  // 0: the default pool (DEEPINFER_THREADS or every hardware thread)
   uint64_t seed = 1;
   bool trace = true;
+  bool shared_prefill = false;
   double copy_gb = 4.0;
   bool json = false;
 };
@@ -86,7 +88,7 @@ struct Options {
                "decode_step_bench: %s\n"
                "usage: decode_step_bench --model DIR [--tokenizer FILE] [--device cpu|cuda[:N]] [--batch 1,16,64]\n"
                "       [--context 512] [--steps 16] [--repeat 5] [--warmup 1] [--prefill-tokens 4096]\n"
-               "       [--threads N] [--seed S] [--no-trace] [--copy-gb 4] [--json]\n",
+               "       [--threads N] [--seed S] [--no-trace] [--shared-prefill] [--copy-gb 4] [--json]\n",
                message.c_str());
   std::exit(2);
 }
@@ -126,6 +128,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--threads") o.threads = static_cast<int>(parse_positive(flag, value()));
     else if (flag == "--seed") o.seed = static_cast<uint64_t>(parse_positive(flag, value(), 0));
     else if (flag == "--no-trace") o.trace = false;
+    else if (flag == "--shared-prefill") o.shared_prefill = true;
     else if (flag == "--copy-gb") {
       o.copy_gb = std::atof(value().c_str());
       if (!(o.copy_gb > 0)) usage("--copy-gb: expected a positive number of GB");
@@ -336,6 +339,7 @@ double median_of(std::vector<double> values) {
 struct BatchResult {
   int64_t batch = 0;
   int64_t context = 0;
+  int64_t prefilled = 0;  // sequences prefilled (the others copied, --shared-prefill)
   double prefill_seconds = 0;
   std::vector<double> ms_per_step;  // one per repeat
   double median_ms = 0;
@@ -367,6 +371,16 @@ class TokenSource {
   const ModelConfig& config_;
 };
 
+// `to` (a fresh sequence of the same block size) becomes a copy of `from`: its blocks, then the
+// rest of the state through a snapshot, in whatever memory the backend keeps them.
+void copy_sequence(const Model& model, const SequenceState& from, SequenceState& to) {
+  to.pages.cover(from.length);
+  for (int64_t k = 0; k < Model::blocks_for(from.length, from.pages.block_tokens); ++k)
+    to.pages.memory->copy(to.pages.blocks[static_cast<std::size_t>(k)], from.pages.blocks[static_cast<std::size_t>(k)],
+                          from.pages.block_bytes);
+  model.restore_snapshot(to, model.save_snapshot(from));
+}
+
 BatchResult run_batch(const Model& model, const Options& o, int64_t batch, double bandwidth) {
   const ModelConfig& c = model.config();
   const int64_t vocab = c.vocab_size;
@@ -380,22 +394,28 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
   result.context = o.context;
 
   // Prefill: every sequence advances by `chunk` tokens per call, at most prefill_tokens rows.
+  // --shared-prefill: only the first does, and the others start as copies of it (blocks and
+  // snapshot), which makes long contexts at large batches affordable to set up.
   const auto prefill_start = Clock::now();
-  const int64_t chunk = std::max<int64_t>(1, o.prefill_tokens / batch);
+  const int64_t prefilled = o.shared_prefill ? 1 : batch;
+  result.prefilled = prefilled;
+  const int64_t chunk = std::max<int64_t>(1, o.prefill_tokens / prefilled);
   std::vector<int32_t> ids;
   std::vector<BatchItem> items;
   for (int64_t done = 0; done < o.context;) {
     const int64_t take = std::min(chunk, o.context - done);
-    ids.resize(static_cast<std::size_t>(batch * take));
+    ids.resize(static_cast<std::size_t>(prefilled * take));
     for (int32_t& id : ids) id = tokens.next();
     items.clear();
-    for (int64_t i = 0; i < batch; ++i)
+    for (int64_t i = 0; i < prefilled; ++i)
       items.push_back(BatchItem{&sequences[static_cast<std::size_t>(i)],
                                 std::span<const int32_t>(ids.data() + i * take, static_cast<std::size_t>(take)),
                                 {}, LogitRows::None});
     model.forward_batch(items);
     done += take;
   }
+  if (o.shared_prefill)
+    for (int64_t i = 1; i < batch; ++i) copy_sequence(model, sequences.front(), sequences[static_cast<std::size_t>(i)]);
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - prefill_start).count();
 
   std::vector<float> logits(static_cast<std::size_t>(batch * vocab));
@@ -506,7 +526,7 @@ int run(const Options& o) {
     mean_experts /= static_cast<double>(std::max<std::size_t>(1, r.distinct_experts.size()));
     std::fprintf(stderr,
                  "batch %lld: prefill %.2f s (%.0f tok/s); ms/step per repeat:", static_cast<long long>(batch),
-                 r.prefill_seconds, static_cast<double>(batch * o.context) / std::max(r.prefill_seconds, 1e-9));
+                 r.prefill_seconds, static_cast<double>(r.prefilled * o.context) / std::max(r.prefill_seconds, 1e-9));
     for (double ms : r.ms_per_step) std::fprintf(stderr, " %.3f", ms);
     std::fprintf(stderr, "; last logits rms %.3g", r.logit_rms);
     if (r.nonfinite_logits > 0)

@@ -63,7 +63,6 @@ std::string attach_device(model::Model& model, const DeviceSpec& spec, int64_t m
   std::string line = "device: " + attached.backend->name() + ", " + gib(info.free_bytes) + " free of " +
                      gib(info.total_bytes) + " after loading; weights " + gib(attached.weight_bytes) +
                      " and activations " + gib(attached.activation_bytes) + " on the device";
-  if (attached.host_weight_bytes > 0) line += ", " + gib(attached.host_weight_bytes) + " (compressors, indexers) read from host memory";
   return line;
 #else
   fail("--device cuda: this build has no CUDA backend");

@@ -6,13 +6,14 @@
 
 namespace deepinfer::engine {
 
-BlockPool::BlockPool(int64_t budget_bytes, int64_t block_bytes) : block_bytes_(block_bytes) {
+BlockPool::BlockPool(int64_t budget_bytes, int64_t block_bytes, const model::CacheMemory& memory)
+    : block_bytes_(block_bytes), memory_(&memory) {
   if (block_bytes <= 0) fail("cache block of ", block_bytes, " bytes: it must be positive");
   const int64_t blocks = budget_bytes / block_bytes;
   if (blocks < 1) fail("cache memory budget of ", budget_bytes, " bytes holds no block of ", block_bytes, " bytes");
   if (blocks > std::numeric_limits<BlockId>::max())
     fail("cache memory budget of ", budget_bytes, " bytes makes ", blocks, " blocks, more than a block id counts");
-  arena_ = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(blocks * block_bytes));
+  arena_ = memory.allocate(blocks * block_bytes, /*zeroed=*/false);
   ref_counts_.assign(static_cast<std::size_t>(blocks), 0);
   cached_.assign(static_cast<std::size_t>(blocks), 0);
   free_.assign(static_cast<std::size_t>(blocks), 1);

@@ -15,14 +15,18 @@
 #include <span>
 #include <vector>
 
+#include "model/paged_rows.h"
+
 namespace deepinfer::engine {
 
 using BlockId = int32_t;
 
 class BlockPool {
  public:
-  // As many blocks of `block_bytes` as `budget_bytes` holds. Throws when that is none.
-  BlockPool(int64_t budget_bytes, int64_t block_bytes);
+  // As many blocks of `block_bytes` as `budget_bytes` holds, in `memory` (the model's backend's:
+  // device memory for a GPU). Throws when that is none, or when the memory cannot hold them.
+  BlockPool(int64_t budget_bytes, int64_t block_bytes,
+            const model::CacheMemory& memory = model::host_cache_memory());
 
   // A free block with reference count 1; nullopt when none is free (evictable blocks are not
   // taken here: the prefix cache decides which to give back).
@@ -40,6 +44,8 @@ class BlockPool {
   bool cached(BlockId block) const;
   std::span<std::byte> payload(BlockId block);
   std::span<const std::byte> payload(BlockId block) const;
+  // Where the payloads live (their bytes are only for the backend to read and write).
+  const model::CacheMemory& memory() const { return *memory_; }
 
   int64_t block_bytes() const { return block_bytes_; }
   int64_t total_blocks() const { return static_cast<int64_t>(ref_counts_.size()); }
@@ -51,7 +57,8 @@ class BlockPool {
   void check(BlockId block) const;
 
   int64_t block_bytes_ = 0;
-  std::unique_ptr<std::byte[]> arena_;
+  const model::CacheMemory* memory_;
+  std::shared_ptr<std::byte> arena_;
   std::vector<int32_t> ref_counts_;
   std::vector<char> cached_;
   std::vector<char> free_;  // on the free list: catches a release of a free block

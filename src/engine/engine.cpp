@@ -89,6 +89,7 @@ struct Engine::Impl {
     SchedulerConfig config = scheduler_config(model.cache_layout(options.block_tokens), options.cache_memory_bytes,
                                               options.max_batch_tokens, static_cast<int32_t>(options.max_running));
     config.snapshot_bytes = model.max_snapshot_bytes(options.block_tokens);
+    config.cache_memory = &model.backend().cache_memory();
     config.prefix_caching = options.prefix_caching;
     return config;
   }

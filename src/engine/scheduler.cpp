@@ -47,7 +47,8 @@ int64_t StepPlan::tokens() const {
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(validated(config)),
-      pool_(config.cache_memory_bytes, config.block_bytes),
+      pool_(config.cache_memory_bytes, config.block_bytes,
+            config.cache_memory ? *config.cache_memory : model::host_cache_memory()),
       prefix_cache_(pool_, config.block_tokens),
       snapshots_(pool_) {}
 

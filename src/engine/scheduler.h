@@ -53,6 +53,8 @@ inline constexpr int32_t kPendingToken = -1;
 struct SchedulerConfig {
   int64_t cache_memory_bytes = 0;  // --cache-memory: the one budget (blocks, fixed state, snapshots)
   int64_t block_bytes = 0;         // CacheLayout::block_bytes
+  // Where the pool's blocks live (the model's backend's memory); null: host memory.
+  const model::CacheMemory* cache_memory = nullptr;
   int64_t block_tokens = 64;
   int64_t max_batch_tokens = 2048;     // tokens computed per step, all sequences together
   int32_t max_running_sequences = 256;

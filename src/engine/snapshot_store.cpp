@@ -46,7 +46,7 @@ bool SnapshotStore::write(SnapshotHandle handle, std::span<const std::byte> byte
     const int64_t first = static_cast<int64_t>(i) * block_bytes;
     if (first >= size) break;
     const int64_t count = std::min(block_bytes, size - first);
-    std::memcpy(pool_.payload(entry.blocks[i]).data(), bytes.data() + first, static_cast<std::size_t>(count));
+    pool_.memory().write(pool_.payload(entry.blocks[i]).data(), bytes.data() + first, count);
   }
   entry.size = size;
   return true;
@@ -67,7 +67,7 @@ std::vector<std::byte> SnapshotStore::load(SnapshotHandle handle) const {
     const int64_t first = static_cast<int64_t>(i) * block_bytes;
     if (first >= stored.size) break;
     const int64_t count = std::min(block_bytes, stored.size - first);
-    std::memcpy(bytes.data() + first, pool_.payload(stored.blocks[i]).data(), static_cast<std::size_t>(count));
+    pool_.memory().read(bytes.data() + first, pool_.payload(stored.blocks[i]).data(), count);
   }
   return bytes;
 }

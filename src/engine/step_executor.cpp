@@ -123,7 +123,8 @@ void StepExecutor::compute() {
   for (PreparedFork& fork : prepared.forks) {
     const model::SequenceState& parent = *context(fork.parent).state;
     const model::CachePages& parent_pages = parent.pages;
-    for (const auto& [from, to] : fork.copies) std::memcpy(to, from, static_cast<std::size_t>(parent_pages.block_bytes));
+    const model::CacheMemory& memory = scheduler_.pool().memory();
+    for (const auto& [from, to] : fork.copies) memory.copy(to, from, parent_pages.block_bytes);
     SequenceContext& child = context(fork.child);
     child.state.emplace(model_.new_sequence(block_tokens_, /*external_pages=*/true));
     child.state->pages.blocks = fork.block_table;

@@ -6,6 +6,7 @@
 // (CSA). V4.1 (CSA2): the entries of its group's kv source, picked by the latest index source
 // (shared_indexer.h); the window rows are stored FP8 (the reference's fake quantisation).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,7 +47,16 @@ struct AttentionWeights {
 AttentionWeights load_attention(const Weights& weights, const std::string& prefix, const ModelConfig& config,
                                 int64_t layer);
 
+// A backend's own copy of one layer's state (backend/cuda: in device memory). While a layer has
+// one, the backend's copy is the state and the host fields below are not kept up to date: the
+// backend gives them back for snapshots (Backend::download_layers) and takes them from a restored
+// snapshot (Backend::upload_layers).
+struct BackendLayerState {
+  virtual ~BackendLayerState() = default;
+};
+
 struct AttentionState {
+  std::shared_ptr<BackendLayerState> backend;
   QuantizedRows window;  // K = V rows for positions [window_first, window_first + rows)
   int64_t window_first = 0;
   CompressorState compressor;  // V4
@@ -73,6 +83,7 @@ struct AttentionSegment {
   int64_t row_begin = 0;
   int64_t rows = 0;
   int64_t first_position = 0;
+  CachePages* pages = nullptr;  // the sequence's block table (backends that place rows themselves)
   // Optional: receives the per-token compressed entries attended on CSA / CSA2 layers.
   std::vector<std::vector<int64_t>>* selected = nullptr;
 };

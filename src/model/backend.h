@@ -25,6 +25,7 @@
 namespace deepinfer::model {
 
 class Engram;
+struct SequenceState;
 
 // What stays fixed for every pass over one model.
 struct PassShape {
@@ -63,6 +64,9 @@ class ForwardPass {
   virtual void exit_site() = 0;
   // Forget the first `rows` rows (decoder window replay): row i becomes row i - rows.
   virtual void drop_front_rows(int64_t rows) = 0;
+  // Empties a layer's window so that it restarts at `first_position` (decoder window replay: the
+  // rows below were never computed for this layer).
+  virtual void restart_window(AttentionState& state, int64_t first_position) = 0;
   // The streams of every current row, [rows, hc, D] (traces).
   virtual void read_streams(std::span<float> out) = 0;
   // Rows `rows` (current row indices) through collapse, final norm and LM head: logits
@@ -77,6 +81,13 @@ class Backend {
   // "cpu" or "cuda:0 (NVIDIA H200, 139.8 GiB)".
   virtual std::string name() const = 0;
   virtual std::unique_ptr<ForwardPass> begin(const PassShape& shape, int64_t rows) const = 0;
+  // Where this backend's cache blocks live (the engine's pool, self-owned pages).
+  virtual const CacheMemory& cache_memory() const { return host_cache_memory(); }
+  // For backends that keep layers' state in their own memory (AttentionState::backend): `host`
+  // (a copy of sequence.layers) gets the host form of every such layer, for a snapshot; and after
+  // a snapshot was restored into sequence.layers, the backend's copies are made to match it.
+  virtual void download_layers(const SequenceState& /*sequence*/, std::vector<AttentionState>& /*host*/) const {}
+  virtual void upload_layers(SequenceState& /*sequence*/) const {}
 };
 
 // The process-wide CPU backend (stateless; passes run concurrently).

@@ -57,6 +57,11 @@ class CpuForwardPass final : public ForwardPass {
     }
   }
 
+  void restart_window(AttentionState& state, int64_t first_position) override {
+    state.window.erase_front(state.window.size());
+    state.window_first = first_position;
+  }
+
   void engram(const Engram& engram, int index, std::span<const int64_t> hash_ids) override {
     engram.apply(index, hash_ids, streams_, rows_);
   }

@@ -107,6 +107,7 @@ SequenceState Model::new_sequence(int64_t block_tokens, bool external_pages) con
   sequence.pages.block_tokens = block_tokens;
   sequence.pages.block_bytes = layout.block_bytes;
   sequence.pages.external = external_pages;
+  sequence.pages.memory = &backend_->cache_memory();
   for (std::size_t l = 0; l < layers_.size(); ++l)
     sequence.layers.push_back(new_attention_state(layers_[l].attention, config_, layout.layers[l]));
   if (engram_) sequence.engram.emplace(engram_->new_state());
@@ -240,11 +241,8 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       active_first = skipped;
       segments[0].rows = active;
       segments[0].first_position = first_position[0] + skipped;
-      for (int64_t later = layer; later < num_layers; ++later) {
-        AttentionState& state = items[0].sequence->layers[later];
-        state.window.erase_front(state.window.size());
-        state.window_first = first_position[0] + skipped;
-      }
+      for (int64_t later = layer; later < num_layers; ++later)
+        pass->restart_window(items[0].sequence->layers[later], first_position[0] + skipped);
       if (trace) {
         for (int64_t t = 0; t < skipped; ++t)
           for (int64_t later = layer; later < num_layers; ++later)
@@ -270,6 +268,7 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       SequenceState& sequence = *items[i].sequence;
       AttentionSegment& segment = segments[i];
       segment.state = &sequence.layers[layer];
+      segment.pages = &sequence.pages;
       segment.group = {};
       if (w.attention.shared_compressed)
         segment.group = GroupContext{&sequence.layers[config_.kv_source_of(layer)].group, &selections[i]};

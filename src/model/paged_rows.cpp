@@ -6,6 +6,32 @@
 
 namespace deepinfer::model {
 
+namespace {
+
+class HostCacheMemory final : public CacheMemory {
+ public:
+  std::shared_ptr<std::byte> allocate(int64_t bytes, bool zeroed) const override {
+    if (bytes < 0) fail("cache memory: ", bytes, " bytes asked for");
+    const auto size = static_cast<std::size_t>(bytes);
+    // Not zeroed: the pages of a large pool are touched only when a block is first written.
+    return std::shared_ptr<std::byte>(zeroed ? new std::byte[size]() : new std::byte[size],
+                                      std::default_delete<std::byte[]>());
+  }
+  void copy(std::byte* to, const std::byte* from, int64_t bytes) const override {
+    std::memcpy(to, from, static_cast<std::size_t>(bytes));
+  }
+  void write(std::byte* to, const std::byte* host, int64_t bytes) const override { copy(to, host, bytes); }
+  void read(std::byte* host, const std::byte* from, int64_t bytes) const override { copy(host, from, bytes); }
+  std::string name() const override { return "host"; }
+};
+
+}  // namespace
+
+const CacheMemory& host_cache_memory() {
+  static const HostCacheMemory memory;
+  return memory;
+}
+
 void CachePages::cover(int64_t end_position) {
   if (block_bytes == 0) return;  // no layer owns paged rows: nothing is ever read or written
   const int64_t needed = blocks_for_tokens(end_position, block_tokens);
@@ -18,7 +44,7 @@ std::byte* CachePages::block(int64_t index) {
     fail("cache block ", index, " (positions ", index * block_tokens, "..", (index + 1) * block_tokens - 1,
          ") is missing from the sequence's block table (", blocks.size(), " entries): the caller must map it before the forward");
   if (index >= static_cast<int64_t>(blocks.size())) blocks.resize(static_cast<std::size_t>(index + 1), nullptr);
-  owned.push_back(std::make_unique<std::byte[]>(static_cast<std::size_t>(block_bytes)));  // zeroed
+  owned.push_back(memory->allocate(block_bytes));  // zeroed
   blocks[index] = owned.back().get();
   return blocks[index];
 }

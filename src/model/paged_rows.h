@@ -12,18 +12,41 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/fake_quant.h"
 
 namespace deepinfer::model {
 
+// Where cache blocks live: the memory a backend's passes read (host for the CPU, device for CUDA;
+// model/backend.h Backend::cache_memory). Blocks are opaque bytes to everything above the backend:
+// the engine's pool, the prefix cache and forks move them through this interface only.
+class CacheMemory {
+ public:
+  virtual ~CacheMemory() = default;
+  // `bytes` bytes (zeroed when `zeroed`), freed when the last copy of the pointer goes. Throws
+  // deepinfer::Error with the sizes when the memory is not there.
+  virtual std::shared_ptr<std::byte> allocate(int64_t bytes, bool zeroed = true) const = 0;
+  // Copies `bytes` between two places in this memory (a fork's copy-on-write).
+  virtual void copy(std::byte* to, const std::byte* from, int64_t bytes) const = 0;
+  // Host bytes into this memory and back (snapshots kept in pool blocks).
+  virtual void write(std::byte* to, const std::byte* host, int64_t bytes) const = 0;
+  virtual void read(std::byte* host, const std::byte* from, int64_t bytes) const = 0;
+  // "host" or the device's name, for messages.
+  virtual std::string name() const = 0;
+};
+
+// Host memory (the CPU backend's).
+const CacheMemory& host_cache_memory();
+
 // A sequence's block table.
 struct CachePages {
   int64_t block_tokens = 0;
   int64_t block_bytes = 0;          // one block's payload (CacheLayout::block_bytes)
   std::vector<std::byte*> blocks;   // block k covers positions [k * B, (k + 1) * B)
-  std::vector<std::unique_ptr<std::byte[]>> owned;  // self-owned pages: the blocks themselves
+  std::vector<std::shared_ptr<std::byte>> owned;  // self-owned pages: the blocks themselves
+  const CacheMemory* memory = &host_cache_memory();  // where self-owned pages are allocated
   bool external = false;  // the caller (the engine's BlockPool) owns the blocks and fills the table
 
   // Makes sure blocks 0 .. ceil(end_position / B) - 1 are present: self-owned pages allocate the
@@ -51,6 +74,9 @@ class PagedRows {
   int64_t width() const { return width_; }
   int64_t size() const { return rows_; }
   int64_t ratio() const { return ratio_; }
+  CacheFormat format() const { return format_; }
+  int64_t region_offset() const { return region_offset_; }
+  int64_t slots() const { return slots_; }
   // Bytes of one stored row (codes + scales, or 4 * width).
   int64_t row_bytes() const { return code_bytes_ + scale_bytes_; }
 

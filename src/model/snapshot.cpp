@@ -5,6 +5,7 @@
 // Layout, native byte order (a snapshot lives in one process's cache): magic, the model and
 // layout fingerprint, the length, per layer its state, the Engram look-back, then an FNV-1a 64
 // checksum of everything before it. Variable-length arrays are a u64 count, then the elements.
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -124,7 +125,15 @@ std::vector<std::byte> Model::save_snapshot(const SequenceState& sequence) const
   out.raw(kMagic.data(), kMagic.size());
   out.array<int64_t>(fingerprint(config_, cache_layout(sequence.pages.block_tokens)));
   out.integer(sequence.length);
-  for (const AttentionState& layer : sequence.layers) {
+  // A backend that holds layers' state in its own memory gives back their host form first.
+  std::vector<AttentionState> downloaded;
+  const std::vector<AttentionState>* layers = &sequence.layers;
+  if (std::any_of(sequence.layers.begin(), sequence.layers.end(), [](const AttentionState& l) { return l.backend; })) {
+    downloaded = sequence.layers;
+    backend_->download_layers(sequence, downloaded);
+    layers = &downloaded;
+  }
+  for (const AttentionState& layer : *layers) {
     out.integer(layer.window_first);
     out.integer(layer.window.size());
     out.array<uint8_t>(layer.window.stored());
@@ -210,6 +219,7 @@ void Model::restore_snapshot(SequenceState& sequence, std::span<const std::byte>
   sequence.layers = std::move(layers);
   sequence.engram = std::move(engram);
   sequence.bind_pages();
+  backend_->upload_layers(sequence);
 }
 
 // Framing (save_snapshot): magic, fingerprint (10 + 5 per layer values), length, look-back count

@@ -1,11 +1,10 @@
-// The CUDA backend's coarse operations (model/backend.h) over the kernels of kernels/cuda.
-// Part 1 (docs/ARCHITECTURE.md, "CUDA backend"): the residual streams, mHC, the MoE layers, the
-// embedding, attention's projections (low-rank q, K = V, norms, RoPE, grouped output) and the
-// head run on the GPU with their weights uploaded once. Attention's stateful middle (window
-// store, compressors, indexer, the sink softmax over the cache) and Engram still run on the
-// host's CPU code (model/attention.h attention_core, model/engram.h) between a download and an
-// upload, because the per-sequence state they read (the paged cache) is in host memory until the
-// device cache lands.
+// The CUDA backend's coarse operations (model/backend.h) over the kernels of kernels/cuda
+// (docs/ARCHITECTURE.md, "CUDA backend"): the residual streams, mHC, the MoE layers, the embedding,
+// the head and the whole of attention (projections, the window, the compressors and indexers, the
+// sink softmax over the cache: device_attention.cpp) run on the GPU, with the weights uploaded
+// once, the activations in one arena, the per-sequence state (device_layer_state.h) and the cache
+// blocks (cache_memory.h) in device memory. Engram still runs on the host's CPU code between a
+// download and an upload of the streams (its tables are host memory by design).
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -16,6 +15,10 @@
 #include <numeric>
 #include <optional>
 
+#include "backend/cuda/arena_slots.h"
+#include "backend/cuda/cache_memory.h"
+#include "backend/cuda/device_attention.h"
+#include "backend/cuda/device_layer_state.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/op_profile.h"
 #include "core/error.h"
@@ -32,56 +35,15 @@ void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(status));
 }
 
-// Arena slots: one buffer each.
-enum Slot : int {
-  kStreams,
-  kSublayerIn,
-  kSublayerOut,
-  kFlat,
-  kMixLogits,
-  kPre,
-  kPost,
-  kComb,
-  kCarriedPre,
-  kTokenIds,
-  kRouterLogits,
-  kExperts,
-  kRouteWeights,
-  kPairToken,
-  kPairIdentity,
-  kGate,
-  kUp,
-  kContributions,
-  kSharedGate,
-  kSharedUp,
-  kSharedOut,
-  kHeadRows,
-  kHeadStreams,
-  kHeadPre,
-  kHeadHidden,
-  kHeadFlat,
-  kHeadMix,
-  kLogits,
-  kPositions,
-  kQResidual,
-  kQuery,
-  kKv,
-  kAttended,
-  kLowRank,
-  kGroupOf,
-  kSortScratch,
-  kSortedExpert,
-  kSortedPair,
-  kPositionOf,
-  kSortedOut,
-  kSortedScale,
-};
-
 class CudaBackend;
 
 class CudaForwardPass final : public model::ForwardPass {
  public:
   CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows);
+  // A pass whose rows reach no head returns with its kernels still queued: wait for them, so the
+  // caller's next look at the sequences (a snapshot, a free) sees a finished step. A failure
+  // stays recorded on the stream and is raised by the next checked call.
+  ~CudaForwardPass() override;
 
   void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) override;
   void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override;
@@ -91,6 +53,9 @@ class CudaForwardPass final : public model::ForwardPass {
            std::vector<model::Routing>* routing) override;
   void exit_site() override;
   void drop_front_rows(int64_t rows) override;
+  void restart_window(model::AttentionState& state, int64_t first_position) override {
+    attention_.restart_window(state, first_position);
+  }
   void read_streams(std::span<float> out) override;
   void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
             std::vector<float>* hidden) override;
@@ -115,7 +80,8 @@ class CudaForwardPass final : public model::ForwardPass {
   float* pre_ = nullptr;
   float* post_ = nullptr;
   float* comb_ = nullptr;
-  std::vector<float> host_in_, host_out_;
+  std::vector<float> host_in_;
+  DeviceAttention attention_;
 };
 
 class CudaBackend final : public model::Backend {
@@ -123,6 +89,7 @@ class CudaBackend final : public model::Backend {
   CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cache_memory_.emplace(device_, stream_, "cuda:" + std::to_string(device_));
   }
   ~CudaBackend() override {
     if (stream_) cudaStreamDestroy(stream_);
@@ -131,6 +98,21 @@ class CudaBackend final : public model::Backend {
   std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, int64_t rows) const override {
     // The pass holds the backend's lock: one pass at a time, on this backend's stream.
     return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, rows);
+  }
+  const model::CacheMemory& cache_memory() const override { return *cache_memory_; }
+  void download_layers(const model::SequenceState& sequence, std::vector<model::AttentionState>& host) const override {
+    const std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    for (std::size_t l = 0; l < host.size(); ++l)
+      if (const auto* device = dynamic_cast<const DeviceLayerState*>(sequence.layers[l].backend.get()))
+        device->to_host(host[l], stream_);
+  }
+  // The host form a snapshot restored is the state now: the device copies are made from it again
+  // on the layers' next use.
+  void upload_layers(model::SequenceState& sequence) const override {
+    const std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    for (model::AttentionState& layer : sequence.layers) layer.backend.reset();
   }
 
   // Sizes every arena buffer for calls of up to `rows` rows, so that a step of the engine's
@@ -165,12 +147,17 @@ class CudaBackend final : public model::Backend {
   WeightStore weights_;
   Arena arena_;
   int64_t identity_count_ = 0;
+  std::optional<CudaCacheMemory> cache_memory_;
   std::mutex mutex_;
   OpProfile profile_;
 };
 
 CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows)
-    : backend_(backend), lock_(backend.mutex()), shape_(shape), rows_(rows) {
+    : backend_(backend),
+      lock_(backend.mutex()),
+      shape_(shape),
+      rows_(rows),
+      attention_(backend.weights(), backend.arena(), backend.stream(), rows) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   const auto n = static_cast<std::size_t>(shape.hc.streams);
   const auto d = static_cast<std::size_t>(shape.hc.hidden);
@@ -192,6 +179,8 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
   }
 }
 
+CudaForwardPass::~CudaForwardPass() { (void)cudaStreamSynchronize(backend_.stream()); }
+
 void CudaForwardPass::sync() { check(cudaStreamSynchronize(backend_.stream()), "cudaStreamSynchronize"); }
 
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) {
@@ -199,7 +188,8 @@ void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const 
   int32_t* ids = backend_.arena().get<int32_t>(kTokenIds, tokens.size());
   check(cudaMemcpyAsync(ids, tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, backend_.stream()), "upload");
   k::embed(backend_.weights().matrix(table), ids, rows_, shape_.hc.streams, streams(), backend_.stream());
-  sync();  // `tokens` may not outlive the call
+  // No wait: a copy from pageable host memory is staged before cudaMemcpyAsync returns, so
+  // `tokens` may go; the kernels of the whole pass queue up behind it until the head's download.
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
@@ -256,7 +246,6 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   const int64_t heads = weights.heads;
   const int64_t d = weights.head_dim;
   const int64_t rank = weights.wq_a.rows;
-  const int64_t model_dim = shape_.hc.hidden;
   const auto r = static_cast<std::size_t>(rows_);
   const std::vector<int64_t> positions = model::attention_positions(segments, rows_);
   std::vector<int32_t> positions32(positions.begin(), positions.end());
@@ -266,7 +255,6 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   // Projections on the device.
   std::optional<OpProfile::Section> timed;
   timed.emplace(backend_.profile(), "attention.project", stream);
-  model::AttentionProjections projections;
   float* q_residual = arena.get<float>(kQResidual, r * static_cast<std::size_t>(rank));
   float* q = arena.get<float>(kQuery, r * static_cast<std::size_t>(heads * d));
   float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
@@ -281,29 +269,21 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
   k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
 
-  // The stateful middle on the host.
   timed.reset();
-  timed.emplace(backend_.profile(), "attention.transfers", stream);
-  host_in_.resize(r * static_cast<std::size_t>(model_dim));
-  projections.q_residual.resize(r * static_cast<std::size_t>(rank));
-  projections.q.resize(r * static_cast<std::size_t>(heads * d));
-  projections.kv.resize(r * static_cast<std::size_t>(d));
-  const auto download = [&](std::vector<float>& host, const float* device) {
-    check(cudaMemcpyAsync(host.data(), device, host.size() * 4, cudaMemcpyDeviceToHost, stream), "download");
-  };
-  download(host_in_, sublayer_in_);
-  download(projections.q_residual, q_residual);
-  download(projections.q, q);
-  download(projections.kv, kv);
-  sync();
-  timed.reset();
-  timed.emplace(backend_.profile(), "attention.core (host)", stream);
-  host_out_.resize(r * static_cast<std::size_t>(heads * d));
-  model::attention_core(weights, segments, host_in_.data(), positions, projections, host_out_.data());
+  timed.emplace(backend_.profile(), "attention.core", stream);
+  float* attended = arena.get<float>(kAttended, r * static_cast<std::size_t>(heads * d));
+  AttentionInputs inputs;
+  inputs.x = sublayer_in_;
+  inputs.q_residual = q_residual;
+  inputs.q = q;
+  inputs.kv = kv;
+  inputs.positions = device_positions;
+  inputs.host_positions = positions;
+  inputs.rows = rows_;
+  inputs.first_row = first_;
+  attention_.run(weights, segments, inputs, attended);
   timed.reset();
   timed.emplace(backend_.profile(), "attention.output", stream);
-  float* attended = arena.get<float>(kAttended, host_out_.size());
-  check(cudaMemcpyAsync(attended, host_out_.data(), host_out_.size() * 4, cudaMemcpyHostToDevice, stream), "upload");
 
   // Grouped output on the device: attended as [rows * groups, group_in] rows, row t * groups + g
   // through group g's slice of wo_a, lands in low_rank [rows, groups, group_out] directly.
@@ -323,7 +303,6 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   k::linear_gathered(attended, identity_device, pairs, groups_device, group_of_device, group_out, group_in, low_rank,
                      stream);
   k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream);
-  sync();  // the host vectors above are locals or reused
 }
 
 void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit,
@@ -418,12 +397,14 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   }
   k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
                  sublayer_out_, stream);
-  sync();
   if (routing) {
     std::vector<int32_t> host_experts(static_cast<std::size_t>(pairs));
     std::vector<float> host_weights(static_cast<std::size_t>(pairs));
-    check(cudaMemcpy(host_experts.data(), chosen, host_experts.size() * 4, cudaMemcpyDeviceToHost), "download");
-    check(cudaMemcpy(host_weights.data(), route_weights, host_weights.size() * 4, cudaMemcpyDeviceToHost), "download");
+    check(cudaMemcpyAsync(host_experts.data(), chosen, host_experts.size() * 4, cudaMemcpyDeviceToHost, stream),
+          "download");
+    check(cudaMemcpyAsync(host_weights.data(), route_weights, host_weights.size() * 4, cudaMemcpyDeviceToHost, stream),
+          "download");
+    sync();
     routing->assign(r, {});
     for (int64_t t = 0; t < rows_; ++t) {
       model::Routing& decision = (*routing)[static_cast<std::size_t>(t)];
@@ -556,7 +537,33 @@ void for_each_device_tensor(const model::Model& model, Visit& visit) {
     visit.descriptors(&a.wo_a_groups, a.wo_a_groups);
     visit.floats(a.q_norm);
     visit.floats(a.kv_norm);
+    visit.floats(a.sink);
     visit.floats(a.rope.inv_freq());
+    const auto compressor = [&](const model::CompressorWeights& c) {
+      visit.matrix(c.wkv);
+      visit.matrix(c.wgate);
+      visit.floats(c.ape);
+      visit.floats(c.norm);
+    };
+    if (a.compressor) compressor(*a.compressor);
+    if (a.indexer) {
+      visit.matrix(a.indexer->wq_b);
+      visit.matrix(a.indexer->weights_proj);
+      compressor(a.indexer->compressor);
+    }
+    if (a.latent_compressor) {
+      visit.matrix(a.latent_compressor->wkv);
+      if (a.latent_compressor->wgate) visit.matrix(*a.latent_compressor->wgate);
+      visit.floats(a.latent_compressor->norm);
+    }
+    if (a.index_keys) {
+      visit.matrix(a.index_keys->wk);
+      visit.floats(a.index_keys->k_norm);
+    }
+    if (a.index_queries) {
+      visit.matrix(a.index_queries->wq_b);
+      visit.matrix(a.index_queries->weights_proj);
+    }
     const model::MoeWeights& moe = layer.moe;
     visit.matrix(moe.gate);
     visit.floats(moe.bias);
@@ -601,36 +608,6 @@ struct UploadWeights {
     store.descriptor_array(key, matrices);
   }
 };
-
-// Bytes of the weights the host's part of the forward pass (attention's compressors and indexer,
-// Engram's projection) still reads from host memory.
-int64_t host_weight_bytes(const model::Model& model) {
-  std::size_t bytes = 0;
-  const auto add = [&](const kernels::WeightMatrix& w) { bytes += matrix_data_bytes(w) + matrix_scale_bytes(w); };
-  const auto add_compressor = [&](const model::CompressorWeights& c) {
-    add(c.wkv);
-    add(c.wgate);
-  };
-  for (const model::LayerWeights& layer : model.layers()) {
-    const model::AttentionWeights& a = layer.attention;
-    if (a.compressor) add_compressor(*a.compressor);
-    if (a.indexer) {
-      add(a.indexer->wq_b);
-      add(a.indexer->weights_proj);
-      add_compressor(a.indexer->compressor);
-    }
-    if (a.latent_compressor) {
-      add(a.latent_compressor->wkv);
-      if (a.latent_compressor->wgate) add(*a.latent_compressor->wgate);
-    }
-    if (a.index_keys) add(a.index_keys->wk);
-    if (a.index_queries) {
-      add(a.index_queries->wq_b);
-      add(a.index_queries->weights_proj);
-    }
-  }
-  return static_cast<int64_t>(bytes);
-}
 
 std::string gib(std::size_t bytes) {
   char text[32];
@@ -679,8 +656,7 @@ Attached make_backend(const model::Model& model, int index, int64_t max_rows) {
   } catch (const Error& error) {
     fail("cuda:", index, ": the weights fit, but the activations of a ", max_rows, "-row step do not: ", error.what());
   }
-  return {backend, static_cast<int64_t>(store.uploaded_bytes()), host_weight_bytes(model),
-          static_cast<int64_t>(backend->arena().bytes())};
+  return {backend, static_cast<int64_t>(store.uploaded_bytes()), static_cast<int64_t>(backend->arena().bytes())};
 }
 
 }  // namespace deepinfer::backend::cuda

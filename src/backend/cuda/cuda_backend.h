@@ -1,6 +1,7 @@
 #pragma once
 // The CUDA backend (docs/ARCHITECTURE.md, "CUDA backend"): the model's coarse operations on one
-// GPU, weights uploaded once in their checkpoint encoding, activations in a device arena.
+// GPU, weights uploaded once in their checkpoint encoding, activations in a device arena, the
+// cache blocks and the per-sequence state in device memory.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,7 +23,6 @@ DeviceInfo device_info(int index);
 struct Attached {
   std::shared_ptr<const model::Backend> backend;
   int64_t weight_bytes = 0;  // uploaded to the device
-  int64_t host_weight_bytes = 0;  // still read from host memory (compressors, indexers)
   int64_t activation_bytes = 0;   // the arena, sized for max_rows
 };
 

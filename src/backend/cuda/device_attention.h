@@ -1,0 +1,67 @@
+#pragma once
+// Attention's stateful middle on the device (model/attention.h attention_core, one layer of one
+// call): the window store, the V4 compressors and CSA indexer, V4.1's latent compressor with its
+// FP4 entries and keys, the index sources' picks and candidate blocks, and the sink attention
+// over window + compressed rows, all against state in device memory (device_layer_state.h) and
+// the sequences' cache blocks (device memory, cache_memory.h). What crosses to the device per
+// layer is metadata only: segment bounds, block-table and row addresses, entry lists.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+
+#include "backend/cuda/device_memory.h"
+#include "model/attention.h"
+
+namespace deepinfer::backend::cuda {
+
+// The layer's inputs, on the device, for the pass's current rows.
+struct AttentionInputs {
+  const float* x = nullptr;           // [rows, D] the normed sublayer input
+  const float* q_residual = nullptr;  // [rows, q_rank] normed
+  const float* q = nullptr;           // [rows, heads, d] rotated
+  const float* kv = nullptr;          // [rows, d] normed, rotated
+  const int32_t* positions = nullptr;  // [rows]
+  std::span<const int64_t> host_positions;
+  int64_t rows = 0;
+  int64_t first_row = 0;  // rows of the call dropped before this layer (decoder window replay)
+};
+
+// One per forward pass: holds what the layers of one call share (the sequences' block tables on
+// the device, the latest index source's picks, the candidate source's blocks).
+class DeviceAttention {
+ public:
+  DeviceAttention(WeightStore& weights, Arena& arena, cudaStream_t stream, int64_t call_rows)
+      : weights_(weights), arena_(arena), stream_(stream), call_rows_(call_rows) {}
+
+  // attended [rows, heads, d], rotated back; the segments' states move past their rows.
+  void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
+           const AttentionInputs& in, float* attended);
+
+  // Decoder window replay: the layer's window restarts empty at first_position.
+  void restart_window(model::AttentionState& state, int64_t first_position);
+
+ private:
+  struct Layer;
+  std::byte* const* block_table(const model::CachePages* pages);
+  void compress(Layer& layer, const model::CompressorWeights& compressor, bool indexer_keys);
+  void publish_latents(Layer& layer);
+  void select(Layer& layer);
+  void index_v4(Layer& layer);
+  void download_picks(Layer& layer, bool picked);
+
+  WeightStore& weights_;
+  Arena& arena_;
+  cudaStream_t stream_;
+  int64_t call_rows_;
+  bool tables_ready_ = false;
+  std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
+  int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows
+  int32_t* pick_count_ = nullptr;
+  int64_t pick_stride_ = 0;
+  uint8_t* candidate_mask_ = nullptr;  // [call rows, mask_stride_]
+  int64_t mask_stride_ = 0;
+};
+
+}  // namespace deepinfer::backend::cuda

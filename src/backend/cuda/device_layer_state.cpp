@@ -1,0 +1,186 @@
+#include "backend/cuda/device_layer_state.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace deepinfer::backend::cuda {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(status));
+}
+
+constexpr std::size_t kAlign = 256;
+std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+DeviceCompressorRing ring_for(const model::CompressorWeights& weights) {
+  DeviceCompressorRing ring;
+  ring.ratio = weights.ratio;
+  ring.width = weights.width();
+  ring.overlap = weights.overlap;
+  ring.capacity = weights.overlap ? 2 * weights.ratio : weights.ratio;
+  return ring;
+}
+
+std::size_t ring_bytes(const DeviceCompressorRing& ring) {
+  return 2 * aligned(static_cast<std::size_t>(ring.capacity * ring.width) * sizeof(float));
+}
+
+void place(DeviceCompressorRing& ring, std::byte*& cursor) {
+  if (!ring.present()) return;
+  const std::size_t half = aligned(static_cast<std::size_t>(ring.capacity * ring.width) * sizeof(float));
+  ring.kv = reinterpret_cast<float*>(cursor);
+  ring.gate = reinterpret_cast<float*>(cursor + half);
+  cursor += 2 * half;
+}
+
+// Host rows of positions [first, first + count) (each `width` floats, kv and gate) into the ring.
+void upload_rows(const DeviceCompressorRing& ring, int64_t first, int64_t count, const float* kv, const float* gate,
+                 cudaStream_t stream) {
+  const auto row = static_cast<std::size_t>(ring.width) * sizeof(float);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t slot = (first + i) % ring.capacity;
+    check(cudaMemcpyAsync(ring.kv + slot * ring.width, kv + i * ring.width, row, cudaMemcpyHostToDevice, stream),
+          "upload");
+    check(cudaMemcpyAsync(ring.gate + slot * ring.width, gate + i * ring.width, row, cudaMemcpyHostToDevice, stream),
+          "upload");
+  }
+}
+
+// The ring's rows of positions [first, first + count), in order, into host vectors.
+void download_rows(const DeviceCompressorRing& ring, int64_t first, int64_t count, std::vector<float>& kv,
+                   std::vector<float>& gate, cudaStream_t stream) {
+  const auto width = static_cast<std::size_t>(ring.width);
+  kv.resize(static_cast<std::size_t>(count) * width);
+  gate.resize(kv.size());
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t slot = (first + i) % ring.capacity;
+    check(cudaMemcpyAsync(kv.data() + i * ring.width, ring.kv + slot * ring.width, width * 4, cudaMemcpyDeviceToHost,
+                          stream),
+          "download");
+    check(cudaMemcpyAsync(gate.data() + i * ring.width, ring.gate + slot * ring.width, width * 4,
+                          cudaMemcpyDeviceToHost, stream),
+          "download");
+  }
+}
+
+// A V4 compressor's host state (model/compressor.h) into its ring: the previous window (overlap)
+// and the open rows.
+void upload_compressor(DeviceCompressorRing& ring, const model::CompressorState& host, int64_t length,
+                       cudaStream_t stream) {
+  ring.entries = host.entries.size();
+  const int64_t open_first = ring.entries * ring.ratio;
+  const int64_t open = static_cast<int64_t>(host.open_kv.size()) / ring.width;
+  if (open_first + open != length)
+    fail("CUDA backend: a compressor holds ", ring.entries, " entries and ", open, " open rows at length ", length);
+  upload_rows(ring, open_first, open, host.open_kv.data(), host.open_gate.data(), stream);
+  if (ring.overlap && ring.entries > 0) {
+    if (static_cast<int64_t>(host.previous_kv.size()) != ring.ratio * ring.width)
+      fail("CUDA backend: a compressor's previous window holds ", host.previous_kv.size(), " values");
+    upload_rows(ring, open_first - ring.ratio, ring.ratio, host.previous_kv.data(), host.previous_gate.data(), stream);
+  }
+}
+
+void download_compressor(const DeviceCompressorRing& ring, int64_t length, model::CompressorState& host,
+                         cudaStream_t stream) {
+  const int64_t open_first = ring.entries * ring.ratio;
+  download_rows(ring, open_first, length - open_first, host.open_kv, host.open_gate, stream);
+  if (ring.overlap && ring.entries > 0) {
+    download_rows(ring, open_first - ring.ratio, ring.ratio, host.previous_kv, host.previous_gate, stream);
+  } else {
+    host.previous_kv.clear();
+    host.previous_gate.clear();
+  }
+  host.entries.set_size(ring.entries);
+}
+
+}  // namespace
+
+DeviceLayerState::DeviceLayerState(const model::AttentionWeights& weights, const model::AttentionState& host,
+                                   cudaStream_t stream) {
+  window_capacity_ = weights.window;
+  window_row_bytes_ = host.window.row_bytes();
+  if (host.window.width() != weights.head_dim) fail("CUDA backend: attention state was not made for this layer");
+  if (weights.compressor) compressor = ring_for(*weights.compressor);
+  if (weights.indexer) indexer = ring_for(weights.indexer->compressor);
+  if (weights.latent_compressor) {
+    latent.ratio = weights.latent_compressor->ratio;
+    latent.width = weights.latent_compressor->head_dim;
+    latent.capacity = latent.ratio > 1 ? latent.ratio : 0;  // ratio 1: every row is its own entry
+  }
+  const std::size_t window_bytes = aligned(static_cast<std::size_t>(window_capacity_ * window_row_bytes_));
+  memory_ = DeviceBuffer(window_bytes + ring_bytes(compressor) + ring_bytes(indexer) + ring_bytes(latent));
+  auto* cursor = static_cast<std::byte*>(memory_.data());
+  window_ring_ = cursor;
+  cursor += window_bytes;
+  place(compressor, cursor);
+  place(indexer, cursor);
+  place(latent, cursor);
+
+  // The host form: window rows as stored, then each compressor's rows.
+  window_first = host.window_first;
+  length = host.window_first + host.window.size();
+  const std::span<const uint8_t> stored = host.window.stored();
+  for (int64_t r = 0; r < host.window.size(); ++r) {
+    const int64_t slot = (window_first + r) % window_capacity_;
+    check(cudaMemcpyAsync(window_ring_ + slot * window_row_bytes_, stored.data() + r * window_row_bytes_,
+                          static_cast<std::size_t>(window_row_bytes_), cudaMemcpyHostToDevice, stream),
+          "upload");
+  }
+  if (compressor.present()) upload_compressor(compressor, host.compressor, length, stream);
+  if (indexer.present()) upload_compressor(indexer, host.indexer.compressor, length, stream);
+  if (weights.latent_compressor) {
+    const model::LatentCompressorState& group = host.group.compressor;
+    latent.entries = group.entry_count;
+    const int64_t open = static_cast<int64_t>(group.open_kv.size()) / latent.width;
+    if (latent.entries * latent.ratio + open != length)
+      fail("CUDA backend: a kv source holds ", latent.entries, " entries and ", open, " open rows at length ", length);
+    if (latent.present()) upload_rows(latent, latent.entries * latent.ratio, open, group.open_kv.data(),
+                                      group.open_gate.data(), stream);
+  }
+  // The host vectors are the caller's: the copies must be done before it can change them.
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+void DeviceLayerState::to_host(model::AttentionState& host, cudaStream_t stream) const {
+  const int64_t rows = length - window_first;
+  std::vector<uint8_t> stored(static_cast<std::size_t>(rows * window_row_bytes_));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t slot = (window_first + r) % window_capacity_;
+    check(cudaMemcpyAsync(stored.data() + r * window_row_bytes_, window_ring_ + slot * window_row_bytes_,
+                          static_cast<std::size_t>(window_row_bytes_), cudaMemcpyDeviceToHost, stream),
+          "download");
+  }
+  if (compressor.present()) download_compressor(compressor, length, host.compressor, stream);
+  if (indexer.present()) download_compressor(indexer, length, host.indexer.compressor, stream);
+  model::CompressedGroupState& group = host.group;
+  if (latent.ratio > 0) {
+    group.compressor.entry_count = latent.entries;
+    if (latent.present()) {
+      const int64_t first = latent.entries * latent.ratio;
+      download_rows(latent, first, length - first, group.compressor.open_kv, group.compressor.open_gate, stream);
+    } else {
+      group.compressor.open_kv.clear();
+      group.compressor.open_gate.clear();
+    }
+    group.entries.set_size(latent.entries);
+    group.index_keys.set_size(latent.entries);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  host.window.restore_stored(rows, stored);
+  host.window_first = window_first;
+}
+
+DeviceLayerState& device_state(model::AttentionState& state, const model::AttentionWeights& weights,
+                               cudaStream_t stream) {
+  if (!state.backend) state.backend = std::make_shared<DeviceLayerState>(weights, state, stream);
+  auto* device = dynamic_cast<DeviceLayerState*>(state.backend.get());
+  if (!device) fail("CUDA backend: a layer's state belongs to another backend");
+  return *device;
+}
+
+}  // namespace deepinfer::backend::cuda

@@ -1,0 +1,215 @@
+// sink_attention: model/attention.cpp's attend_head over the keys attention_core gathers (window
+// positions oldest..p, then the compressed entries ascending), read from the stored rows on the
+// device.
+//
+// One thread block per (call row, group of kHeadsPerBlock heads), one warp per head. The row's
+// keys go through shared memory a tile at a time, each decoded once (by all the block's threads)
+// for every head of the group. A warp keeps an online softmax: lane l owns output elements
+// l, l + 32, ..., the running max starts at the sink logit (so every exponent is of a value <= 0),
+// and the sink joins the denominator at the end; it contributes no value.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/cache_codes.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kHeadsPerBlock = 8;
+constexpr int kThreads = kHeadsPerBlock * kWarp;
+constexpr int kMaxHeadDim = 512;
+constexpr int kValuesPerLane = kMaxHeadDim / kWarp;
+// Keys decoded per barrier pair: 16 keys of 512 floats are 32 KiB of shared memory.
+constexpr int kKeysPerTile = 16;
+
+// Where row t's keys are. Window key j < window_keys is position oldest + j; the rest are the
+// compressed entries in the order attention_core lists them.
+struct RowKeys {
+  int64_t t = 0;
+  int64_t position = 0;
+  int64_t oldest = 0;
+  int64_t window_keys = 0;
+  int64_t entry_keys = 0;
+  SegmentRows segment;
+};
+
+__device__ RowKeys row_keys(const AttentionParams& params, const SegmentRows* segments, const int32_t* row_segment,
+                            int64_t t) {
+  RowKeys keys;
+  keys.t = t;
+  keys.segment = segments[row_segment[t]];
+  keys.position = keys.segment.first_position + (t - keys.segment.row_begin);
+  // The store starts no later than the window, except after a window replay restarted it.
+  int64_t oldest = keys.position - params.window + 1;
+  if (oldest < keys.segment.window_first) oldest = keys.segment.window_first;
+  if (oldest < 0) oldest = 0;
+  keys.oldest = oldest;
+  keys.window_keys = keys.position >= oldest ? keys.position - oldest + 1 : 0;
+  if (params.compressed == CompressedKeys::Visible) keys.entry_keys = (keys.position + 1) / params.ratio;
+  else if (params.compressed == CompressedKeys::Picked) keys.entry_keys = params.pick_count[t];
+  return keys;
+}
+
+// model/paged_rows.cpp's row_address.
+__device__ const uint8_t* entry_row(const PagedRegion& region, std::byte* const* blocks, int64_t w) {
+  const int64_t block = ((w + 1) * region.ratio - 1) / region.block_tokens;
+  const int64_t slot = w - block * region.block_tokens / region.ratio;
+  return reinterpret_cast<const uint8_t*>(blocks[block] + region.offset + slot * region.row_bytes);
+}
+
+__device__ const uint8_t* key_row(const AttentionParams& params, const RowKeys& keys, int64_t j) {
+  if (j < keys.window_keys) {
+    const int64_t position = keys.oldest + j;
+    const SegmentRows& segment = keys.segment;
+    if (position >= segment.first_position) {
+      const int64_t call_row = segment.row_begin + (position - segment.first_position);
+      return reinterpret_cast<const uint8_t*>(params.call_rows + call_row * params.window_row_bytes);
+    }
+    return reinterpret_cast<const uint8_t*>(segment.window_ring +
+                                            (position % params.window_capacity) * params.window_row_bytes);
+  }
+  const int64_t i = j - keys.window_keys;
+  const int64_t w = params.compressed == CompressedKeys::Picked ? params.picks[keys.t * params.pick_stride + i] : i;
+  return entry_row(params.entries, keys.segment.blocks, w);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sink_attention_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
+                          const int32_t* row_segment, const float* q, float* attended) {
+  extern __shared__ float tile_keys[];  // [kKeysPerTile, head_dim]
+  __shared__ const uint8_t* tile_rows[kKeysPerTile];
+  const int64_t t = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int head = static_cast<int>(blockIdx.y) * kHeadsPerBlock + static_cast<int>(threadIdx.x) / kWarp;
+  const bool head_present = head < params.heads;  // a head count not a multiple of 8 leaves warps idle
+  const int head_dim = params.head_dim;
+  const RowKeys keys = row_keys(params, segments, row_segment, t);
+  const int64_t key_count = keys.window_keys + keys.entry_keys;
+
+  const int64_t pair = t * params.heads + head;
+  float query[kValuesPerLane];
+  float accumulated[kValuesPerLane];
+#pragma unroll
+  for (int i = 0; i < kValuesPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    query[i] = head_present && e < head_dim ? q[pair * head_dim + e] : 0.0f;
+    accumulated[i] = 0.0f;
+  }
+  const float sink = head_present ? params.sink[head] : 0.0f;
+  float running_max = sink;
+  float weight_sum = 0.0f;  // sum of exp(logit - running_max) over the keys so far
+
+  for (int64_t tile_first = 0; tile_first < key_count; tile_first += kKeysPerTile) {
+    const int64_t remaining = key_count - tile_first;
+    const int tile_size = static_cast<int>(remaining < kKeysPerTile ? remaining : kKeysPerTile);
+    if (static_cast<int>(threadIdx.x) < tile_size)
+      tile_rows[threadIdx.x] = key_row(params, keys, tile_first + static_cast<int64_t>(threadIdx.x));
+    __syncthreads();  // also: every warp is done with the previous tile's keys
+    for (int item = static_cast<int>(threadIdx.x); item < tile_size * head_dim; item += kThreads) {
+      const int key = item / head_dim;
+      const int e = item - key * head_dim;
+      const bool entry = tile_first + key >= keys.window_keys;
+      tile_keys[item] = entry ? stored_value(params.entries.format, params.entries.width, tile_rows[key], e)
+                              : stored_value(params.window_format, head_dim, tile_rows[key], e);
+    }
+    __syncthreads();
+    if (!head_present) continue;
+
+    float logits[kKeysPerTile];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int key = 0; key < kKeysPerTile; ++key) {
+      logits[key] = -INFINITY;
+      if (key >= tile_size) continue;
+      const float* row = tile_keys + key * head_dim;
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kValuesPerLane; ++i) {
+        const int e = lane + i * kWarp;
+        if (e < head_dim) dot += query[i] * row[e];
+      }
+      logits[key] = warp_sum(dot) * params.scale;
+      tile_max = fmaxf(tile_max, logits[key]);
+    }
+    const float new_max = fmaxf(running_max, tile_max);
+    const float rescale = expf(running_max - new_max);
+    weight_sum *= rescale;
+#pragma unroll
+    for (int i = 0; i < kValuesPerLane; ++i) accumulated[i] *= rescale;
+#pragma unroll
+    for (int key = 0; key < kKeysPerTile; ++key) {
+      if (key >= tile_size) continue;
+      const float weight = expf(logits[key] - new_max);
+      weight_sum += weight;
+      const float* row = tile_keys + key * head_dim;
+#pragma unroll
+      for (int i = 0; i < kValuesPerLane; ++i) {
+        const int e = lane + i * kWarp;
+        if (e < head_dim) accumulated[i] += weight * row[e];
+      }
+    }
+    running_max = new_max;
+  }
+
+  if (!head_present) return;
+  // No keys: weight_sum 0 and accumulated 0, so the output is 0 (the sink takes all the mass).
+  const float denominator = weight_sum + expf(sink - running_max);
+#pragma unroll
+  for (int i = 0; i < kValuesPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    if (e < head_dim) attended[pair * head_dim + e] = accumulated[i] / denominator;
+  }
+}
+
+void check_params(const AttentionParams& params) {
+  if (params.heads < 0 || params.head_dim < 0 || params.window < 0 || params.window_capacity < 0 ||
+      params.window_row_bytes < 0 || params.ratio < 0 || params.pick_stride < 0)
+    fail("cuda::sink_attention: negative size (heads ", params.heads, ", head_dim ", params.head_dim, ", window ",
+         params.window, ", window_capacity ", params.window_capacity, ", window_row_bytes ", params.window_row_bytes,
+         ", ratio ", params.ratio, ", pick_stride ", params.pick_stride, ")");
+  if (params.head_dim > kMaxHeadDim)
+    fail("cuda::sink_attention: head_dim ", params.head_dim, " over the kernel's ", kMaxHeadDim);
+  const int64_t window_stored = stored_row_bytes(params.window_format, params.head_dim);
+  if (params.window_row_bytes < window_stored)
+    fail("cuda::sink_attention: window rows of ", params.window_row_bytes, " bytes cannot hold a stored row of ",
+         window_stored);
+  if (params.compressed == CompressedKeys::None) return;
+  if (params.compressed != CompressedKeys::Visible && params.compressed != CompressedKeys::Picked)
+    fail("cuda::sink_attention: unknown compressed keys ", static_cast<int32_t>(params.compressed));
+  const PagedRegion& entries = params.entries;
+  if (params.ratio <= 0 || entries.ratio <= 0 || entries.block_tokens <= 0 || entries.offset < 0)
+    fail("cuda::sink_attention: compressed entries need a positive ratio (", params.ratio, ", region ", entries.ratio,
+         ") and block size (", entries.block_tokens, ") and an offset >= 0 (", entries.offset, ")");
+  if (entries.width != params.head_dim)
+    fail("cuda::sink_attention: entries of width ", entries.width, " for head_dim ", params.head_dim);
+  const int64_t entry_stored = stored_row_bytes(entries.format, entries.width);
+  if (entries.row_bytes < entry_stored)
+    fail("cuda::sink_attention: entry rows of ", entries.row_bytes, " bytes cannot hold a stored row of ",
+         entry_stored);
+  if (params.compressed == CompressedKeys::Picked && (params.picks == nullptr || params.pick_count == nullptr))
+    fail("cuda::sink_attention: picked entries without picks");
+}
+
+}  // namespace
+
+void sink_attention(const AttentionParams& params, const SegmentRows* segments, const int32_t* row_segment,
+                    int64_t rows, const float* q, float* attended, Stream stream) {
+  if (rows < 0) fail("cuda::sink_attention: negative rows ", rows);
+  check_params(params);
+  if (rows == 0 || params.heads == 0 || params.head_dim == 0) return;
+  if (rows >= (int64_t{1} << 31)) fail("cuda::sink_attention: ", rows, " rows, over 2^31");
+  const dim3 grid(static_cast<unsigned>(rows),
+                  static_cast<unsigned>((params.heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
+  const std::size_t shared_bytes = static_cast<std::size_t>(kKeysPerTile) * params.head_dim * sizeof(float);
+  sink_attention_kernel<<<grid, kThreads, shared_bytes, native(stream)>>>(params, segments, row_segment, q, attended);
+  check_launch("cuda::sink_attention");
+}
+
+}  // namespace deepinfer::kernels::cuda
