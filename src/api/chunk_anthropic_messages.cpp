@@ -137,6 +137,28 @@ std::vector<MessagesEvent> MessagesEventWriter::write(const StreamEvent& event) 
   return out;
 }
 
+std::string anthropic_error_type(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 402: return "billing_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503:
+    case 529: return "overloaded_error";
+    case 504: return "timeout_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+WireJson messages_error(const ApiError& error) {
+  WireJson body;
+  body["type"] = "error";
+  body["error"] = {{"type", anthropic_error_type(error.status())}, {"message", error.what()}};
+  return body;
+}
+
 WireJson messages_body(const MessagesFormat& format, const CollectedOutput& output) {
   if (!output.finish) fail("messages_body: the answer has not finished");
   WireJson content = WireJson::array();

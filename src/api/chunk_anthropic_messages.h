@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api/api_error.h"
 #include "api/output_collector.h"
 #include "api/output_events.h"
 #include "api/sse_format.h"
@@ -42,6 +43,16 @@ class MessagesEventWriter {
   int block_index_ = -1;
   bool pinged_ = false;
 };
+
+// Anthropic's error type for an HTTP status: invalid_request_error (400, 422 and any other 4xx),
+// authentication_error 401, billing_error 402, permission_error 403, not_found_error 404,
+// request_too_large 413, rate_limit_error 429, timeout_error 504, overloaded_error 503 and 529,
+// api_error (500 and any other 5xx).
+std::string anthropic_error_type(int status);
+// Anthropic's error object, {"type": "error", "error": {"type", "message"}}, the type chosen by
+// the error's status: the body of every non-2xx answer of the Anthropic endpoints and the data of
+// the stream's `error` event.
+WireJson messages_error(const ApiError& error);
 
 // The non-streaming body; `output` must be complete. A tool call whose arguments are not a JSON
 // object (cut short by max_tokens, say) gets input {}.

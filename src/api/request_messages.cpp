@@ -222,8 +222,13 @@ ApiRequest parse_messages_request(const nlohmann::ordered_json& body) {
   if (const Json* choice = fields::find(body, "tool_choice")) {
     const Json& object = fields::object(*choice, "tool_choice");
     const std::string& type = fields::string(fields::require(object, "type", "tool_choice."), "tool_choice.type");
-    if (type == "auto" || type == "any") {
-      conversation.tool_choice = ToolChoice::Auto;  // DeepSeek has no forced mode for "any"
+    // As Chat Completions' string modes and named function: "any" is "required" (a tool call is
+    // forced), "tool" keeps only the named tool and forces it; thinking mode refuses both
+    // (validate_conversation), as it refuses them on Chat Completions.
+    if (type == "auto") {
+      conversation.tool_choice = ToolChoice::Auto;
+    } else if (type == "any") {
+      conversation.tool_choice = ToolChoice::Required;
     } else if (type == "none") {
       conversation.tool_choice = ToolChoice::None;
     } else if (type == "tool") {

@@ -2,23 +2,39 @@
 
 #include <chrono>
 #include <random>
+#include <string_view>
 
+#include "api/chunk_anthropic_messages.h"
 #include "api/sse_format.h"
 
 namespace deepinfer::server {
 
 nlohmann::ordered_json parse_json_body(const httplib::Request& request) {
   nlohmann::ordered_json body = nlohmann::ordered_json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded())
-    throw api::ApiError(400, "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-                             "using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was "
-                             "sent was not valid JSON.)",
+  if (body.is_discarded()) {
+    // OpenAI's own wording on its endpoints (clients match on it); a neutral one on Anthropic's.
+    const char* api = error_shape(request.path) == ErrorShape::Anthropic ? "The API" : "The OpenAI API";
+    throw api::ApiError(400,
+                        std::string("We could not parse the JSON body of your request. (HINT: This likely means you "
+                                    "aren't using your HTTP library correctly. ") +
+                            api + " expects a JSON payload, but what was sent was not valid JSON.)",
                         "", "invalid_request_error", "invalid_json");
+  }
   if (!body.is_object()) throw api::ApiError(400, "The request body must be a JSON object", "", "invalid_request_error");
   return body;
 }
 
-std::string error_body(const api::ApiError& error) {
+ErrorShape error_shape(const std::string& path) {
+  for (const char* root : {"/v1/messages", "/messages"}) {
+    const std::string_view prefix(root);
+    if (path.rfind(prefix, 0) == 0 && (path.size() == prefix.size() || path[prefix.size()] == '/'))
+      return ErrorShape::Anthropic;
+  }
+  return ErrorShape::OpenAI;
+}
+
+std::string error_body(const api::ApiError& error, ErrorShape shape) {
+  if (shape == ErrorShape::Anthropic) return api::wire_text(api::messages_error(error));
   auto nullable = [](const std::string& text) -> nlohmann::ordered_json {
     return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
   };
@@ -30,9 +46,9 @@ std::string error_body(const api::ApiError& error) {
   return api::wire_text(body);
 }
 
-void send_error(httplib::Response& response, const api::ApiError& error) {
+void send_error(const httplib::Request& request, httplib::Response& response, const api::ApiError& error) {
   response.status = error.status();
-  response.set_content(error_body(error), "application/json");
+  response.set_content(error_body(error, error_shape(request.path)), "application/json");
 }
 
 void send_json(httplib::Response& response, const nlohmann::ordered_json& body, int status) {

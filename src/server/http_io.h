@@ -1,6 +1,6 @@
 #pragma once
-// What every handler does with HTTP: read a JSON body, answer with JSON or an OpenAI-style error
-// object, make response ids.
+// What every handler does with HTTP: read a JSON body, answer with JSON or an error object in the
+// shape of the endpoint (OpenAI's, or Anthropic's on the Anthropic endpoints), make response ids.
 #include <cstdint>
 #include <string>
 
@@ -14,9 +14,18 @@ namespace deepinfer::server {
 // The request body as order-preserving JSON; 400 for malformed JSON or a body that is not an object.
 nlohmann::ordered_json parse_json_body(const httplib::Request& request);
 
-// {"error": {"message", "type", "param", "code"}} with the error's status.
-void send_error(httplib::Response& response, const api::ApiError& error);
-std::string error_body(const api::ApiError& error);
+enum class ErrorShape {
+  OpenAI,     // {"error": {"message", "type", "param", "code"}}
+  Anthropic,  // {"type": "error", "error": {"type", "message"}}, the type by status (api::messages_error)
+};
+// Anthropic's shape for the Anthropic endpoints, /v1/messages and every path under it
+// (/v1/messages/count_tokens), with or without the /v1 prefix; OpenAI's for every other path.
+ErrorShape error_shape(const std::string& path);
+std::string error_body(const api::ApiError& error, ErrorShape shape = ErrorShape::OpenAI);
+// The one way the server answers an error, whatever raised it (the router, the handlers, the
+// API key check, httplib's own 4xx, an exception): the error's status, and its object in the
+// shape of the request's endpoint. Headers already set on `response` stay.
+void send_error(const httplib::Request& request, httplib::Response& response, const api::ApiError& error);
 void send_json(httplib::Response& response, const nlohmann::ordered_json& body, int status = 200);
 
 // A fresh id: prefix + 24 random hex digits.

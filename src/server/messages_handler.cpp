@@ -22,11 +22,8 @@ void handle_messages(const HandlerContext& context, const httplib::Request& requ
       for (const api::MessagesEvent& out : writer->write(event)) frames.push_back(api::sse_event(out.type, out.data));
       return frames;
     };
-    job.error_frame = [](const api::ApiError& error) {
-      // Anthropic's stream error event: {"type": "error", "error": {"type", "message"}}.
-      api::WireJson data = {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error.what()}}}};
-      return api::sse_event("error", data);
-    };
+    // Anthropic's stream error event: the same error object a refused request gets as its body.
+    job.error_frame = [](const api::ApiError& error) { return api::sse_event("error", api::messages_error(error)); };
   } else {
     job.body = [format](const api::CollectedOutput& output) { return api::messages_body(format, output); };
   }

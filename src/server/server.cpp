@@ -52,8 +52,8 @@ void Server::install_routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (!options_.api_key.empty() && needs_key(request.path) && !key_matches(request, options_.api_key)) {
-      send_error(response, api::ApiError(401, "Incorrect API key provided.", "", "authentication_error",
-                                         "invalid_api_key"));
+      send_error(request, response,
+                 api::ApiError(401, "Incorrect API key provided.", "", "authentication_error", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -64,26 +64,27 @@ void Server::install_routes() {
       response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
       response.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
     });
-  // Statuses httplib sets itself (404 unknown path, 413 body too large, 400 bad HTTP) get the
-  // error object too.
+  // Statuses httplib sets itself (404 unknown path or method, 413 body too large, 400 bad HTTP) get
+  // the error object too. Every error goes out through send_error, which picks the endpoint's
+  // shape (Anthropic's on /v1/messages and under it, OpenAI's elsewhere).
   http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& request,
                                                                   httplib::Response& response) {
     if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string message = "HTTP error " + std::to_string(response.status);
     if (response.status == 404) message = "Not found: " + request.method + " " + request.path;
     if (response.status == 413) message = "The request body is larger than the server's limit";
-    send_error(response, api::ApiError(response.status, message));
+    send_error(request, response, api::ApiError(response.status, message));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr) {
-    send_error(response, api::ApiError(500, "internal server error", "", "internal_error", "internal_error"));
+  http.set_exception_handler([](const httplib::Request& request, httplib::Response& response, std::exception_ptr) {
+    send_error(request, response, api::ApiError(500, "internal server error", "", "internal_error", "internal_error"));
   });
 
   auto generation_route = [this, context](const std::string& endpoint, Handler handler) {
     return [this, context, endpoint, handler](const httplib::Request& request, httplib::Response& response) {
       const Clock::time_point arrival = Clock::now();
       auto refuse = [&](const api::ApiError& error) {
-        send_error(response, error);
+        send_error(request, response, error);
         RequestRecord record;
         record.endpoint = endpoint;
         record.status = error.status();
@@ -107,7 +108,7 @@ void Server::install_routes() {
       try {
         handler(context, request, response, Clock::now());
       } catch (const api::ApiError& error) {
-        send_error(response, error);
+        send_error(request, response, error);
       }
     };
   };
@@ -129,9 +130,10 @@ void Server::install_routes() {
       send_json(response, {{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}});
     });
   }
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+  http.Get("/health", [this](const httplib::Request& request, httplib::Response& response) {
     if (draining_) {
-      send_error(response, api::ApiError(503, "The server is shutting down", "", "server_error", "unavailable"));
+      send_error(request, response,
+                 api::ApiError(503, "The server is shutting down", "", "server_error", "unavailable"));
       return;
     }
     send_json(response, {{"status", "ok"}});

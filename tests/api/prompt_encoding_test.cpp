@@ -139,6 +139,49 @@ TEST(PromptRenderTest, AnthropicBlocksBecomeSeparateMessagesJoinedAtRender) {
             kBos + "<｜System｜>S1\n\nS2<｜User｜>a\n\n[Unsupported Document]<｜Assistant｜></think>t1\n\nt2<｜end▁of▁sentence｜><｜User｜>b<｜Assistant｜></think>");
 }
 
+// Anthropic's tool_choice modes are Chat Completions': "any" = "required", "tool" = a named
+// function, "none" = "none", "auto" = "auto" (issue 17: "any" was auto without a word).
+TEST(PromptRenderTest, AnthropicToolChoiceRendersAsChatCompletionsToolChoice) {
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {R"({"type": "auto"})", R"("auto")"},
+      {R"({"type": "any"})", R"("required")"},
+      {R"({"type": "tool", "name": "get_time"})", R"({"type": "function", "function": {"name": "get_time"}})"},
+      {R"({"type": "none"})", R"("none")"}};
+  for (const auto& [anthropic, chat] : pairs) {
+    const ordered_json messages = ordered_json::parse(R"({"model": "m", "max_tokens": 5,
+      "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "q"}],
+      "tools": [{"name": "get_weather", "description": "d", "input_schema": {"type": "object"}},
+                {"name": "get_time", "description": "t", "input_schema": {"type": "object"}}],
+      "tool_choice": )" + anthropic + "}");
+    const ordered_json completions = ordered_json::parse(R"({"model": "m",
+      "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "q"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}},
+                {"type": "function", "function": {"name": "get_time", "description": "t", "parameters": {"type": "object"}}}],
+      "tool_choice": )" + chat + "}");
+    const Conversation from_messages = parse_messages_request(messages).conversation;
+    const Conversation from_chat = parse_chat_completions_request(completions).conversation;
+    EXPECT_EQ(from_messages.tool_choice, from_chat.tool_choice) << anthropic;
+    const RenderedPrompt rendered = render_prompt(from_messages, PromptFormat::V41);
+    EXPECT_EQ(rendered.text(), render_prompt(from_chat, PromptFormat::V41).text()) << anthropic;
+    EXPECT_EQ(rendered.output_start == OutputStart::ToolCalls, from_chat.tool_choice == ToolChoice::Required)
+        << anthropic;
+  }
+  // Thinking mode refuses a forced tool call with Chat Completions' message.
+  for (const std::string choice : {R"({"type": "any"})", R"({"type": "tool", "name": "get_weather"})"}) {
+    const ordered_json body = ordered_json::parse(R"({"model": "m", "max_tokens": 5,
+      "messages": [{"role": "user", "content": "q"}],
+      "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}], "tool_choice": )" + choice + "}");
+    try {
+      parse_messages_request(body);
+      ADD_FAILURE() << choice << " was accepted in thinking mode";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status(), 400);
+      EXPECT_STREQ(error.what(), "Thinking mode does not support this tool_choice");
+      EXPECT_EQ(error.param(), "tool_choice");
+    }
+  }
+}
+
 TEST(PromptTokensTest, MarkerSpellingsInContentAreOrdinaryText) {
   // The fork's fix (recipe §1.8): the official API counts 9 prompt tokens here, not 5.
   const PromptEncoder encoder(v41_tokenizer(), PromptFormat::V41);

@@ -90,9 +90,10 @@ TEST_F(TokenizeTest, BadRequestsAreRefusedWithTheErrorObject) {
   post_error("/detokenize", {{"tokens", {"a"}}}, 400);
   post_error("/detokenize", Json::object(), 400);
   post_error("/v1/messages/count_tokens", {{"model", "tiny"}}, 400);
+  // count_tokens is an Anthropic endpoint: Anthropic's error type (anthropic_errors_test.cpp).
   EXPECT_EQ(post_error("/v1/messages/count_tokens",
-                       {{"model", "other"}, {"messages", {{{"role", "user"}, {"content", "a"}}}}}, 404)["code"],
-            "model_not_found");
+                       {{"model", "other"}, {"messages", {{{"role", "user"}, {"content", "a"}}}}}, 404)["type"],
+            "not_found_error");
   auto malformed = server_->client().Post("/tokenize", "{", "application/json");
   ASSERT_TRUE(malformed);
   EXPECT_EQ(malformed->status, 400);
