@@ -109,9 +109,89 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
   return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
 }
 
+model::TokenDraw StepExecutor::draw_for(SequenceId id, int64_t row, int64_t position,
+                                        std::vector<model::TokenDraw::Generated>& generated) {
+  const RequestSampling& request = *requests_.at(id.request);
+  const SamplingParams& params = request.params;
+  const TokenHistory& history = *context(id).history;
+  model::TokenDraw draw;
+  draw.row = row;
+  draw.temperature = params.temperature;
+  draw.top_p = params.top_p;
+  draw.min_p = params.min_p;
+  draw.top_k = params.top_k;
+  draw.presence_penalty = params.presence_penalty;
+  draw.frequency_penalty = params.frequency_penalty;
+  draw.repetition_penalty = params.repetition_penalty;
+  draw.seed = request.seed;
+  draw.request_id = static_cast<uint64_t>(id.choice);
+  draw.position = position;
+  draw.logprobs = params.logprobs ? *params.logprobs : -1;
+  draw.prompt_tokens = history.prompt_tokens_distinct();
+  for (const GeneratedTokenCount& seen : history.generated_counts())
+    generated.push_back({seen.token, seen.count, seen.in_prompt});
+  draw.logit_bias.assign(params.logit_bias.begin(), params.logit_bias.end());
+  return draw;
+}
+
+void StepExecutor::compute_drawing() {
+  Prepared& prepared = *prepared_;
+  std::vector<model::BatchItem> batch;
+  // Each item that needs a token asks for its last row; its draws (and its forks' children's,
+  // which sample the same row) read head row `row`.
+  struct Owner {
+    SequenceId id;
+    uint64_t epoch;
+  };
+  std::vector<Owner> owners;
+  std::vector<model::TokenDraw> draws;
+  std::vector<std::vector<model::TokenDraw::Generated>> histories;
+  int64_t row = 0;
+  for (PreparedItem& item : prepared.items) {
+    const model::LogitRows rows = item.needs_logits ? model::LogitRows::Last : model::LogitRows::None;
+    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, {}, rows});
+    if (!item.needs_logits) continue;
+    owners.push_back({item.id, item.epoch});
+    for (const PreparedFork& fork : prepared.forks)
+      if (fork.parent == item.id) owners.push_back({fork.child, fork.child_epoch});
+    ++row;
+  }
+  histories.resize(owners.size());
+  row = 0;
+  std::size_t owner = 0;
+  for (PreparedItem& item : prepared.items) {
+    if (!item.needs_logits) continue;
+    draws.push_back(draw_for(item.id, row, item.end, histories[owner]));
+    ++owner;
+    for (const PreparedFork& fork : prepared.forks)
+      if (fork.parent == item.id) {
+        draws.push_back(draw_for(fork.child, row, item.end, histories[owner]));
+        ++owner;
+      }
+    ++row;
+  }
+  for (std::size_t i = 0; i < draws.size(); ++i) draws[i].generated = histories[i];
+  std::vector<model::DrawnToken> drawn(draws.size());
+  model_.forward_batch_draw(batch, draws, drawn);
+  run_forks_and_snapshots(prepared);
+  for (std::size_t i = 0; i < drawn.size(); ++i) {
+    ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}};
+    for (const auto& [token, logprob] : drawn[i].top_logprobs) produced.top_logprobs.push_back({token, logprob});
+    prepared.tokens.push_back(std::move(produced));
+  }
+}
+
 void StepExecutor::compute() {
   if (!prepared_) fail("engine: compute() without a prepared step");
   Prepared& prepared = *prepared_;
+  // The backend draws the tokens itself unless a row's logits must come back (prompt scoring).
+  if (model_.backend().draws_tokens() &&
+      std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) {
+        return item.scores_prompt();
+      })) {
+    compute_drawing();
+    return;
+  }
   std::vector<model::BatchItem> batch;
   for (PreparedItem& item : prepared.items) {
     const model::LogitRows rows = item.scores_prompt() ? model::LogitRows::All
@@ -120,6 +200,11 @@ void StepExecutor::compute() {
     batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits, rows});
   }
   model_.forward_batch(batch);
+  run_forks_and_snapshots(prepared);
+  sample_rows(prepared);
+}
+
+void StepExecutor::run_forks_and_snapshots(Prepared& prepared) {
   for (PreparedFork& fork : prepared.forks) {
     const model::SequenceState& parent = *context(fork.parent).state;
     const model::CachePages& parent_pages = parent.pages;
@@ -133,6 +218,9 @@ void StepExecutor::compute() {
   for (PreparedItem& item : prepared.items)
     if (item.save_snapshot != kNoSnapshot)
       prepared.snapshots.emplace_back(item.save_snapshot, model_.save_snapshot(*context(item.id).state));
+}
+
+void StepExecutor::sample_rows(Prepared& prepared) {
   const auto vocab = static_cast<std::size_t>(model_.vocab_size());
   for (PreparedItem& item : prepared.items) {
     if (item.scores_prompt()) {

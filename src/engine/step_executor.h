@@ -116,6 +116,15 @@ class StepExecutor {
   SequenceContext& context(SequenceId id);
   std::vector<std::byte*> payloads(const std::vector<BlockId>& table);
   ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position);
+  // The sampler's inputs for one draw by the backend (model::TokenDraw); `generated` keeps the
+  // flattened history the draw points into.
+  model::TokenDraw draw_for(SequenceId id, int64_t row, int64_t position,
+                            std::vector<model::TokenDraw::Generated>& generated);
+  // compute() when the backend draws the tokens where the logits are (a GPU): only tokens come back.
+  void compute_drawing();
+  // compute()'s parts after the forward: fork copies and snapshots, then the host sampler.
+  void run_forks_and_snapshots(Prepared& prepared);
+  void sample_rows(Prepared& prepared);
 
   const model::Model& model_;
   Scheduler& scheduler_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -42,6 +43,33 @@ struct HeadWeights {
   const HyperConnectionWeights* hc_head = nullptr;
   std::span<const float> norm;
   const kernels::WeightMatrix* head = nullptr;
+};
+
+// A token the backend draws from one of the head's logits rows itself (Backend::draws_tokens),
+// so that only the token comes back instead of the row: the sampler's inputs (engine/sampler.h
+// sample(): parameters, history, random stream) flattened into plain fields, because the model
+// knows nothing of the engine. The draw must be the one engine::sample makes for the same row.
+struct TokenDraw {
+  int64_t row = 0;  // index into the head's rows
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  int32_t top_k = 0;
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f, repetition_penalty = 1.0f;
+  uint64_t seed = 0, request_id = 0;
+  int64_t position = 0;
+  int32_t logprobs = -1;  // -1: none; else the sampled token's and this many alternatives
+  struct Generated {
+    int32_t token, count;
+    bool in_prompt;
+  };
+  std::span<const int32_t> prompt_tokens;  // distinct, ascending
+  std::span<const Generated> generated;    // distinct, first-seen order
+  std::vector<std::pair<int32_t, float>> logit_bias;  // distinct ids
+};
+
+struct DrawnToken {
+  int32_t token = -1;
+  float logprob = 0;  // NaN without logprobs
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // best first, ties to the lower id
 };
 
 // One forward call's activations and the operations on them. `rows` rows at the start; a call
@@ -73,6 +101,11 @@ class ForwardPass {
   // [rows.size(), vocab] into host memory; hidden (optional) gets the head's input [rows, D].
   virtual void head(const HeadWeights& weights, std::span<const int64_t> rows, float* logits,
                     std::vector<float>* hidden) = 0;
+  // As head, but the logits stay in the backend and draws[i] picks a token from row
+  // draws[i].row into drawn[i] (Backend::draws_tokens() backends only). Throws deepinfer::Error
+  // where engine::sample would (no finite logit, an id outside the vocabulary).
+  virtual void head_draw(const HeadWeights& weights, std::span<const int64_t> rows, std::span<const TokenDraw> draws,
+                         std::span<DrawnToken> drawn);
 };
 
 class Backend {
@@ -81,6 +114,8 @@ class Backend {
   // "cpu" or "cuda:0 (NVIDIA H200, 139.8 GiB)".
   virtual std::string name() const = 0;
   virtual std::unique_ptr<ForwardPass> begin(const PassShape& shape, int64_t rows) const = 0;
+  // True when passes implement head_draw (the sampler runs where the logits are).
+  virtual bool draws_tokens() const { return false; }
   // Where this backend's cache blocks live (the engine's pool, self-owned pages).
   virtual const CacheMemory& cache_memory() const { return host_cache_memory(); }
   // For backends that keep layers' state in their own memory (AttentionState::backend): `host`

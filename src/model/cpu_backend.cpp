@@ -12,6 +12,12 @@
 #include "model/parallel.h"
 
 namespace deepinfer::model {
+
+void ForwardPass::head_draw(const HeadWeights&, std::span<const int64_t>, std::span<const TokenDraw>,
+                            std::span<DrawnToken>) {
+  fail("this backend does not draw tokens itself: ask for logits");
+}
+
 namespace {
 
 // One embedding row in f32, decoded from the table's stored encoding.

@@ -58,25 +58,31 @@ Engram::Engram(const ModelConfig& config, EngramHasher hasher, std::vector<Engra
   }
 }
 
-void Engram::apply(int layer_index, std::span<const int64_t> hash_ids, std::span<float> streams, int64_t tokens) const {
+std::vector<float> Engram::gather(int layer_index, std::span<const int64_t> hash_ids, int64_t tokens) const {
   if (layer_index < 0 || layer_index >= layers())
-    fail("Engram::apply: layer index ", layer_index, " of ", layers(), " engram layers");
+    fail("Engram: layer index ", layer_index, " of ", layers(), " engram layers");
   const int64_t cols = this->cols();
   const auto layer_count = static_cast<int64_t>(layers());
-  if (tokens < 0 || static_cast<int64_t>(hash_ids.size()) != tokens * layer_count * cols ||
-      static_cast<int64_t>(streams.size()) != tokens * hc_mult_ * hidden_)
-    fail("Engram::apply: ", tokens, " tokens need ", tokens * layer_count * cols, " hash ids and ",
-         tokens * hc_mult_ * hidden_, " stream values, got ", hash_ids.size(), " and ", streams.size());
+  if (tokens < 0 || static_cast<int64_t>(hash_ids.size()) != tokens * layer_count * cols)
+    fail("Engram: ", tokens, " tokens need ", tokens * layer_count * cols, " hash ids, got ", hash_ids.size());
   const EngramLayerWeights& w = layers_[static_cast<std::size_t>(layer_index)];
-  const std::vector<float>& gate_weight = gate_weights_[static_cast<std::size_t>(layer_index)];
-
-  // Gathered rows, flattened per token: [tokens, cols * head_dim].
+  // Flattened per token: [tokens, cols * head_dim].
   const int64_t embedded_width = cols * head_dim_;
   std::vector<float> embedded(static_cast<std::size_t>(tokens * embedded_width));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t c = 0; c < cols; ++c)
       w.table.gather(hash_ids[static_cast<std::size_t>((t * layer_count + layer_index) * cols + c)],
                      &embedded[static_cast<std::size_t>(t * embedded_width + c * head_dim_)]);
+  return embedded;
+}
+
+void Engram::apply(int layer_index, std::span<const int64_t> hash_ids, std::span<float> streams, int64_t tokens) const {
+  const std::vector<float> embedded = gather(layer_index, hash_ids, tokens);
+  if (static_cast<int64_t>(streams.size()) != tokens * hc_mult_ * hidden_)
+    fail("Engram::apply: ", tokens, " tokens need ", tokens * hc_mult_ * hidden_, " stream values, got ",
+         streams.size());
+  const EngramLayerWeights& w = layers_[static_cast<std::size_t>(layer_index)];
+  const std::vector<float>& gate_weight = gate_weights_[static_cast<std::size_t>(layer_index)];
 
   const int64_t kv_width = (hc_mult_ + 1) * hidden_;
   std::vector<float> kv(static_cast<std::size_t>(tokens * kv_width));

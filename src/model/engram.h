@@ -45,6 +45,17 @@ class Engram {
   // [tokens, hc_mult, hidden] in place. `hash_ids` is hash()'s whole output for these tokens.
   void apply(int layer_index, std::span<const int64_t> hash_ids, std::span<float> streams, int64_t tokens) const;
 
+  // apply()'s two halves, for backends that run the projection and the gate themselves
+  // (backend/cuda; the tables stay in host memory, as the release intends): the table rows the
+  // hash ids of layer `layer_index` select, [tokens, cols * head_dim]; then the layer's wkv, and
+  // its gate weights (q_weight * k_weight, [hc_mult, hidden]).
+  std::vector<float> gather(int layer_index, std::span<const int64_t> hash_ids, int64_t tokens) const;
+  const EngramLayerWeights& layer(int layer_index) const { return layers_[static_cast<std::size_t>(layer_index)]; }
+  std::span<const float> gate_weight(int layer_index) const {
+    return gate_weights_[static_cast<std::size_t>(layer_index)];
+  }
+  double eps() const { return eps_; }
+
   int layers() const { return static_cast<int>(layers_.size()); }
   int64_t cols() const { return hasher_.layout().cols(); }
   const EngramHasher& hasher() const { return hasher_; }

@@ -125,7 +125,14 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
 
 void Model::forward_batch(std::span<const BatchItem> items) const { run(items, ForwardOptions{}); }
 
-void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& options) const {
+void Model::forward_batch_draw(std::span<const BatchItem> items, std::span<const TokenDraw> draws,
+                               std::span<DrawnToken> drawn) const {
+  if (!backend_->draws_tokens()) fail("forward: backend ", backend_->name(), " does not draw tokens itself");
+  if (draws.size() != drawn.size()) fail("forward: ", draws.size(), " draws into ", drawn.size(), " results");
+  run(items, ForwardOptions{}, Draws{draws, drawn, true});
+}
+
+void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& options, const Draws& draws) const {
   const int64_t vocab = config_.vocab_size;
   const int64_t d_model = config_.hidden_size;
   const int64_t n = config_.hc_mult;
@@ -141,8 +148,11 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       if (!item.logits.empty()) fail("forward: a batch item with no tokens has ", item.logits.size(), " logits");
       continue;
     }
-    if (static_cast<int64_t>(item.logits.size()) != logit_rows * vocab)
-      fail("forward: logits hold ", item.logits.size(), " floats, expected ", logit_rows * vocab);
+    if (draws.active() && item.rows == LogitRows::All)
+      fail("forward: a call whose tokens the backend draws gives no logits (LogitRows::All)");
+    const int64_t expected = draws.active() ? 0 : logit_rows * vocab;
+    if (static_cast<int64_t>(item.logits.size()) != expected)
+      fail("forward: logits hold ", item.logits.size(), " floats, expected ", expected);
     if (static_cast<int64_t>(item.sequence->layers.size()) != num_layers)
       fail("forward: the sequence state was not made by this model");
     for (int32_t id : item.tokens) {
@@ -316,6 +326,13 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       head_rows.push_back(last - 1);
   }
   const int64_t logit_rows = static_cast<int64_t>(head_rows.size());
+  if (draws.active()) {
+    for (const TokenDraw& draw : draws.draws)
+      if (draw.row < 0 || draw.row >= logit_rows)
+        fail("forward: a draw reads head row ", draw.row, " of ", logit_rows);
+    if (logit_rows > 0) pass->head_draw(head_weights(), head_rows, draws.draws, draws.drawn);
+    return;
+  }
   if (logit_rows == 0) return;
   std::vector<float> all_logits;
   float* head_out = items.size() == 1 ? items[0].logits.data() : nullptr;

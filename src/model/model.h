@@ -142,6 +142,11 @@ class Model {
   // A sequence appears at most once; items with no tokens are skipped. Decoder window replay and
   // traces are single-sequence options of forward().
   void forward_batch(std::span<const BatchItem> items) const;
+  // forward_batch on a backend that draws tokens itself (Backend::draws_tokens): items ask for
+  // their Last row or None, with empty logits; draws[i].row indexes the items that ask for their
+  // last row, in order, and drawn[i] gets the token engine::sample would pick from that row.
+  void forward_batch_draw(std::span<const BatchItem> items, std::span<const TokenDraw> draws,
+                          std::span<DrawnToken> drawn) const;
 
   // The first layer that decoder window replay runs on the trailing window only (the one after the
   // last kv source); -1 when the config does not allow the mode (replay_refusal() says why).
@@ -168,7 +173,17 @@ class Model {
   explicit Model(ModelConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
   LayerWeights load_layer(const std::string& prefix, int64_t layer) const;
   // forward() and forward_batch(): `options` other than the defaults need exactly one item.
-  void run(std::span<const BatchItem> items, const ForwardOptions& options) const;
+  // forward_batch_draw's draws; none: the head's logits go to the items.
+  struct Draws {
+    std::span<const TokenDraw> draws;
+    std::span<DrawnToken> drawn;
+    bool enabled;
+    bool active() const { return enabled; }
+  };
+  void run(std::span<const BatchItem> items, const ForwardOptions& options) const {
+    run(items, options, Draws{{}, {}, false});
+  }
+  void run(std::span<const BatchItem> items, const ForwardOptions& options, const Draws& draws) const;
 
   ModelConfig config_;
   Weights weights_;

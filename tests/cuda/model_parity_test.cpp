@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/sampler.h"
+#include "engine/token_history.h"
 #include "gpu_fixtures.h"
 
 namespace deepinfer {
@@ -116,6 +118,73 @@ TEST_P(GpuFixtureTest, BatchedRowsAreBitIdenticalToSoloRows) {
   model.forward_batch(items);
   for (std::size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(0, std::memcmp(solo[i].data(), batched[i].data(), vocab * sizeof(float))) << "prompt " << i;
+}
+
+// The backend's own draws (forward_batch_draw: the sampler on the device) against the host
+// sampler on the same rows' logits: the same tokens and the same log-probabilities, bit for bit,
+// over greedy, plain temperature, top-k, top-p, min-p, penalties, bias and logprobs.
+TEST_P(GpuFixtureTest, DrawsOnTheDeviceEqualTheHostSampler) {
+  DEEPINFER_REQUIRE_GPU();
+  const model::Model& model = *fixture_pair(GetParam()).gpu;
+  const auto vocab = static_cast<std::size_t>(model.vocab_size());
+  const std::vector<int32_t> prompt = prompt_of(model, 12, 7);
+  std::vector<engine::SamplingParams> settings(6);
+  settings[0].temperature = 0.0f;
+  settings[1].temperature = 1.0f;
+  settings[2].temperature = 0.7f, settings[2].top_k = 5;
+  settings[3].temperature = 1.3f, settings[3].top_p = 0.8f, settings[3].logprobs = 3;
+  settings[4].temperature = 0.9f, settings[4].min_p = 0.05f, settings[4].repetition_penalty = 1.2f;
+  settings[5].temperature = 1.0f, settings[5].frequency_penalty = 0.5f, settings[5].presence_penalty = 0.3f;
+  settings[5].logit_bias = {{prompt[0], 3.0f}, {prompt[1], -2.0f}};
+  settings[5].logprobs = 0;
+  const std::vector<int32_t> generated = {prompt[2], prompt[3], prompt[2], 1};
+  engine::TokenHistory history(std::span<const int32_t>(prompt).first(8));
+  for (int32_t id : generated) history.append(id);
+  std::vector<model::TokenDraw::Generated> seen;
+  for (const engine::GeneratedTokenCount& g : history.generated_counts()) seen.push_back({g.token, g.count, g.in_prompt});
+
+  for (uint64_t seed : {1ull, 42ull, 977ull}) {
+    // The logits the draws read, then the same step again drawn on the device.
+    model::SequenceState logits_sequence = model.new_sequence();
+    std::vector<float> logits(vocab);
+    model.forward(logits_sequence, prompt, logits, model::LogitRows::Last);
+    model::SequenceState drawn_sequence = model.new_sequence();
+    std::vector<model::TokenDraw> draws;
+    for (const engine::SamplingParams& params : settings) {
+      model::TokenDraw draw;
+      draw.temperature = params.temperature;
+      draw.top_p = params.top_p;
+      draw.top_k = params.top_k;
+      draw.min_p = params.min_p;
+      draw.presence_penalty = params.presence_penalty;
+      draw.frequency_penalty = params.frequency_penalty;
+      draw.repetition_penalty = params.repetition_penalty;
+      draw.seed = seed;
+      draw.request_id = draws.size();
+      draw.position = static_cast<int64_t>(prompt.size());
+      draw.logprobs = params.logprobs ? *params.logprobs : -1;
+      draw.prompt_tokens = history.prompt_tokens_distinct();
+      draw.generated = seen;
+      draw.logit_bias.assign(params.logit_bias.begin(), params.logit_bias.end());
+      draws.push_back(draw);
+    }
+    std::vector<model::DrawnToken> drawn(draws.size());
+    const model::BatchItem item{&drawn_sequence, prompt, {}, model::LogitRows::Last};
+    model.forward_batch_draw(std::span(&item, 1), draws, drawn);
+    for (std::size_t i = 0; i < settings.size(); ++i) {
+      const engine::SampleResult expected =
+          engine::sample(logits, settings[i], history, seed, i, static_cast<int64_t>(prompt.size()));
+      EXPECT_EQ(drawn[i].token, expected.token) << "setting " << i << " seed " << seed;
+      if (!settings[i].logprobs) continue;
+      EXPECT_EQ(std::memcmp(&drawn[i].logprob, &expected.logprob, sizeof(float)), 0)
+          << "setting " << i << ": " << drawn[i].logprob << " vs " << expected.logprob;
+      ASSERT_EQ(drawn[i].top_logprobs.size(), expected.top_logprobs.size()) << "setting " << i;
+      for (std::size_t j = 0; j < expected.top_logprobs.size(); ++j) {
+        EXPECT_EQ(drawn[i].top_logprobs[j].first, expected.top_logprobs[j].token);
+        EXPECT_EQ(drawn[i].top_logprobs[j].second, expected.top_logprobs[j].logprob);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GpuFixtureTest,

@@ -69,6 +69,17 @@ enum Slot : int {
   kPickCount,
   kCandidateMask,
   kLatentKeys,
+  kEngramRows,
+  kEngramKv,
+  // The sampler (head_draw).
+  kDrawRows,
+  kDrawLogits,
+  kSampleParams,
+  kSamplePrompt,
+  kSampleGenerated,
+  kSampleBias,
+  kSampleScratch,
+  kSampleResults,
   kSlotCount,
 };
 

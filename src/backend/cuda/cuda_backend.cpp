@@ -23,6 +23,7 @@
 #include "backend/cuda/op_profile.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/sampler_kernels.h"
 #include "io/model_config.h"
 #include "model/engram.h"
 
@@ -59,6 +60,8 @@ class CudaForwardPass final : public model::ForwardPass {
   void read_streams(std::span<float> out) override;
   void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
             std::vector<float>* hidden) override;
+  void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                 std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn) override;
 
  private:
   float* streams() const { return streams_ + first_ * shape_.hc.streams * shape_.hc.hidden; }
@@ -67,6 +70,9 @@ class CudaForwardPass final : public model::ForwardPass {
   void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits);
   void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out);
   void sync();
+  // The head's logits [rows, vocab] on the device (hidden_out: the head's input, downloaded).
+  float* head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                     std::vector<float>* hidden_out);
 
   CudaBackend& backend_;
   std::unique_lock<std::mutex> lock_;
@@ -80,7 +86,6 @@ class CudaForwardPass final : public model::ForwardPass {
   float* pre_ = nullptr;
   float* post_ = nullptr;
   float* comb_ = nullptr;
-  std::vector<float> host_in_;
   DeviceAttention attention_;
 };
 
@@ -95,6 +100,7 @@ class CudaBackend final : public model::Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
   std::string name() const override { return name_; }
+  bool draws_tokens() const override { return true; }
   std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, int64_t rows) const override {
     // The pass holds the backend's lock: one pass at a time, on this backend's stream.
     return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, rows);
@@ -193,14 +199,23 @@ void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const 
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
-  const OpProfile::Section timed(backend_.profile(), "engram (host)", backend_.stream());
-  const int64_t count = rows_ * shape_.hc.streams * shape_.hc.hidden;
-  host_in_.resize(static_cast<std::size_t>(count));
-  read_streams(host_in_);
-  engram.apply(index, hash_ids, host_in_, rows_);
-  check(cudaMemcpyAsync(streams(), host_in_.data(), host_in_.size() * 4, cudaMemcpyHostToDevice, backend_.stream()),
+  const OpProfile::Section timed(backend_.profile(), "engram", backend_.stream());
+  // The table rows are gathered on the host (the tables are host memory, read only where the
+  // hashes point); the projection and the gate run here.
+  const std::vector<float> embedded = engram.gather(index, hash_ids, rows_ + first_);
+  const int64_t width = static_cast<int64_t>(embedded.size()) / std::max<int64_t>(rows_ + first_, 1);
+  Arena& arena = backend_.arena();
+  WeightStore& store = backend_.weights();
+  cudaStream_t stream = backend_.stream();
+  const model::EngramLayerWeights& layer = engram.layer(index);
+  float* rows = arena.get<float>(kEngramRows, static_cast<std::size_t>(rows_ * width));
+  check(cudaMemcpyAsync(rows, embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width) * 4,
+                        cudaMemcpyHostToDevice, stream),
         "upload");
-  sync();
+  float* kv = arena.get<float>(kEngramKv, static_cast<std::size_t>(rows_ * layer.wkv.rows));
+  k::linear(rows, rows_, store.matrix(layer.wkv), kv, stream);
+  k::engram_gate(streams(), kv, store.floats(engram.gate_weight(index)), rows_, shape_.hc.streams, shape_.hc.hidden,
+                 engram.eps(), stream);
 }
 
 void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat,
@@ -425,9 +440,8 @@ void CudaForwardPass::read_streams(std::span<float> out) {
   sync();
 }
 
-void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
-                           std::vector<float>* hidden_out) {
-  const OpProfile::Section timed(backend_.profile(), "head", backend_.stream());
+float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                                   std::vector<float>* hidden_out) {
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();
@@ -455,15 +469,112 @@ void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const in
   const kernels::WeightMatrix& head = store.matrix(*weights.head);
   float* device_logits = arena.get<float>(kLogits, c * static_cast<std::size_t>(head.rows));
   k::linear(hidden, count, head, device_logits, stream);
-  check(cudaMemcpyAsync(logits, device_logits, c * static_cast<std::size_t>(head.rows) * 4, cudaMemcpyDeviceToHost,
-                        stream),
-        "download");
   if (hidden_out) {
     hidden_out->resize(c * static_cast<std::size_t>(d));
     check(cudaMemcpyAsync(hidden_out->data(), hidden, hidden_out->size() * 4, cudaMemcpyDeviceToHost, stream),
           "download");
   }
+  return device_logits;
+}
+
+void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
+                           std::vector<float>* hidden_out) {
+  const OpProfile::Section timed(backend_.profile(), "head", backend_.stream());
+  const float* device_logits = head_logits(weights, rows, hidden_out);
+  const auto bytes = rows.size() * static_cast<std::size_t>(weights.head->rows) * 4;
+  check(cudaMemcpyAsync(logits, device_logits, bytes, cudaMemcpyDeviceToHost, backend_.stream()), "download");
   sync();
+}
+
+void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                                std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn) {
+  const OpProfile::Section timed(backend_.profile(), "head + sampler", backend_.stream());
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t vocab = weights.head->rows;
+  const float* logits = head_logits(weights, rows, nullptr);
+  const auto count = static_cast<int64_t>(draws.size());
+  if (count == 0) return;
+  // One logits row per draw (the children of a fork draw from their parent's row).
+  bool identity = count == static_cast<int64_t>(rows.size());
+  std::vector<int64_t> draw_rows;
+  for (int64_t i = 0; i < count; ++i) {
+    draw_rows.push_back(draws[i].row);
+    identity = identity && draws[i].row == i;
+  }
+  if (!identity) {
+    int64_t* device_rows = arena.get<int64_t>(kDrawRows, draw_rows.size());
+    check(cudaMemcpyAsync(device_rows, draw_rows.data(), draw_rows.size() * 8, cudaMemcpyHostToDevice, stream),
+          "upload");
+    float* gathered = arena.get<float>(kDrawLogits, static_cast<std::size_t>(count * vocab));
+    k::gather_rows(logits, device_rows, count, vocab, gathered, stream);
+    logits = gathered;
+  }
+  std::vector<k::SampleRowParams> params(static_cast<std::size_t>(count));
+  std::vector<int32_t> prompt;
+  std::vector<k::GeneratedCount> generated;
+  std::vector<k::LogitBias> bias;
+  for (int64_t i = 0; i < count; ++i) {
+    const model::TokenDraw& draw = draws[i];
+    k::SampleRowParams& p = params[static_cast<std::size_t>(i)];
+    p.temperature = draw.temperature;
+    p.top_p = draw.top_p;
+    p.min_p = draw.min_p;
+    p.top_k = draw.top_k;
+    p.presence_penalty = draw.presence_penalty;
+    p.frequency_penalty = draw.frequency_penalty;
+    p.repetition_penalty = draw.repetition_penalty;
+    p.seed = draw.seed;
+    p.request_id = draw.request_id;
+    p.position = draw.position;
+    p.logprobs = draw.logprobs;
+    p.prompt_begin = static_cast<int32_t>(prompt.size());
+    prompt.insert(prompt.end(), draw.prompt_tokens.begin(), draw.prompt_tokens.end());
+    p.prompt_end = static_cast<int32_t>(prompt.size());
+    p.generated_begin = static_cast<int32_t>(generated.size());
+    for (const model::TokenDraw::Generated& seen : draw.generated)
+      generated.push_back({seen.token, seen.count, seen.in_prompt ? 1 : 0});
+    p.generated_end = static_cast<int32_t>(generated.size());
+    p.bias_begin = static_cast<int32_t>(bias.size());
+    for (const auto& [token, value] : draw.logit_bias) bias.push_back({token, value});
+    p.bias_end = static_cast<int32_t>(bias.size());
+  }
+  const auto upload = [&](int slot, const auto& values) {
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    T* device = arena.get<T>(slot, std::max<std::size_t>(values.size(), 1));
+    if (!values.empty())
+      check(cudaMemcpyAsync(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
+            "upload");
+    return device;
+  };
+  const std::size_t scratch_bytes = k::sample_scratch_bytes(count, vocab);
+  void* scratch = arena.get<std::byte>(kSampleScratch, scratch_bytes);
+  k::SampleRowResult* results = arena.get<k::SampleRowResult>(kSampleResults, static_cast<std::size_t>(count));
+  k::sample_rows(logits, count, vocab, upload(kSampleParams, params), upload(kSamplePrompt, prompt),
+                 upload(kSampleGenerated, generated), upload(kSampleBias, bias), scratch, scratch_bytes, results,
+                 stream);
+  std::vector<k::SampleRowResult> host(static_cast<std::size_t>(count));
+  check(cudaMemcpyAsync(host.data(), results, host.size() * sizeof(k::SampleRowResult), cudaMemcpyDeviceToHost,
+                        stream),
+        "download");
+  sync();
+  for (int64_t i = 0; i < count; ++i) {
+    const k::SampleRowResult& result = host[static_cast<std::size_t>(i)];
+    switch (result.error) {
+      case k::kSampleOk: break;
+      case k::kSampleNoFiniteMaximum: fail("sampler: the largest logit is not finite; sampling needs a finite maximum");
+      case k::kSampleIdOutsideVocabulary:
+        fail("sampler: a token id in the history or logit_bias is outside the vocabulary of ", vocab, " logits");
+      case k::kSamplePositionOutOfRange:
+        fail("sampler: position ", draws[i].position, " is outside [0, 2^32) and cannot key the random stream");
+      default: fail("sampler: the device sampler failed (error ", result.error, ")");
+    }
+    model::DrawnToken& out = drawn[static_cast<std::size_t>(i)];
+    out.token = result.token;
+    out.logprob = result.logprob;
+    out.top_logprobs.clear();
+    for (int32_t j = 0; j < result.top_count; ++j) out.top_logprobs.emplace_back(result.top_tokens[j], result.top_logprobs[j]);
+  }
 }
 
 void CudaBackend::reserve(const model::Model& model, int64_t rows) {
@@ -526,6 +637,11 @@ void for_each_device_tensor(const model::Model& model, Visit& visit) {
   visit.matrix(*head.head);
   visit.floats(head.norm);
   if (head.hc_head) hyper_connection(*head.hc_head);
+  if (const model::Engram* engram = model.engram())
+    for (int i = 0; i < engram->layers(); ++i) {
+      visit.matrix(engram->layer(i).wkv);
+      visit.floats(engram->gate_weight(i));
+    }
   for (const model::LayerWeights& layer : model.layers()) {
     hyper_connection(layer.attn_hc);
     hyper_connection(layer.ffn_hc);

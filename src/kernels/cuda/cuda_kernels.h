@@ -102,6 +102,13 @@ void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float lim
 void moe_combine(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k, int64_t d,
                  const float* shared, float* out, Stream stream);
 
+// Engram's gate (model/engram.cpp Engram::apply after its projection): for each token t and
+// stream s, with key = kv[t, s] and value = kv[t, hc] ([tokens, hc + 1, hidden]), the gate
+// sigmoid(signed sqrt(h . (w_s * key) / (rms(h) rms(key) sqrt(hidden)))) adds gate * value to
+// streams[t, s] ([tokens, hc, hidden]). gate_weight [hc, hidden] (q_weight * k_weight).
+void engram_gate(float* streams, const float* kv, const float* gate_weight, int64_t tokens, int64_t hc,
+                 int64_t hidden, double eps, Stream stream);
+
 // out[r] = in[rows[r]] for r < count, rows of `width` floats (device index array).
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream);
 
