@@ -45,6 +45,9 @@ enum Slot : int {
   kPositionOf,
   kSortedOut,
   kSortedScale,
+  kLowRankByGroup,
+  kGroupRows,
+  kGroupPairs,
   // Attention's middle (device_attention.cpp).
   kCallRows,
   kCallRowDestinations,

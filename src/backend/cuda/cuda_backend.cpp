@@ -300,23 +300,37 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   timed.reset();
   timed.emplace(backend_.profile(), "attention.output", stream);
 
-  // Grouped output on the device: attended as [rows * groups, group_in] rows, row t * groups + g
-  // through group g's slice of wo_a, lands in low_rank [rows, groups, group_out] directly.
+  // Grouped output on the device: attended as [rows * groups, group_in] rows; row t * groups + g
+  // goes through group g's slice of wo_a. The pairs run group by group (pair g * rows + t), so
+  // linear_gathered reads each group's slice once per tile of rows instead of once per row, and a
+  // gather puts the results back as low_rank [rows, groups, group_out] for wo_b.
   const auto groups = static_cast<int64_t>(weights.wo_a_groups.size());
   const int64_t group_in = heads * d / groups;
   const int64_t group_out = weights.wo_a_groups.front().rows;
   const int64_t pairs = rows_ * groups;
-  std::vector<int32_t> group_of(static_cast<std::size_t>(pairs));
-  for (int64_t p = 0; p < pairs; ++p) group_of[static_cast<std::size_t>(p)] = static_cast<int32_t>(p % groups);
-  const int32_t* identity_device = backend_.identity(pairs);
-  int32_t* group_of_device = arena.get<int32_t>(kGroupOf, group_of.size());
-  check(cudaMemcpyAsync(group_of_device, group_of.data(), group_of.size() * 4, cudaMemcpyHostToDevice, stream),
-        "upload");
+  std::vector<int32_t> group_of(static_cast<std::size_t>(pairs)), input_row(static_cast<std::size_t>(pairs));
+  std::vector<int64_t> pair_of(static_cast<std::size_t>(pairs));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t t = 0; t < rows_; ++t) {
+      const auto p = static_cast<std::size_t>(g * rows_ + t);
+      group_of[p] = static_cast<int32_t>(g);
+      input_row[p] = static_cast<int32_t>(t * groups + g);
+      pair_of[static_cast<std::size_t>(t * groups + g)] = static_cast<int64_t>(p);
+    }
+  const auto upload = [&](int slot, const auto& values) {
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    T* device = arena.get<T>(slot, values.size());
+    check(cudaMemcpyAsync(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
+          "upload");
+    return device;
+  };
+  float* by_group = arena.get<float>(kLowRankByGroup, static_cast<std::size_t>(pairs * group_out));
   float* low_rank = arena.get<float>(kLowRank, static_cast<std::size_t>(pairs * group_out));
   const kernels::WeightMatrix* groups_device = store.find_descriptor_array(&weights.wo_a_groups);
   if (!groups_device) groups_device = store.descriptor_array(&weights.wo_a_groups, weights.wo_a_groups);
-  k::linear_gathered(attended, identity_device, pairs, groups_device, group_of_device, group_out, group_in, low_rank,
-                     stream);
+  k::linear_gathered(attended, upload(kGroupRows, input_row), pairs, groups_device, upload(kGroupOf, group_of),
+                     group_out, group_in, by_group, stream);
+  k::gather_rows(by_group, upload(kGroupPairs, pair_of), pairs, group_out, low_rank, stream);
   k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream);
 }
 
@@ -610,12 +624,15 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
       {kHeadPre, r * n},            {kHeadHidden, r * d},          {kHeadFlat, r * n * d},
       {kHeadMix, r * n},            {kLogits, r * vocab},          {kQResidual, r * rank},
       {kQuery, r * query},          {kKv, r * head_dim},           {kAttended, r * query},
-      {kLowRank, r * low_rank},     {kSortedOut, expert_pairs * d}, {kSortedScale, expert_pairs}};
+      {kLowRank, r * low_rank},     {kSortedOut, expert_pairs * d}, {kSortedScale, expert_pairs},
+      {kLowRankByGroup, r * low_rank}};
   for (const auto& [slot, count] : float_slots) arena_.get<float>(slot, count);
   for (const auto& [slot, count] : {std::pair<int, std::size_t>{kTokenIds, r}, {kExperts, route_pairs},
-                                    {kPairToken, pairs}, {kPairIdentity, pairs}, {kPositions, r}, {kGroupOf, pairs}})
+                                    {kPairToken, pairs}, {kPairIdentity, pairs}, {kPositions, r}, {kGroupOf, pairs},
+                                    {kGroupRows, pairs}})
     arena_.get<int32_t>(slot, count);
   arena_.get<int64_t>(kHeadRows, r);
+  arena_.get<int64_t>(kGroupPairs, pairs);
   arena_.get<int32_t>(kSortedExpert, expert_pairs);
   arena_.get<int64_t>(kSortedPair, expert_pairs);
   arena_.get<int64_t>(kPositionOf, expert_pairs);
