@@ -1,0 +1,71 @@
+#pragma once
+// The compilers from each constraint language to a Grammar (grammar.h). Each refuses what it
+// cannot enforce exactly with a CompileError naming where (a byte offset in the source text, or a
+// JSON pointer into the schema) and why, and stops at the limits below instead of running away
+// on pathological input (deep nesting, huge alternations, repetition counts that explode).
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+
+namespace deepinfer::grammar {
+
+// A constraint that cannot be compiled: `where` is "at byte N" or a JSON pointer ("/properties/a").
+class CompileError : public Error {
+ public:
+  CompileError(std::string where, const std::string& reason)
+      : Error(where.empty() ? reason : where + ": " + reason), where_(std::move(where)) {}
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
+};
+
+struct CompileLimits {
+  int64_t max_symbols = int64_t{1} << 20;  // Grammar::size()
+  int32_t max_depth = 128;                 // nesting of groups, subschemas, $ref expansions
+  int64_t max_repeat = 10000;              // the largest {n,m} / minItems / maxLength expanded
+};
+
+// An ECMAScript regular expression (the subset JSON Schema's `pattern` uses), matched against
+// the whole output. Supported: literals and escapes (\d \w \s \D \W \S \t \n \r \f \v \0 \xHH
+// \uHHHH \u{...} and escaped metacharacters), `.` (any character but \n and \r), classes [...] and
+// [^...] with ranges, groups ( ), (?: ), alternation |, quantifiers * + ? {n} {n,} {n,m} (greedy
+// and lazy: the same language), and ^ / $ at the ends. Characters are UTF-8: `.` and negated
+// classes match whole code points. `anchored`: the pattern must match the whole output (JSON
+// Schema's `pattern` is not anchored, so its compiler passes false and gets .* around it).
+// Refused (CompileError): backreferences, lookaround, \b \B, flags, ^ / $ inside the pattern.
+Grammar compile_regex(std::string_view pattern, bool anchored = true, const CompileLimits& limits = {});
+
+struct JsonSchemaOptions {
+  // Objects without "additionalProperties" allow extra keys (the spec's default) unless strict.
+  bool strict = false;
+  // Keywords that cannot be enforced are ignored instead of refused (the caller says so).
+  bool lenient = false;
+  // Whitespace between tokens: at most this many bytes in a run (bounded, so a model cannot pad
+  // forever; vLLM's fix). Compact and pretty-printed JSON both fit the default.
+  int32_t max_whitespace = 20;
+};
+
+// A JSON schema (drafts 4 to 2020-12: the keywords docs/STRUCTURED.md lists) to the grammar of
+// the JSON texts it accepts. Unsupported keywords are a CompileError with their JSON pointer
+// unless options.lenient.
+Grammar compile_json_schema(const nlohmann::json& schema, const JsonSchemaOptions& options = {},
+                            const CompileLimits& limits = {});
+
+// Any JSON value (response_format json_object: an object).
+Grammar any_json(bool object_only, const JsonSchemaOptions& options = {});
+
+// llama.cpp's GBNF (grammars/README.md): `name ::= alternatives`, "literals", [classes],
+// (groups), * + ? {n,m}, comments; the start rule is `root`.
+Grammar compile_gbnf(std::string_view text, const CompileLimits& limits = {});
+
+// The Lark form llguidance takes: `name: alternatives`, "literals", /regex/ terminals, [optional],
+// (groups), * + ?, `%ignore` refused; the start rule is `start`.
+Grammar compile_lark(std::string_view text, const CompileLimits& limits = {});
+
+}  // namespace deepinfer::grammar

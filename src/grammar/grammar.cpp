@@ -1,0 +1,137 @@
+#include "grammar/grammar.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace deepinfer::grammar {
+
+ByteSet ByteSet::of(uint8_t byte) {
+  ByteSet set;
+  set.add(byte);
+  return set;
+}
+
+ByteSet ByteSet::range(uint8_t first, uint8_t last) {
+  ByteSet set;
+  set.add_range(first, last);
+  return set;
+}
+
+ByteSet ByteSet::all() {
+  ByteSet set;
+  set.words = {~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}};
+  return set;
+}
+
+void ByteSet::add_range(uint8_t first, uint8_t last) {
+  for (unsigned byte = first; byte <= last; ++byte) add(static_cast<uint8_t>(byte));
+}
+
+void ByteSet::add(const ByteSet& other) {
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] |= other.words[i];
+}
+
+ByteSet ByteSet::complement() const {
+  ByteSet set;
+  for (std::size_t i = 0; i < words.size(); ++i) set.words[i] = ~words[i];
+  return set;
+}
+
+RuleId Grammar::add_rule(std::string name) {
+  rules_.push_back({std::move(name), {}});
+  return static_cast<RuleId>(rules_.size() - 1);
+}
+
+void Grammar::add_alternative(RuleId rule, Sequence symbols) {
+  if (rule < 0 || rule >= rule_count()) fail("grammar: alternative for rule ", rule, " of ", rule_count());
+  size_ += static_cast<int64_t>(symbols.size()) + 1;
+  rules_[static_cast<std::size_t>(rule)].alternatives.push_back(std::move(symbols));
+}
+
+Symbol Grammar::terminal(const ByteSet& set) {
+  for (std::size_t i = 0; i < terminals_.size(); ++i)
+    if (terminals_[i] == set) return {false, static_cast<int32_t>(i)};
+  terminals_.push_back(set);
+  return {false, static_cast<int32_t>(terminals_.size() - 1)};
+}
+
+Sequence Grammar::literal(std::string_view text) {
+  Sequence out;
+  out.reserve(text.size());
+  for (char c : text) out.push_back(terminal(ByteSet::of(static_cast<uint8_t>(c))));
+  return out;
+}
+
+void Grammar::validate() const {
+  if (start_ < 0 || start_ >= rule_count()) fail("grammar: no start rule");
+  for (RuleId r = 0; r < rule_count(); ++r) {
+    if (rules_[static_cast<std::size_t>(r)].alternatives.empty())
+      fail("grammar: rule ", rule_name(r), " has no alternative");
+    for (const Sequence& alternative : alternatives(r))
+      for (const Symbol& symbol : alternative) {
+        const int32_t bound = symbol.is_rule ? rule_count() : terminal_count();
+        if (symbol.index < 0 || symbol.index >= bound)
+          fail("grammar: rule ", rule_name(r), " names ", symbol.is_rule ? "rule " : "terminal ", symbol.index,
+               ", which does not exist");
+      }
+  }
+}
+
+namespace {
+
+std::string describe(const ByteSet& set) {
+  std::string out = "[";
+  for (unsigned b = 0; b < 256; ++b) {
+    if (!set.contains(static_cast<uint8_t>(b))) continue;
+    unsigned e = b;
+    while (e + 1 < 256 && set.contains(static_cast<uint8_t>(e + 1))) ++e;
+    const auto put = [&](unsigned v) {
+      char text[8];
+      if (v >= 0x21 && v < 0x7f && v != '\\' && v != ']' && v != '-') {
+        out += static_cast<char>(v);
+      } else {
+        std::snprintf(text, sizeof text, "\\x%02X", v);
+        out += text;
+      }
+    };
+    put(b);
+    if (e > b) {
+      out += '-';
+      put(e);
+    }
+    b = e;
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string Grammar::to_string() const {
+  const auto name_of = [&](RuleId r) {
+    if (!rule_name(r).empty()) return rule_name(r);
+    std::string name(1, 'r');
+    name += std::to_string(r);
+    return name;
+  };
+  std::string out;
+  for (RuleId r = 0; r < rule_count(); ++r) {
+    out += name_of(r);
+    out += r == start_ ? " (start) ::=" : " ::=";
+    bool first = true;
+    for (const Sequence& alternative : alternatives(r)) {
+      out += first ? " " : " | ";
+      first = false;
+      if (alternative.empty()) out += "\"\"";
+      for (std::size_t i = 0; i < alternative.size(); ++i) {
+        if (i > 0) out += ' ';
+        const Symbol& s = alternative[i];
+        out += s.is_rule ? name_of(s.index) : describe(terminal_set(s.index));
+      }
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace deepinfer::grammar

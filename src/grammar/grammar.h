@@ -1,0 +1,85 @@
+#pragma once
+// The one representation every constraint compiles to (regex, JSON schema, GBNF, Lark): a
+// context-free grammar over bytes. A terminal is a set of bytes (one byte of output), a rule has
+// alternatives, each a sequence of terminals and rules; the start rule's language is exactly the
+// outputs the constraint allows. Bytes, not characters or tokens: tokens of the model's
+// vocabulary cut UTF-8 sequences anywhere, and a byte-level grammar needs no lexer that could
+// disagree with the tokenizer about where a token ends. The matcher (matcher.h) runs it.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer::grammar {
+
+// A set of byte values.
+struct ByteSet {
+  std::array<uint64_t, 4> words{};
+
+  static ByteSet of(uint8_t byte);
+  static ByteSet range(uint8_t first, uint8_t last);  // inclusive
+  static ByteSet all();
+
+  void add(uint8_t byte) { words[byte >> 6] |= uint64_t{1} << (byte & 63); }
+  void add_range(uint8_t first, uint8_t last);
+  void add(const ByteSet& other);
+  bool contains(uint8_t byte) const { return (words[byte >> 6] >> (byte & 63)) & 1; }
+  bool empty() const { return (words[0] | words[1] | words[2] | words[3]) == 0; }
+  ByteSet complement() const;
+  bool operator==(const ByteSet& other) const = default;
+};
+
+using RuleId = int32_t;
+
+// One element of an alternative: one byte of a terminal set, or a rule.
+struct Symbol {
+  bool is_rule = false;
+  int32_t index = 0;  // the rule's id, or the terminal's index (Grammar::terminal)
+  bool operator==(const Symbol& other) const = default;
+};
+
+using Sequence = std::vector<Symbol>;
+
+class Grammar {
+ public:
+  // A new rule with no alternatives yet; `name` is for messages and dumps.
+  RuleId add_rule(std::string name);
+  // Adds an alternative (an empty sequence: the rule matches the empty string).
+  void add_alternative(RuleId rule, Sequence symbols);
+  // The terminal matching one byte of `set` (interned: equal sets share an index).
+  Symbol terminal(const ByteSet& set);
+  static Symbol rule(RuleId id) { return {true, id}; }
+  // The bytes of `text`, one terminal each.
+  Sequence literal(std::string_view text);
+  void set_start(RuleId rule) { start_ = rule; }
+
+  RuleId start() const { return start_; }
+  int32_t rule_count() const { return static_cast<int32_t>(rules_.size()); }
+  const std::string& rule_name(RuleId rule) const { return rules_[static_cast<std::size_t>(rule)].name; }
+  const std::vector<Sequence>& alternatives(RuleId rule) const {
+    return rules_[static_cast<std::size_t>(rule)].alternatives;
+  }
+  int32_t terminal_count() const { return static_cast<int32_t>(terminals_.size()); }
+  const ByteSet& terminal_set(int32_t index) const { return terminals_[static_cast<std::size_t>(index)]; }
+  // Symbols over every alternative: the measure compile bounds count.
+  int64_t size() const { return size_; }
+
+  // Throws deepinfer::Error when the start is unset, a rule has no alternative, or a symbol
+  // names a rule or terminal that does not exist.
+  void validate() const;
+  // A readable dump (GBNF-like), for `deepinfer grammar --dump` and test failures.
+  std::string to_string() const;
+
+ private:
+  struct Rule {
+    std::string name;
+    std::vector<Sequence> alternatives;
+  };
+  std::vector<Rule> rules_;
+  std::vector<ByteSet> terminals_;
+  RuleId start_ = -1;
+  int64_t size_ = 0;
+};
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,330 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace deepinfer::grammar {
+
+// ---- the prepared grammar ----
+
+// Every production gets length + 1 slots, one per dot position, so a slot number alone names an
+// item's production and dot; slot_next says what the dot is before.
+class CompiledGrammar {
+ public:
+  explicit CompiledGrammar(Grammar grammar);
+
+  static constexpr int32_t kComplete = -1;
+  struct Next {
+    bool is_rule = false;
+    int32_t index = kComplete;  // rule id, terminal index, or kComplete
+  };
+
+  const Grammar& grammar() const { return grammar_; }
+  Next next(uint32_t slot) const { return slot_next_[slot]; }
+  RuleId lhs(uint32_t slot) const { return slot_lhs_[slot]; }
+  std::span<const uint32_t> productions(RuleId rule) const { return rule_productions_[static_cast<std::size_t>(rule)]; }
+  bool nullable(RuleId rule) const { return nullable_[static_cast<std::size_t>(rule)] != 0; }
+  const ByteSet& terminal(int32_t index) const { return grammar_.terminal_set(index); }
+  RuleId start() const { return grammar_.start(); }
+
+ private:
+  Grammar grammar_;
+  std::vector<Next> slot_next_;
+  std::vector<RuleId> slot_lhs_;
+  std::vector<std::vector<uint32_t>> rule_productions_;  // first slot of each production
+  std::vector<char> nullable_;
+};
+
+CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar)) {
+  grammar_.validate();
+  const int32_t rules = grammar_.rule_count();
+  rule_productions_.resize(static_cast<std::size_t>(rules));
+  for (RuleId r = 0; r < rules; ++r)
+    for (const Sequence& alternative : grammar_.alternatives(r)) {
+      rule_productions_[static_cast<std::size_t>(r)].push_back(static_cast<uint32_t>(slot_next_.size()));
+      for (const Symbol& symbol : alternative) {
+        slot_next_.push_back({symbol.is_rule, symbol.index});
+        slot_lhs_.push_back(r);
+      }
+      slot_next_.push_back({false, kComplete});
+      slot_lhs_.push_back(r);
+    }
+  // Nullable rules by fixpoint: a rule is nullable when one alternative is all nullable rules.
+  nullable_.assign(static_cast<std::size_t>(rules), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (RuleId r = 0; r < rules; ++r) {
+      if (nullable_[static_cast<std::size_t>(r)]) continue;
+      for (const Sequence& alternative : grammar_.alternatives(r)) {
+        const bool all = std::all_of(alternative.begin(), alternative.end(), [&](const Symbol& s) {
+          return s.is_rule && nullable_[static_cast<std::size_t>(s.index)];
+        });
+        if (all) {
+          nullable_[static_cast<std::size_t>(r)] = 1;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+}
+
+std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar) {
+  return std::make_shared<const CompiledGrammar>(std::move(grammar));
+}
+
+// ---- Earley columns ----
+
+namespace {
+
+struct Item {
+  uint32_t slot;
+  uint32_t origin;
+};
+
+uint64_t key(const Item& item) { return (static_cast<uint64_t>(item.slot) << 32) | item.origin; }
+
+// The items after one byte of output (or at the start).
+struct Column {
+  std::vector<Item> items;
+  std::unordered_set<uint64_t> seen;
+  std::vector<Item> scanners;                               // dot before a terminal
+  std::unordered_map<RuleId, std::vector<Item>> waiting;    // dot before a rule
+  std::unordered_set<RuleId> predicted;
+  bool accepting = false;
+
+  void add(const Item& item) {
+    if (seen.insert(key(item)).second) items.push_back(item);
+  }
+};
+
+}  // namespace
+
+struct Matcher::State {
+  const CompiledGrammar& grammar;
+  std::vector<Column> columns;
+  std::vector<std::size_t> marks;  // columns.size() before each accepted token
+
+  explicit State(const CompiledGrammar& g) : grammar(g) {
+    Column first;
+    for (uint32_t slot : grammar.productions(grammar.start())) first.add({slot, 0});
+    first.predicted.insert(grammar.start());
+    columns.push_back(std::move(first));
+    close(columns.size() - 1);
+  }
+
+  // Predictions and completions of column k until nothing changes (Aycock and Horspool's
+  // nullable rule: predicting a nullable rule also steps over it, so completions whose origin is
+  // this column need no second pass).
+  void close(std::size_t k) {
+    Column& column = columns[k];
+    for (std::size_t i = 0; i < column.items.size(); ++i) {
+      const Item item = column.items[i];
+      const CompiledGrammar::Next next = grammar.next(item.slot);
+      if (next.index == CompiledGrammar::kComplete) {
+        const RuleId lhs = grammar.lhs(item.slot);
+        if (item.origin == k) {
+          if (lhs == grammar.start() && item.origin == 0) column.accepting = true;
+          continue;
+        }
+        if (lhs == grammar.start() && item.origin == 0) column.accepting = true;
+        const Column& from = columns[item.origin];
+        const auto waiting = from.waiting.find(lhs);
+        if (waiting == from.waiting.end()) continue;
+        // `from` is an earlier column: its lists no longer change while this one closes.
+        for (const Item& parent : waiting->second) column.add({parent.slot + 1, parent.origin});
+      } else if (next.is_rule) {
+        column.waiting[next.index].push_back(item);
+        if (column.predicted.insert(next.index).second)
+          for (uint32_t slot : grammar.productions(next.index)) column.add({slot, static_cast<uint32_t>(k)});
+        if (grammar.nullable(next.index)) column.add({item.slot + 1, item.origin});
+      } else {
+        column.scanners.push_back(item);
+      }
+    }
+  }
+
+  // A new column after `byte`; false (and nothing added) when no item scans it.
+  bool advance(uint8_t byte) {
+    Column next;
+    for (const Item& item : columns.back().scanners)
+      if (grammar.terminal(grammar.next(item.slot).index).contains(byte)) next.add({item.slot + 1, item.origin});
+    if (next.items.empty()) return false;
+    columns.push_back(std::move(next));
+    close(columns.size() - 1);
+    return true;
+  }
+
+  ByteSet next_bytes() const {
+    ByteSet bytes;
+    for (const Item& item : columns.back().scanners) bytes.add(grammar.terminal(grammar.next(item.slot).index));
+    return bytes;
+  }
+};
+
+// ---- the vocabulary trie ----
+
+Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> specials, int32_t eos)
+    : token_bytes_(std::move(token_bytes)), special_(token_bytes_.size(), 0), eos_(eos) {
+  for (int32_t id : specials) {
+    if (id < 0 || id >= size()) fail("vocabulary: special token ", id, " outside ", size(), " tokens");
+    special_[static_cast<std::size_t>(id)] = 1;
+  }
+  if (eos_ >= size()) fail("vocabulary: eos ", eos_, " outside ", size(), " tokens");
+  // Build the trie over sorted token bytes: children of a node are contiguous edges.
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < size(); ++id)
+    if (!special_[static_cast<std::size_t>(id)] && id != eos_ && !token_bytes_[static_cast<std::size_t>(id)].empty())
+      order.push_back(id);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return token_bytes_[static_cast<std::size_t>(a)] < token_bytes_[static_cast<std::size_t>(b)];
+  });
+  // Recursive construction over [begin, end) of `order` sharing a prefix of `depth` bytes.
+  struct Builder {
+    Vocabulary& v;
+    const std::vector<int32_t>& order;
+    int32_t build(std::size_t begin, std::size_t end, std::size_t depth) {
+      const auto node = static_cast<int32_t>(v.nodes_.size());
+      v.nodes_.push_back({});
+      std::size_t i = begin;
+      // Tokens that end exactly here come first in sorted order.
+      const auto first_token = static_cast<int32_t>(v.tokens_.size());
+      while (i < end && v.token_bytes_[static_cast<std::size_t>(order[i])].size() == depth) v.tokens_.push_back(order[i++]);
+      v.nodes_[static_cast<std::size_t>(node)].first_token = first_token;
+      v.nodes_[static_cast<std::size_t>(node)].token_count = static_cast<int32_t>(v.tokens_.size()) - first_token;
+      std::vector<std::pair<uint8_t, std::pair<std::size_t, std::size_t>>> groups;
+      while (i < end) {
+        const auto byte = static_cast<uint8_t>(v.token_bytes_[static_cast<std::size_t>(order[i])][depth]);
+        std::size_t j = i;
+        while (j < end && static_cast<uint8_t>(v.token_bytes_[static_cast<std::size_t>(order[j])][depth]) == byte) ++j;
+        groups.push_back({byte, {i, j}});
+        i = j;
+      }
+      std::vector<Edge> edges;
+      for (const auto& [byte, range] : groups) edges.push_back({byte, build(range.first, range.second, depth + 1)});
+      v.nodes_[static_cast<std::size_t>(node)].first_edge = static_cast<int32_t>(v.edges_.size());
+      v.nodes_[static_cast<std::size_t>(node)].edge_count = static_cast<int32_t>(edges.size());
+      v.edges_.insert(v.edges_.end(), edges.begin(), edges.end());
+      return node;
+    }
+  };
+  Builder{*this, order}.build(0, order.size(), 0);
+}
+
+// ---- the matcher ----
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const Vocabulary> vocabulary)
+    : state_(std::make_unique<State>(*grammar)), grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+Matcher::~Matcher() = default;
+Matcher::Matcher(Matcher&&) noexcept = default;
+Matcher& Matcher::operator=(Matcher&&) noexcept = default;
+
+bool Matcher::accept_bytes(std::string_view bytes, int64_t* rejected_at) {
+  if (finished_) {
+    if (rejected_at) *rejected_at = 0;
+    return false;
+  }
+  const std::size_t mark = state_->columns.size();
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    if (!state_->advance(static_cast<uint8_t>(bytes[i]))) {
+      state_->columns.resize(mark);
+      if (rejected_at) *rejected_at = static_cast<int64_t>(i);
+      return false;
+    }
+  state_->marks.push_back(mark);
+  return true;
+}
+
+bool Matcher::accept_token(int32_t id) {
+  if (!vocabulary_ || id < 0 || id >= vocabulary_->size()) return false;
+  if (finished_) return false;
+  if (id == vocabulary_->eos()) {
+    if (!accepting()) return false;
+    state_->marks.push_back(state_->columns.size());
+    finished_ = true;
+    return true;
+  }
+  if (vocabulary_->special(id)) return false;
+  return accept_bytes(vocabulary_->bytes(id));
+}
+
+void Matcher::rollback(int32_t tokens) {
+  if (tokens < 0 || tokens > static_cast<int32_t>(state_->marks.size()))
+    fail("grammar matcher: rollback of ", tokens, " tokens after ", state_->marks.size());
+  for (int32_t i = 0; i < tokens; ++i) {
+    state_->columns.resize(state_->marks.back());
+    state_->marks.pop_back();
+  }
+  finished_ = false;  // EOS, if it was rolled back, pushed a mark like any token
+}
+
+bool Matcher::accepting() const { return state_->columns.back().accepting; }
+
+void Matcher::fill_mask(std::span<uint64_t> mask) const {
+  std::fill(mask.begin(), mask.end(), 0);
+  if (!vocabulary_) return;
+  if (static_cast<int64_t>(mask.size()) * 64 < vocabulary_->size())
+    fail("grammar matcher: a mask of ", mask.size(), " words for ", vocabulary_->size(), " tokens");
+  if (finished_) return;
+  const auto set = [&](int32_t id) { mask[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+  if (accepting() && vocabulary_->eos() >= 0) set(vocabulary_->eos());
+  // Depth first over the trie, the parser advanced along the path; a node whose byte the
+  // grammar rejects cuts its whole subtree. The state's columns grow and shrink like a stack.
+  const auto& nodes = vocabulary_->nodes();
+  const auto& edges = vocabulary_->edges();
+  State& state = *state_;
+  const std::size_t base = state.columns.size();
+  struct Frame {
+    int32_t node;
+    int32_t next_edge;
+  };
+  std::vector<Frame> stack{{0, 0}};
+  while (!stack.empty()) {
+    Frame& frame = stack.back();
+    const Vocabulary::Node& node = nodes[static_cast<std::size_t>(frame.node)];
+    if (frame.next_edge == node.edge_count) {
+      stack.pop_back();
+      if (!stack.empty()) state.columns.pop_back();
+      continue;
+    }
+    const Vocabulary::Edge& edge = edges[static_cast<std::size_t>(node.first_edge + frame.next_edge++)];
+    if (!state.advance(edge.byte)) continue;
+    const Vocabulary::Node& child = nodes[static_cast<std::size_t>(edge.child)];
+    for (int32_t id : vocabulary_->tokens_at(child)) set(id);
+    stack.push_back({edge.child, 0});
+  }
+  if (state.columns.size() != base) fail("grammar matcher: the mask walk left the parser moved");
+}
+
+std::string Matcher::forced_bytes() const {
+  std::string out;
+  if (finished_) return out;
+  State& state = *state_;
+  const std::size_t base = state.columns.size();
+  constexpr std::size_t kMaxForced = 256;
+  while (out.size() < kMaxForced && !state.columns.back().accepting) {
+    const ByteSet next = state.next_bytes();
+    int count = 0;
+    uint8_t only = 0;
+    for (unsigned b = 0; b < 256 && count < 2; ++b)
+      if (next.contains(static_cast<uint8_t>(b))) {
+        ++count;
+        only = static_cast<uint8_t>(b);
+      }
+    if (count != 1) break;
+    state.advance(only);
+    out += static_cast<char>(only);
+  }
+  state.columns.resize(base);
+  return out;
+}
+
+bool matches(const Grammar& grammar, std::string_view text) {
+  Matcher matcher(prepare(grammar), nullptr);
+  return matcher.accept_bytes(text) && matcher.accepting();
+}
+
+}  // namespace deepinfer::grammar

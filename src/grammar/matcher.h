@@ -1,0 +1,101 @@
+#pragma once
+// Runs a Grammar against generated output, token by token: which tokens may come next (a mask
+// over the vocabulary), accepting a token, rolling back, whether the output is complete, and the
+// bytes the grammar forces next (jump-forward).
+//
+// The parser is Earley's over bytes (every CFG, ambiguity and left recursion included), with
+// the state after each accepted token kept so rollback is a pop. A mask walks the vocabulary's
+// token trie depth first, advancing a copy of the parser byte by byte along the trie's edges and
+// cutting every subtree whose first bytes the grammar rejects, so a step visits only the tokens
+// that can start where the output is.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace deepinfer::grammar {
+
+// A tokenizer's vocabulary as bytes, in a trie, shared by every matcher of that tokenizer.
+class Vocabulary {
+ public:
+  // token_bytes[id]: the bytes token id decodes to; ids in `specials` (control tokens) never
+  // match grammar text; `eos` may end the output when the grammar accepts (-1: none).
+  Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> specials, int32_t eos);
+
+  int32_t size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  int32_t eos() const { return eos_; }
+  const std::string& bytes(int32_t id) const { return token_bytes_[static_cast<std::size_t>(id)]; }
+  bool special(int32_t id) const { return special_[static_cast<std::size_t>(id)] != 0; }
+
+  // Trie nodes: node 0 is the root; children are ranges of `edges`.
+  struct Node {
+    int32_t first_edge = 0, edge_count = 0;
+    int32_t first_token = 0, token_count = 0;  // tokens ending here: tokens_[first..first+count)
+  };
+  struct Edge {
+    uint8_t byte;
+    int32_t child;
+  };
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Edge>& edges() const { return edges_; }
+  std::span<const int32_t> tokens_at(const Node& node) const {
+    return std::span(tokens_).subspan(static_cast<std::size_t>(node.first_token),
+                                      static_cast<std::size_t>(node.token_count));
+  }
+
+ private:
+  std::vector<std::string> token_bytes_;
+  std::vector<char> special_;
+  int32_t eos_ = -1;
+  std::vector<Node> nodes_;
+  std::vector<Edge> edges_;
+  std::vector<int32_t> tokens_;
+};
+
+// A grammar prepared for matching (nullable rules, prediction tables); immutable, shareable.
+class CompiledGrammar;
+std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar);
+
+class Matcher {
+ public:
+  Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const Vocabulary> vocabulary);
+  ~Matcher();
+  Matcher(Matcher&&) noexcept;
+  Matcher& operator=(Matcher&&) noexcept;
+
+  // Appends the token's bytes; false (and no change) when the grammar rejects them. EOS is
+  // accepted exactly when accepting(), and then the matcher is finished.
+  bool accept_token(int32_t id);
+  // Appends raw bytes (tests, `deepinfer grammar --check`); false and no change on rejection.
+  // Returns the number of bytes accepted before the first rejected one in `rejected_at` when
+  // given.
+  bool accept_bytes(std::string_view bytes, int64_t* rejected_at = nullptr);
+  // Undoes the last `tokens` accept_token / accept_bytes calls.
+  void rollback(int32_t tokens);
+
+  // The output so far is a whole sentence of the grammar (EOS may come now).
+  bool accepting() const;
+  bool finished() const { return finished_; }
+  // mask bit id set (bit id % 64 of word id / 64) for every token that may come next; `mask`
+  // holds ceil(vocabulary size / 64) words.
+  void fill_mask(std::span<uint64_t> mask) const;
+  // The bytes every continuation starts with (jump-forward), as long as exactly one byte is
+  // allowed at each step and the output is not yet accepting.
+  std::string forced_bytes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::shared_ptr<const Vocabulary> vocabulary_;
+  bool finished_ = false;
+};
+
+// Convenience for tests and the CLI: is `text` a whole sentence of `grammar`?
+bool matches(const Grammar& grammar, std::string_view text);
+
+}  // namespace deepinfer::grammar
