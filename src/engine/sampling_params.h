@@ -4,10 +4,22 @@
 // docs/ENGINE.md ("Sampling") gives the order in which they apply.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "grammar/matcher.h"
+
 namespace deepinfer::engine {
+
+// Structured output: every token of the answer must keep it inside a grammar (grammar/).
+struct OutputConstraint {
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::shared_ptr<const grammar::Vocabulary> vocabulary;  // the model tokenizer's, EOS included
+  // The grammar applies after this token has been generated (thinking: </think>, so reasoning
+  // is free and the answer constrained); -1: from the first generated token.
+  int32_t after_token = -1;
+};
 
 struct SamplingParams {
   float temperature = 1.0f;        // >= 0; 0 = greedy (argmax, ties to the lowest id)
@@ -27,6 +39,7 @@ struct SamplingParams {
                                            // alternatives (vLLM's prompt_logprobs); the request
                                            // then skips the prefix cache match
   int32_t n = 1;                         // completions per prompt, >= 1
+  std::optional<OutputConstraint> constraint;  // none: free output
 
   bool greedy() const { return temperature == 0.0f; }
   bool top_k_enabled() const { return top_k > 0; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
@@ -15,7 +16,18 @@ void StepExecutor::add_request(RequestId request, std::shared_ptr<const RequestS
   requests_[request] = std::move(sampling);
   prompts_[request] = prompt;
   if (requests_[request]->params.prompt_logprobs) next_prompt_score_[request] = 1;
-  for (int32_t choice = 0; choice < choices; ++choice) sequences_[SequenceId{request, choice}].history.emplace(prompt);
+  for (int32_t choice = 0; choice < choices; ++choice) {
+    sequences_[SequenceId{request, choice}].history.emplace(prompt);
+    start_matcher(SequenceId{request, choice});
+  }
+}
+
+void StepExecutor::start_matcher(SequenceId id) {
+  const std::optional<OutputConstraint>& constraint = requests_.at(id.request)->params.constraint;
+  if (!constraint) return;
+  SequenceContext& sequence = context(id);
+  sequence.matcher.emplace(constraint->grammar, constraint->vocabulary);
+  sequence.constrained = constraint->after_token < 0;
 }
 
 void StepExecutor::forget_request(RequestId request) {
@@ -97,6 +109,7 @@ void StepExecutor::prepare(const StepPlan& plan) {
                                         scheduler_.pool().payload(copy.to).data());
     SequenceContext& child = context(fork.child);
     child.history.emplace(prompts_.at(fork.child.request));
+    start_matcher(fork.child);  // a fork happens before the parent's first token: a fresh matcher
     prepared.forks.push_back(std::move(prepared_fork));
   }
   prepared_ = std::move(prepared);
@@ -104,7 +117,31 @@ void StepExecutor::prepare(const StepPlan& plan) {
 
 ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position) {
   const RequestSampling& request = *requests_.at(id.request);
-  const SampleResult result = sample(logits, request.params, *context(id).history, request.seed,
+  SequenceContext& sequence = context(id);
+  if (!sequence.constrained) {
+    const SampleResult result = sample(logits, request.params, *sequence.history, request.seed,
+                                       static_cast<uint64_t>(id.choice), position);
+    return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
+  }
+  // Tokens the grammar rejects get -inf: the draw, the penalties and the reported logprobs all
+  // see the constrained distribution.
+  const grammar::Vocabulary& vocabulary = *request.params.constraint->vocabulary;
+  std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary.size() + 63) / 64));
+  sequence.matcher->fill_mask(mask);
+  std::vector<float> masked(logits.begin(), logits.end());
+  bool any = false;
+  for (std::size_t id_index = 0; id_index < masked.size(); ++id_index) {
+    const bool allowed = id_index < static_cast<std::size_t>(vocabulary.size()) &&
+                         ((mask[id_index / 64] >> (id_index % 64)) & 1);
+    if (!allowed) masked[id_index] = -std::numeric_limits<float>::infinity();
+    else any = any || masked[id_index] == masked[id_index];
+  }
+  if (!any) {
+    // No token can continue (the grammar is complete and closed, or the model's logits are NaN
+    // where it could): the answer ends here.
+    return ProducedToken{id, epoch, vocabulary.eos(), 0.0f, {}};
+  }
+  const SampleResult result = sample(masked, request.params, *sequence.history, request.seed,
                                      static_cast<uint64_t>(id.choice), position);
   return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
 }
@@ -185,7 +222,15 @@ void StepExecutor::compute() {
   if (!prepared_) fail("engine: compute() without a prepared step");
   Prepared& prepared = *prepared_;
   // The backend draws the tokens itself unless a row's logits must come back (prompt scoring).
-  if (model_.backend().draws_tokens() &&
+  // (and unless a grammar constrains a sequence of the step: its mask applies on the host).
+  const bool constrained_step =
+      std::any_of(prepared.items.begin(), prepared.items.end(), [&](const PreparedItem& item) {
+        return item.needs_logits && constrained(item.id);
+      }) ||
+      std::any_of(prepared.forks.begin(), prepared.forks.end(), [&](const PreparedFork& fork) {
+        return constrained(fork.child);
+      });
+  if (model_.backend().draws_tokens() && !constrained_step &&
       std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) {
         return item.scores_prompt();
       })) {
@@ -264,6 +309,17 @@ StepExecutor::Finished StepExecutor::finish() {
     SequenceContext& sequence = context(produced.id);
     sequence.history->append(produced.token);
     sequence.last_token = produced.token;
+    if (sequence.matcher) {
+      const OutputConstraint& constraint = *requests_.at(produced.id.request)->params.constraint;
+      if (sequence.constrained) {
+        // The token came from the masked row, so the matcher takes it; EOS finishes it.
+        if (!sequence.matcher->finished() && !sequence.matcher->accept_token(produced.token))
+          fail("engine: request ", produced.id.request, " sampled token ", produced.token,
+               " that its grammar rejects");
+      } else if (produced.token == constraint.after_token) {
+        sequence.constrained = true;
+      }
+    }
     const std::vector<int32_t>& stops = requests_.at(produced.id.request)->stop_token_ids;
     const bool stop = std::find(stops.begin(), stops.end(), produced.token) != stops.end();
     out.results.push_back(StepResult{produced.id, produced.token, stop});

@@ -80,6 +80,11 @@ class StepExecutor {
     std::optional<model::SequenceState> state;
     std::optional<TokenHistory> history;
     int32_t last_token = kPendingToken;
+    // Structured output: the matcher follows the generated tokens once `constrained` (after the
+    // constraint's trigger token, or from the start). It moves only in finish(), with the
+    // history, so a preempted sequence's recompute leaves it where the tokens are.
+    std::optional<grammar::Matcher> matcher;
+    bool constrained = false;
   };
   struct PreparedItem {
     SequenceId id;
@@ -116,6 +121,9 @@ class StepExecutor {
   SequenceContext& context(SequenceId id);
   std::vector<std::byte*> payloads(const std::vector<BlockId>& table);
   ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position);
+  // A fresh sequence's matcher, when its request is constrained.
+  void start_matcher(SequenceId id);
+  bool constrained(SequenceId id) { return context(id).constrained; }
   // The sampler's inputs for one draw by the backend (model::TokenDraw); `generated` keeps the
   // flattened history the draw points into.
   model::TokenDraw draw_for(SequenceId id, int64_t row, int64_t position,
