@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/conversation.h"
+#include "api/output_constraint.h"
 #include "engine/sampling_params.h"
 
 namespace deepinfer::api {
@@ -25,6 +26,9 @@ struct GenerationOptions {
   bool include_usage = false;  // Chat Completions stream_options.include_usage
   bool ignore_eos = false;     // vLLM's extension: generate max_tokens tokens, past EOS
   engine::SamplingParams sampling;
+  // Structured output (response_format json_schema / json_object, structured_outputs, regex,
+  // ebnf): compiled by the server with the tokenizer into sampling.constraint.
+  std::optional<ConstraintSpec> constraint;
 };
 
 struct ApiRequest {

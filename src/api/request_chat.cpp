@@ -3,6 +3,7 @@
 
 #include "api/api_error.h"
 #include "api/request.h"
+#include "api/request_constraint.h"
 #include "api/request_fields.h"
 #include "core/error.h"
 
@@ -251,15 +252,10 @@ ApiRequest parse_chat_completions_request(const nlohmann::ordered_json& body) {
   }
   check_tool_call_pairing(conversation.messages);
 
-  if (const Json* format = fields::find(body, "response_format")) {
-    const std::string& type = fields::string(
-        fields::require(fields::object(*format, "response_format"), "type", "response_format."), "response_format.type");
-    if (type == "json_object") {
+  if (const Json* format = fields::find(body, "response_format"))
+    if (read_response_format(*format, "response_format", options.constraint))
       conversation.response_format = ResponseFormat::JsonObject;
-    } else if (type != "text" && type != "json_schema") {
-      reject("response_format: only text and json_object are supported", "response_format");
-    }
-  }
+  read_engine_constraints(body, options.constraint);
 
   if (const Json* stop = fields::find(body, "stop")) {
     if (stop->is_string()) {

@@ -1,6 +1,7 @@
 // POST /responses (OpenAI Responses) body -> ApiRequest (recipe §3.2).
 #include "api/api_error.h"
 #include "api/request.h"
+#include "api/request_constraint.h"
 #include "api/request_fields.h"
 #include "core/error.h"
 
@@ -200,12 +201,7 @@ ApiRequest parse_responses_request(const nlohmann::ordered_json& body) {
 
   if (const Json* text = fields::find(body, "text")) {
     if (const Json* format = fields::find(fields::object(*text, "text"), "format")) {
-      const std::string& type = fields::string(fields::require(fields::object(*format, "text.format"), "type", "text.format."), "text.format.type");
-      if (type == "json_object") {
-        conversation.response_format = ResponseFormat::JsonObject;
-      } else if (type != "text" && type != "json_schema") {
-        reject("text.format: only text and json_object are supported", "text.format");
-      }
+      if (read_responses_format(*format, options.constraint)) conversation.response_format = ResponseFormat::JsonObject;
     }
   }
   options.stream = fields::optional_bool(body, "stream").value_or(false);

@@ -22,6 +22,7 @@ constexpr Command kCommands[] = {
     {"render", "Chat Completions requests -> the served prompt text and ids (training data)", deepinfer::cli::run_render},
     {"perplexity", "mean NLL and perplexity of a model over a JSONL file (train.py's evaluation)", deepinfer::cli::run_perplexity},
     {"bench", "benchmark a running OpenAI-compatible server: TTFT, TPOT, ITL, throughput", deepinfer::cli::run_bench},
+    {"grammar", "compile a JSON schema / regex / grammar, check instances token by token", deepinfer::cli::run_grammar},
 };
 
 void print_usage(std::FILE* out) {

@@ -56,6 +56,10 @@ struct JsonSchemaOptions {
 // unless options.lenient.
 Grammar compile_json_schema(const nlohmann::json& schema, const JsonSchemaOptions& options = {},
                             const CompileLimits& limits = {});
+// The same for a schema parsed with its key order kept: `properties` in the schema's own order
+// (nlohmann::json sorts keys), which the grammar follows where it fixes an order.
+Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {},
+                            const CompileLimits& limits = {});
 
 // Any JSON value (response_format json_object: an object).
 Grammar any_json(bool object_only, const JsonSchemaOptions& options = {});

@@ -37,14 +37,15 @@ ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest
   ChatStyleJob job;
   job.endpoint = std::move(endpoint);
   job.id = std::move(id);
-  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options);
+  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options,
+                                        prompt.output_start == api::OutputStart::Thinking);
   job.parsing = chat_parsing_options(parsed, prompt, parse_tools_whenever_given);
   job.stream = parsed.options.stream;
   return job;
 }
 
 engine::GenerationRequest make_generation_request(const ServedModel& model, std::vector<int32_t> prompt,
-                                                  const api::GenerationOptions& options) {
+                                                  const api::GenerationOptions& options, bool thinking) {
   check_prompt_vocabulary(prompt, model.model().vocab_size());
   engine::GenerationRequest request;
   request.max_tokens =
@@ -53,6 +54,12 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
   request.sampling = options.sampling;
   request.eos_token_ids = model.eos_token_ids();
   request.ignore_eos = options.ignore_eos;
+  if (options.constraint) {
+    if (thinking && model.think_end_id() < 0)
+      throw api::ApiError(400, "a constrained answer in thinking mode needs a </think> token, which this tokenizer lacks",
+                          options.constraint->field);
+    request.sampling.constraint = model.constraints().compile(*options.constraint, thinking ? model.think_end_id() : -1);
+  }
   try {
     engine::validate(request.sampling, model.model().vocab_size());
   } catch (const Error& error) {

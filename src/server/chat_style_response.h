@@ -36,8 +36,9 @@ struct ChatStyleJob {
 };
 
 // The request: prompt, max_tokens (checked against the context), sampling, EOS ids.
+// `thinking`: the output starts in the reasoning section, so a constraint applies after </think>.
 engine::GenerationRequest make_generation_request(const ServedModel& model, std::vector<int32_t> prompt,
-                                                  const api::GenerationOptions& options);
+                                                  const api::GenerationOptions& options, bool thinking = false);
 // The conversation rendered in the model's format and encoded: the prompt a chat-style request runs.
 std::vector<int32_t> encode_conversation(const ServedModel& model, const api::Conversation& conversation);
 // What every chat-style handler starts with: the model name check, the rendered and encoded

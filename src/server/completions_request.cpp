@@ -1,5 +1,7 @@
 #include "server/completions_request.h"
 
+#include "api/request_constraint.h"
+
 #include "api/api_error.h"
 #include "api/prompt_tokens.h"
 #include "api/request_fields.h"
@@ -26,6 +28,11 @@ CompletionsRequest parse_completions_request(const nlohmann::ordered_json& body,
   }
   if (const auto* suffix = fields::find(body, "suffix"); suffix && !fields::string(*suffix, "suffix").empty())
     api::reject("suffix is not supported", "suffix");
+
+  // vLLM's structured outputs on /v1/completions: response_format, structured_outputs, regex, ebnf.
+  if (const auto* format = fields::find(body, "response_format"))
+    api::read_response_format(*format, "response_format", options.constraint);
+  api::read_engine_constraints(body, options.constraint);
 
   out.echo = fields::optional_bool(body, "echo").value_or(false);
   if (auto max_tokens = fields::optional_integer(body, "max_tokens")) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "api/prompt_markers.h"
 #include "core/error.h"
+#include "grammar/tokenizer_vocabulary.h"
 
 namespace deepinfer::server {
 
@@ -34,6 +36,11 @@ ServedModel::ServedModel(const ServerOptions& options) {
   for (int32_t id : eos_token_ids_)
     if (id < 0 || id >= model_->vocab_size())
       fail(options.model_dir, ": eos_token_id ", id, " is outside the model's vocabulary (", model_->vocab_size(), ")");
+
+  // The grammar's EOS is the model's first end-of-sequence id: the one it ends answers with.
+  constraints_ = std::make_unique<api::ConstraintCompiler>(
+      grammar::vocabulary_for(tokenizer(), eos_token_ids_.empty() ? std::optional<int32_t>{} : eos_token_ids_.front()));
+  think_end_id_ = tokenizer().token_to_id(api::markers::kThinkEnd).value_or(-1);
 
   engine_options_ = options.engine;
   engine_ = std::make_unique<engine::Engine>(*model_, engine_options_);

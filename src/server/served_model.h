@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/conversation.h"
+#include "api/output_constraint.h"
 #include "api/prompt_tokens.h"
 #include "engine/engine.h"
 #include "io/tokenizer/tokenizer.h"
@@ -32,6 +33,10 @@ class ServedModel {
   // prompt + max_tokens may not exceed this.
   int64_t context_length() const { return context_length_; }
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
+  // Structured output: constraints compiled against this tokenizer, cached (thread-safe).
+  api::ConstraintCompiler& constraints() const { return *constraints_; }
+  // The token after which a thinking answer's constraint applies (</think>), or -1.
+  int32_t think_end_id() const { return think_end_id_; }
   // Cache blocks the engine's memory holds (as its block pool divides it).
   int64_t total_blocks() const { return total_blocks_; }
   // Where the tokenizer came from, for the startup line.
@@ -48,6 +53,8 @@ class ServedModel {
   int64_t context_length_ = 0;
   int64_t total_blocks_ = 0;
   std::vector<int32_t> eos_token_ids_;
+  std::unique_ptr<api::ConstraintCompiler> constraints_;
+  int32_t think_end_id_ = -1;
 };
 
 }  // namespace deepinfer::server

@@ -232,9 +232,13 @@ TEST(RequestValidationTest, RefusesMalformedBodiesWithA400) {
             "top_p must be in [0, 1]");
   EXPECT_EQ(api_error_message(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "huge"})"),
             "reasoning_effort: expected one of none, minimal, low, medium, high, xhigh, max");
-  // Accepted: json_schema is treated as text, a tool result answering calls in any order.
+  // json_schema is enforced now (api/output_constraint.h), so it needs its json_schema object.
   EXPECT_EQ(api_error_message(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema"}, "stop": "s", "n": 1})"),
+            "response_format.json_schema: field required");
+  EXPECT_EQ(api_error_message(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}},
+      "stop": "s", "n": 1})"),
             "(accepted)");
 }
 

@@ -172,7 +172,7 @@ TEST_F(AnthropicErrorsTest, OpenAIEndpointsKeepOpenAIsShape) {
 // both refused in thinking mode with Chat Completions' message; "none" and "auto" run.
 TEST_F(AnthropicErrorsTest, ToolChoiceFollowsChatCompletions) {
   Json body = messages_body("Weather in Oslo?");
-  body["tools"] = {kWeatherTool};
+  body["tools"] = Json::array({kWeatherTool});
   body["thinking"] = {{"type", "enabled"}};
   for (const Json& choice : {Json{{"type", "any"}}, Json{{"type", "tool"}, {"name", "get_weather"}}}) {
     body["tool_choice"] = choice;

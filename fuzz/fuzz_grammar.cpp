@@ -1,0 +1,49 @@
+// Arbitrary bytes -> a regex, GBNF or Lark grammar (the first byte picks which) -> the grammar
+// compiled, then the matcher run over the rest of the input split in two: bytes, then a mask
+// walk over a small vocabulary and a rollback. A constraint compiles or is refused with
+// CompileError within the limits; nothing else may escape, and the matcher never throws on bytes.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/compile.h"
+#include "grammar/matcher.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::size_t half = input.size() / 2;
+  const std::string_view source = input.substr(0, half);
+  const std::string_view text = input.substr(half);
+  deepinfer::grammar::CompileLimits limits;
+  limits.max_symbols = 1 << 16;
+  limits.max_repeat = 64;
+  deepinfer::grammar::Grammar grammar;
+  try {
+    switch (data[0] % 3) {
+      case 0: grammar = deepinfer::grammar::compile_regex(source, data[0] & 4, limits); break;
+      case 1: grammar = deepinfer::grammar::compile_gbnf(source, limits); break;
+      default: grammar = deepinfer::grammar::compile_lark(source, limits); break;
+    }
+  } catch (const deepinfer::grammar::CompileError&) {
+    return 0;
+  }
+  auto vocabulary = std::make_shared<const deepinfer::grammar::Vocabulary>(
+      std::vector<std::string>{"a", "b", "ab", "{", "}", "\"", " ", "0", "1", "é", "\xff", ""}, std::vector<int32_t>{},
+      11);
+  deepinfer::grammar::Matcher matcher(deepinfer::grammar::prepare(std::move(grammar)), vocabulary);
+  int64_t rejected_at = 0;
+  (void)matcher.accept_bytes(text.substr(0, std::min<std::size_t>(text.size(), 256)), &rejected_at);
+  std::vector<uint64_t> mask(1);
+  matcher.fill_mask(mask);
+  (void)matcher.forced_bytes();
+  for (int32_t id = 0; id < vocabulary->size(); ++id)
+    if ((mask[0] >> id) & 1) {
+      if (!matcher.accept_token(id)) __builtin_trap();  // the mask promised it
+      matcher.rollback(1);
+    }
+  return 0;
+}

@@ -1,0 +1,205 @@
+// The GBNF compiler (llama.cpp's grammars/README.md syntax): each feature's accepted and rejected
+// strings (UTF-8 included), recursion (left recursion too), whole grammars (JSON, arithmetic), and
+// every refusal with its byte offset.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/compile.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+void check(std::string_view text, const std::vector<std::string>& yes, const std::vector<std::string>& no) {
+  SCOPED_TRACE("grammar:\n" + std::string(text));
+  const Grammar g = compile_gbnf(text);
+  g.validate();
+  for (const std::string& s : yes) EXPECT_TRUE(matches(g, s)) << "should accept \"" << s << "\"";
+  for (const std::string& s : no) EXPECT_FALSE(matches(g, s)) << "should reject \"" << s << "\"";
+}
+
+void refused(std::string_view text, std::size_t offset, std::string_view reason, const CompileLimits& limits = {}) {
+  SCOPED_TRACE("grammar:\n" + std::string(text));
+  try {
+    compile_gbnf(text, limits);
+    ADD_FAILURE() << "compiled, expected a refusal";
+  } catch (const CompileError& e) {
+    EXPECT_EQ(e.where(), "at byte " + std::to_string(offset)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+}
+
+TEST(GbnfCompiler, LiteralsAndEscapes) {
+  check(R"(root ::= "hello")", {"hello"}, {"", "hell", "hello!", "Hello"});
+  check(R"(root ::= "a\nb\t\"\\\x41\u00e9\U0001F600")", {"a\nb\t\"\\Aé😀"}, {"a\\nb"});
+  check(R"(root ::= "日本" "語")", {"日本語"}, {"日本"});
+  check(R"(root ::= "\[\]")", {"[]"}, {"\\[\\]"});
+  check(R"(root ::= "")", {""}, {"a"});
+  check("root ::= \"a\" \"b\"  \"c\"", {"abc"}, {"a b c"});
+}
+
+TEST(GbnfCompiler, CharacterClasses) {
+  check("root ::= [a-z]+", {"abc", "z"}, {"", "A", "a1"});
+  check("root ::= [a-zA-Z0-9_-]", {"a", "Z", "5", "_", "-"}, {".", ""});
+  check(R"(root ::= [^"\\]*)", {"", "abc", "日本", "😀\n"}, {"\"", "a\\", "\xFF", "\xC3"});
+  check("root ::= [^a-z]", {"A", "é", "\n", "😀"}, {"a", "m", "\xED\xA0\x80"});
+  check("root ::= [日-本é]", {"日", "本", "é", "\u6600"}, {"e", "語"});
+  check(R"(root ::= [\]\-\n\x41])", {"]", "-", "\n", "A"}, {"\\", "B"});
+  check("root ::= [a-]", {"a", "-"}, {"b"});
+  check("root ::= [😀-😂]", {"😁"}, {"😃"});
+}
+
+TEST(GbnfCompiler, AnyCharacter) {
+  check("root ::= .", {"a", "\n", "é", "日", "😀"}, {"", "ab", "\x80", "\xC3", "\xC0\xAF", "\xED\xA0\x80", "\xF5\x80\x80\x80"});
+  check("root ::= .* \"!\"", {"!", "héllo!", "a\nb!"}, {"hello", "\xFF!"});
+}
+
+TEST(GbnfCompiler, GroupsAndRepetition) {
+  check(R"(root ::= ("a" | "b") "c")", {"ac", "bc"}, {"c", "abc"});
+  check(R"(root ::= "a"* "b"+ "c"?)", {"b", "aabbc", "bc"}, {"", "a", "abcc"});
+  check(R"(root ::= "ab"{2})", {"abab"}, {"ab", "ababab"});
+  check(R"(root ::= "a"{2,})", {"aa", "aaaaa"}, {"a"});
+  check(R"(root ::= "a"{1,3})", {"a", "aaa"}, {"", "aaaa"});
+  check(R"(root ::= "a"{,2})", {"", "a", "aa"}, {"aaa"});
+  check(R"(root ::= "a"{ 2 , 3 })", {"aa", "aaa"}, {"a"});
+  check(R"(root ::= ("x" "y"?)+)", {"x", "xyx", "xxy"}, {"y", ""});
+  check(R"(root ::= ("a"{2}){2})", {"aaaa"}, {"aa", "aaa"});
+  check(R"(root ::= "é"+)", {"é", "éé"}, {"\xC3\xA9\xA9"});
+  check(R"(root ::= ((("a"))))", {"a"}, {""});
+}
+
+TEST(GbnfCompiler, RulesCommentsAndLayout) {
+  check(R"(# a comment
+root ::= greeting " " name   # trailing comment
+greeting ::= "hi" | "hello"
+name ::= [A-Z] [a-z]*
+)",
+        {"hi Bob", "hello X"}, {"hi bob", "hey Bob", "hi  Bob"});
+  // Names with dashes and digits; a body on the line after ::=; alternatives on following lines;
+  // a group across lines.
+  check(R"(root ::=
+  first-item
+  | second-2
+first-item ::= "one"
+second-2 ::= (
+    "two"
+    | "deux"  # comment inside a group
+  )
+)",
+        {"one", "two", "deux"}, {"", "three"});
+  check("root ::= \"a\" |\n  \"b\"\r\n", {"a", "b"}, {"ab"});
+  check("root ::= x\nx ::= \"1\"", {"1"}, {"x"});  // no trailing newline
+  check("root ::= \"a\" | ", {"a", ""}, {"b"});      // an empty alternative
+}
+
+TEST(GbnfCompiler, Recursion) {
+  check(R"g(root ::= "(" root ")" root | "")g", {"", "()", "(())()", "((()))"}, {"(", ")(", "(()"});
+  // Left recursion.
+  check(R"(root ::= expr
+expr ::= expr "+" term | term
+term ::= [0-9]+)",
+        {"1", "1+2", "10+20+3"}, {"", "+1", "1+", "1++2"});
+  // Mutual recursion.
+  check(R"(root ::= a
+a ::= "x" b | "x"
+b ::= "y" a)",
+        {"x", "xyx", "xyxyx"}, {"xy", "y"});
+}
+
+TEST(GbnfCompiler, JsonGrammar) {
+  const char* json = R"(
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+)";
+  check(json,
+        {R"({})", R"({"a": 1})", R"({"a":[1, 2.5, -3e4, true, null], "b": {"c": "d\n\u00e9"}})", "{\"日本\": \"😀\"}",
+         "{\n \"a\": []\n}"},
+        {"", "[]", R"({"a" 1})", R"({"a": 01})", R"({"a": "\x"})", "{\"a\": \"\x01\"}", R"({"a": tru})",
+         "{\"a\": \"\xFF\"}"});
+}
+
+TEST(GbnfCompiler, Refusals) {
+  refused("root ::= foo", 9, "undefined rule 'foo'");
+  refused("root ::= a b\na ::= \"x\"", 11, "undefined rule 'b'");
+  refused("start ::= \"a\"", 0, "no rule named 'root'");
+  refused("root ::= \"a\"\nroot ::= \"b\"", 13, "defined twice");
+  refused("root ::= \"abc", 9, "unterminated string");
+  refused("root ::= [abc", 9, "unterminated character class");
+  refused("root ::= (\"a\" | \"b\"", 9, "missing ')'");
+  refused("root ::= \"a\")", 12, "unmatched ')'");
+  refused("root ::= [z-a]", 10, "out of order");
+  refused("root ::= \"\\q\"", 10, "bad escape");
+  refused("root ::= \"\\x4\"", 10, "two hex digits");
+  refused("root ::= \"\\uD800\"", 10, "surrogate");
+  refused("root = \"a\"", 5, "expected '::='");
+  refused("root ::= <think> \"a\"", 9, "token references");
+  refused("root ::= !\"a\"", 9, "token references");
+  refused("root ::= * \"a\"", 9, "nothing to repeat");
+  refused("root ::= \"a\"{3,1}", 12, "minimum above maximum");
+  refused("root ::= \"a\"{x}", 12, "malformed repetition");
+  refused("root ::= \"a\"{20000}", 12, "above the limit");
+  refused("root ::= \"a\" @", 13, "unexpected character");
+  refused("root ::= \"\xFF\"", 10, "invalid UTF-8");
+  refused("::= \"a\"", 0, "expected a rule name");
+}
+
+TEST(GbnfCompiler, RandomTextCompilesOrIsRefused) {
+  std::mt19937 rng(5);
+  const std::vector<std::string> pieces = {"root", " ::= ", "a", " ::= ", "\"x\"", "\"\\", "[", "]", "^", "-", "(", ")",
+                                           "|", "*", "+", "?", "{", "}", "2", ",", ".", "\n", "#c\n", " ", "<", "\\u"};
+  for (int n = 0; n < 3000; ++n) {
+    std::string text = "root ::= ";
+    for (unsigned i = 0, length = rng() % 10; i < length; ++i) text += pieces[rng() % pieces.size()];
+    try {
+      compile_gbnf(text).validate();
+    } catch (const CompileError& e) {
+      EXPECT_TRUE(e.where().starts_with("at byte ")) << text;
+    }
+  }
+}
+
+TEST(GbnfCompiler, Limits) {
+  CompileLimits limits;
+  limits.max_depth = 4;
+  EXPECT_NO_THROW(compile_gbnf("root ::= ((((\"a\"))))", limits));
+  refused("root ::= (((((\"a\")))))", 13, "nested deeper", limits);
+  refused("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')'), 9 + 128, "nested deeper");
+  limits = {};
+  limits.max_symbols = 1000;
+  refused("root ::= x{600} x{600}\nx ::= \"a\"", 16, "grammar too large", limits);
+  limits = {};
+  limits.max_repeat = 50;
+  refused("root ::= \"a\"{51}", 12, "above the limit", limits);
+  // Nested repetition stays linear in the counts.
+  EXPECT_LT(compile_gbnf("root ::= ((\"a\"{100}){100}){100}").size(), 2000);
+}
+
+}  // namespace
+}  // namespace deepinfer::grammar

@@ -1,0 +1,179 @@
+// The Lark compiler (the form llguidance takes): rules and terminals, literals, /regex/
+// terminals, optional [..], groups, repetition (* + ? ~ {}), modifiers and aliases, comments,
+// whole grammars, and every refusal with its byte offset.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/compile.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+void check(std::string_view text, const std::vector<std::string>& yes, const std::vector<std::string>& no) {
+  SCOPED_TRACE("grammar:\n" + std::string(text));
+  const Grammar g = compile_lark(text);
+  g.validate();
+  for (const std::string& s : yes) EXPECT_TRUE(matches(g, s)) << "should accept \"" << s << "\"";
+  for (const std::string& s : no) EXPECT_FALSE(matches(g, s)) << "should reject \"" << s << "\"";
+}
+
+void refused(std::string_view text, std::size_t offset, std::string_view reason, const CompileLimits& limits = {}) {
+  SCOPED_TRACE("grammar:\n" + std::string(text));
+  try {
+    compile_lark(text, limits);
+    ADD_FAILURE() << "compiled, expected a refusal";
+  } catch (const CompileError& e) {
+    EXPECT_EQ(e.where(), "at byte " + std::to_string(offset)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+}
+
+TEST(LarkCompiler, Literals) {
+  check(R"(start: "hello" " " "world")", {"hello world"}, {"helloworld", ""});
+  check(R"(start: "a\nb\t\"\\\x41\u00e9")", {"a\nb\t\"\\Aé"}, {"a\\nb"});
+  check(R"(start: "日本" | "😀")", {"日本", "😀"}, {"日", ""});
+  check(R"(start: "select"i)", {"select", "SELECT", "SeLeCt"}, {"selec", "s3lect"});
+  check(R"(start: "a".."f")", {"a", "c", "f"}, {"g", "", "ab"});
+  check(R"(start: "α".."ω")", {"α", "λ", "ω"}, {"a", "Ω"});
+}
+
+TEST(LarkCompiler, RegexTerminals) {
+  check(R"(start: /[0-9]+/)", {"0", "123"}, {"", "12a"});
+  check(R"(start: /a.c/)", {"abc", "aéc"}, {"a\nc", "ac"});
+  check(R"(start: /a.c/s)", {"abc", "a\nc"}, {"ac"});
+  check(R"(start: /(.|\n)*/)", {"", "x\ny", "日本"}, {"\xFF"});
+  check(R"(start: /[^\/]+/ "/" /\d{2}/)", {"ab/12", "日/00"}, {"a/b/12", "ab/1"});
+  check(R"(start: /^ab$/)", {"ab"}, {"xab"});  // terminals are anchored: ^ and $ are no-ops
+  check(R"(start: /[^{](.|\n)*/ | "{}")", {"hi\nthere", "{}", "x"}, {"{x", ""});
+}
+
+TEST(LarkCompiler, RulesTerminalsAndOperators) {
+  check(R"(
+start: greeting NAME
+greeting: "hi " | "hello "
+NAME: UPPER LOWER*
+UPPER: "A".."Z"
+LOWER: /[a-z]/
+)",
+        {"hi Bob", "hello X"}, {"hi bob", "hey Bob"});
+  check(R"(start: "a" ["b"] "c")", {"ac", "abc"}, {"abbc"});
+  check(R"(start: ("a" | "b")+ "c"?)", {"a", "abba", "abc"}, {"", "c"});
+  check(R"(start: "x"*)", {"", "xxx"}, {"y"});
+  check(R"(start: "ab" ~ 2)", {"abab"}, {"ab", "ababab"});
+  check(R"(start: "a" ~ 2..3)", {"aa", "aaa"}, {"a", "aaaa"});
+  check(R"(start: "a"{2})", {"aa"}, {"a"});
+  check(R"(start: "a"{1,2} "b"{,2} "c"{2,})", {"acc", "aabbccc"}, {"abbbcc", "ac"});
+  check(R"(start: ["a" | "b"] "c")", {"c", "ac", "bc"}, {"abc"});
+  check(R"(start: (("a")))", {"a"}, {""});
+}
+
+TEST(LarkCompiler, ModifiersAliasesPrioritiesComments) {
+  check(R"g(// a comment
+?start: sum          // trailing comment
+# hash comments too
+!sum: sum "+" atom -> add
+    | atom
+_atom_alias: atom
+atom: NUMBER | "(" sum ")"
+NUMBER.2: /[0-9]+/
+)g",
+        {"1", "1+2", "(1+2)+30"}, {"", "1+", "(1"});
+  check("start: a\n     | b\na: \"a\"\nb: \"b\"", {"a", "b"}, {"ab"});
+  check("start: \"a\" |\n  \"b\"", {"a", "b"}, {""});
+  check("start: (\"a\"\n  | \"b\")\n  \"c\"", {"ac", "bc"}, {"c"});
+  check("start: item-list\nitem-list: \"x\"+", {"xx"}, {""});
+}
+
+TEST(LarkCompiler, Recursion) {
+  check(R"g(start: "(" start ")" start |)g", {"", "()", "(())()"}, {"(", ")("});
+  check(R"(start: expr
+expr: expr "*" NUM | NUM
+NUM: /[0-9]+/)",
+        {"2", "2*3*4"}, {"*", "2*"});
+}
+
+TEST(LarkCompiler, JsonGrammar) {
+  const char* json = R"(
+start: value
+value: object | array | STRING | NUMBER | "true" | "false" | "null"
+object: "{" WS? [pair (WS? "," WS? pair)*] WS? "}"
+pair: STRING WS? ":" WS? value
+array: "[" WS? [value (WS? "," WS? value)*] WS? "]"
+STRING: /"([^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4})*"/
+NUMBER: /-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/
+WS: /[ \t\n\r]+/
+)";
+  check(json,
+        {"{}", R"({"a": [1, -2.5e3, true, null, "x\n\u00e9"]})", "[ {\"日本\" : \"😀\"} ]", "\"s\"", "-0.5"},
+        {"", "{", R"({"a" 1})", "01", R"(["\q"])", "[1,]", "\"\xFF\""});
+}
+
+TEST(LarkCompiler, Refusals) {
+  refused("start: \"a\"\n%ignore \" \"", 11, "directive %ignore is not supported");
+  refused("%import common.NUMBER\nstart: NUMBER", 0, "directive %import is not supported");
+  refused("start: x\n%declare x", 9, "directive %declare");
+  refused("start: %json {}", 7, "directive %json");
+  refused("start: foo", 7, "undefined rule 'foo'");
+  refused("start: FOO", 7, "undefined terminal 'FOO'");
+  refused("begin: \"a\"", 0, "no rule named 'start'");
+  refused("start: \"a\"\nstart: \"b\"", 11, "defined twice");
+  refused("start: A\nA: a\na: \"x\"", 12, "terminals may use terminals only");
+  refused("start: \"abc", 7, "unterminated string");
+  refused("start: /abc", 7, "unterminated regex");
+  refused("start: /a(?=b)/", 9, "lookahead");
+  refused("start: /ab\\1/", 10, "backreference");
+  refused("start: /abc/i", 12, "regex flag 'i'");
+  refused("start: /[z-a]/", 9, "out of order");
+  refused("start: (\"a\"", 7, "missing ')'");
+  refused("start: [\"a\"", 7, "missing ']'");
+  refused("start: \"a\")", 10, "unmatched ')'");
+  refused("start: <|eot|>", 7, "special tokens");
+  refused("start: @sub", 7, "grammar references");
+  refused("start{x}: x", 5, "templates");
+  refused("gen[stop=\"\\n\"]: /.*/\nstart: gen", 3, "rule attributes");
+  refused("start \"a\"", 6, "expected ':'");
+  refused("start: \"é\"i", 7, "case-insensitive literals must be ASCII");
+  refused("start: \"ab\"..\"z\"", 7, "one character on each side");
+  refused("start: \"z\"..\"a\"", 7, "out of order");
+  refused("start: * \"a\"", 7, "nothing to repeat");
+  refused("start: \"a\" ~ 3..1", 11, "n above m");
+  refused("start: \"a\"{20000}", 10, "above the limit");
+  refused("start: \"\\q\"", 8, "bad escape");
+}
+
+TEST(LarkCompiler, RandomTextCompilesOrIsRefused) {
+  std::mt19937 rng(6);
+  const std::vector<std::string> pieces = {"start", ": ", "A", ": ", "a", "\"x\"", "\"\\", "/", "/[a-", "]", "[", "(", ")",
+                                           "|", "*", "+", "?", "~", " 2", "..", "{", "}", "%ignore", "\n", "//c\n", "->",
+                                           "i", "s", "<", "."};
+  for (int n = 0; n < 3000; ++n) {
+    std::string text = "start: ";
+    for (unsigned i = 0, length = rng() % 10; i < length; ++i) text += pieces[rng() % pieces.size()];
+    try {
+      compile_lark(text).validate();
+    } catch (const CompileError& e) {
+      EXPECT_TRUE(e.where().starts_with("at byte ")) << text;
+    }
+  }
+}
+
+TEST(LarkCompiler, Limits) {
+  CompileLimits limits;
+  limits.max_depth = 3;
+  EXPECT_NO_THROW(compile_lark("start: (((\"a\")))", limits));
+  refused("start: [[[[\"a\"]]]]", 10, "nested deeper", limits);
+  limits = {};
+  limits.max_symbols = 1000;
+  refused("start: A{600} A{600}\nA: \"a\"", 14, "grammar too large", limits);
+  limits = {};
+  limits.max_repeat = 10;
+  refused("start: \"a\" ~ 11", 11, "above the limit", limits);
+}
+
+}  // namespace
+}  // namespace deepinfer::grammar
