@@ -24,7 +24,7 @@ namespace deepinfer::api {
 struct ConstraintSpec {
   enum class Kind { JsonSchema, JsonObject, Regex, Gbnf, Lark, Choice };
   Kind kind = Kind::JsonObject;
-  nlohmann::json schema;             // JsonSchema
+  nlohmann::ordered_json schema;     // JsonSchema (ordered: the properties' order is the schema's)
   std::string text;                  // Regex, Gbnf, Lark
   std::vector<std::string> choices;  // Choice: the output is exactly one of them
   bool strict = false;               // JsonSchema: no keys beyond `properties`

@@ -6,15 +6,12 @@
 namespace deepinfer::api {
 namespace {
 
-// JSON text of an ordered_json value as plain JSON (the schema compilers take nlohmann::json).
-nlohmann::json plain(const fields::Json& value) { return nlohmann::json::parse(value.dump()); }
-
 ConstraintSpec schema_spec(const fields::Json& schema, bool strict, std::string field) {
   if (!schema.is_object() && !schema.is_boolean())
     throw ApiError(400, str_cat(field, ": a JSON schema is an object or a boolean"), field);
   ConstraintSpec spec;
   spec.kind = ConstraintSpec::Kind::JsonSchema;
-  spec.schema = plain(schema);
+  spec.schema = schema;
   spec.strict = strict;
   spec.field = std::move(field);
   return spec;

@@ -124,7 +124,9 @@ int run_grammar(const std::vector<std::string>& argv) {
     const bool schema = args.get("--json-schema").has_value();
     try {
       if (schema) {
-        const nlohmann::json parsed = nlohmann::json::parse(read_file(*args.get("--json-schema")), nullptr, false);
+        // Ordered: a schema's property order is the order the grammar asks for.
+        const nlohmann::ordered_json parsed =
+            nlohmann::ordered_json::parse(read_file(*args.get("--json-schema")), nullptr, false);
         if (parsed.is_discarded()) fail(*args.get("--json-schema"), ": not JSON");
         grammar::JsonSchemaOptions options;
         options.strict = args.has("--strict");

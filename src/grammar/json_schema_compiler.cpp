@@ -1,52 +1,65 @@
 // JSON Schema to a byte grammar (compile.h): compile_json_schema and any_json.
 //
-// The grammar accepts exactly the JSON texts whose value the schema accepts, less a documented
-// set of rare valid forms (below), and never one it rejects. The schema is read in three steps:
+// The grammar accepts only JSON texts whose value the schema accepts, and every valid one but a
+// documented set of rare forms (below). "Accepts" means: for every validator in common use,
+// which read some keywords differently (ECMAScript or Python regexes, drafts, formats checked or
+// not). So each keyword has a narrow reading (what every validator accepts), which the grammar
+// takes, and a wide one (what some validator may accept), which negation and oneOf need: `not P`
+// excludes every string some dialect matches, and oneOf is a union only where no value may
+// satisfy two branches.
+//
+// The schema is read in three steps:
 //   1. build: every schema object reached becomes a node: its own keywords as one "simple"
 //      conjunction (types, string / number / array / object constraints, enum), with allOf,
-//      anyOf, oneOf and $ref as AND / OR / ONEOF / REF nodes over other nodes. Nothing is
-//      expanded, so recursive schemas stay finite.
+//      anyOf, oneOf, not and $ref as AND / OR / ONEOF / negated / REF nodes. Nothing is expanded,
+//      so recursive schemas stay finite. Keywords are those of the draft $schema names (one a
+//      draft lacks is an unknown word, ignored as its validators do); without $schema, 2020-12's,
+//      plus draft 4's array-valued items / additionalItems.
 //   2. flatten (on demand, memoized): a node as a union of simples (disjunctive normal form).
 //      allOf members merge keyword by keyword; a property both members constrain becomes an AND
-//      node of the two, itself flattened only when emitted. oneOf is a union only where its
-//      branches are provably disjoint (different types, different const / enum values,
-//      disjoint ranges, strings no common string matches, a required property whose schemas
-//      are disjoint); otherwise it is refused (or read as anyOf when lenient).
+//      node of the two, flattened only when emitted. oneOf is a union where its branches are
+//      provably disjoint (types, const / enum values, numeric ranges, strings no common string
+//      matches, a required property with disjoint schemas), else exactly one branch: branch i
+//      and the negation of the others, where those negate (not (A and B) = not A or not B, each
+//      keyword's complement a simple); otherwise refused (or read as anyOf when lenient).
 //   3. emit: one rule per node (so $ref recursion is rule recursion); per simple, one
 //      alternative per type it allows. Strings with pattern / format / length bounds, property
 //      names, and bounded numbers go through automata (json_schema_dfa.h).
 //
 // Objects: a pair for every listed property (in `properties`, or only in `required`: its value
 // schema then comes from patternProperties / additionalProperties), and one pair class per
-// region of the other keys: the keys each combination of patternProperties regexes matches and
-// no listed name is, and the keys nothing matches (additionalProperties). Pairs come in any
+// region of the other keys: the keys each combination of patternProperties regexes may match
+// and no listed name is, and the keys nothing matches (additionalProperties). Pairs come in any
 // order while 2^(required count) * pair kinds stays small (4096 alternatives); past that the
-// required properties come in schema order with the optional ones anywhere among them. A listed
-// key may repeat (every occurrence is validated, so whichever one a parser keeps is valid).
+// required properties come in schema order with the optional ones anywhere among them. A key may
+// repeat (every occurrence is validated, so whichever one a parser keeps is valid).
 //
 // Valid forms the grammar does not accept (over-constraint, by design):
 //   - whitespace runs longer than options.max_whitespace;
 //   - numbers with an exponent where numeric bounds apply (1e2 for maximum 500), integers
-//     written as 1.0 or 1e2 for "integer", negative zero where bounds apply;
+//     written 1e2 (or 1.0 in draft 4, or n.0 with more than 15 digits where bounds apply);
 //   - inside strings constrained by pattern / format / enum / const, and in keys where names
 //     are restricted: \uXXXX escapes of characters other than control characters (write them
 //     raw);
 //   - enum / const values: numbers other than their shortest form (or n / n.0 for integral
 //     ones), objects with more than 3 keys in an order other than the schema's;
-//   - formats: see json_schema_strings.cpp; patterns: see json_schema_dfa.cpp;
-//   - with many required properties (above), required properties out of schema order.
-// Refused (CompileError with the keyword's JSON pointer, or ignored when options.lenient):
-// not (except not {}, not {type}, not {required: [one]}, not {pattern}), if/then/else,
-// uniqueItems: true, contains, dependencies / dependentRequired / dependentSchemas,
-// propertyNames, unevaluatedProperties / unevaluatedItems (except where they equal
-// additionalProperties / items), $dynamicRef / $recursiveRef, remote $ref, multipleOf that is
-// not an integer, overlapping oneOf branches, minProperties above the number of required
-// properties (except 1), the formats the spec defines that are not listed in
-// json_schema_strings.cpp, draft-3 keywords. Unknown keywords are annotations (ignored, as
-// validators do), as are unknown formats.
+//   - formats: see json_schema_strings.cpp; patterns: the narrower regex reading (ASCII \d \w,
+//     see json_schema_dfa.cpp); a maxLength above limits.max_repeat counts as max_repeat, and one
+//     that with a pattern / format needs too many automaton states is lowered (4096, 1024, 256);
+//   - with many required properties (above), required properties out of schema order;
+//   - keywords of another draft than the declared one are not enforced, as validators do.
+// Refused (CompileError with the keyword's JSON pointer, or ignored when options.lenient): not
+// of what cannot be negated (items, contains, formats, multipleOf, ...), if/then/else,
+// uniqueItems: true (unless maxItems <= 1), contains, propertyNames, unevaluatedProperties /
+// unevaluatedItems beside applicators, $dynamicRef / $recursiveRef, remote $ref, multipleOf that
+// is not an integer (validators divide in floating point), overlapping oneOf branches that
+// cannot be negated, minProperties above the number of required properties (except 1), the
+// formats the spec defines that json_schema_strings.cpp does not, patterns with lookaround /
+// backreferences / \b, draft-3 keywords. Unknown keywords and formats are annotations.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -166,10 +179,72 @@ struct Node {
   std::vector<const ojson*> branches;  // kOneOf: the branch schemas (negated when they overlap)
 };
 
+// A schema resource: the root, or a subschema with its own $id; refs inside resolve against it.
 struct Resource {
   const ojson* schema;
   std::string pointer;
+  std::string base;  // its URI without fragment ("" when unknown)
 };
+
+bool has_scheme(std::string_view uri) {
+  if (uri.empty() || !std::isalpha(static_cast<unsigned char>(uri[0]))) return false;
+  for (char c : uri.substr(1)) {
+    if (c == ':') return true;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') return false;
+  }
+  return false;
+}
+
+// Splits a URI into its scheme and authority ("http://host") and its path.
+std::pair<std::string, std::string> split_uri(const std::string& uri) {
+  if (!has_scheme(uri)) return {"", uri};
+  std::size_t p = uri.find(':') + 1;
+  if (uri.compare(p, 2, "//") == 0) {
+    std::size_t slash = uri.find('/', p + 2);
+    p = slash == std::string::npos ? uri.size() : slash;
+  }
+  return {uri.substr(0, p), uri.substr(p)};
+}
+
+std::string remove_dot_segments(const std::string& path) {
+  std::vector<std::string> segments;
+  std::size_t pos = 0;
+  while (true) {
+    std::size_t next = path.find('/', pos);
+    std::string seg = path.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (seg == "..") {
+      if (segments.size() > 1) segments.pop_back();
+    } else if (seg != ".") {
+      segments.push_back(seg);
+    }
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  std::string out;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    if (i > 0) out += '/';
+    out += segments[i];
+  }
+  return out;
+}
+
+// RFC 3986 reference resolution, enough for $id / $ref (no query strings).
+std::string resolve_uri(const std::string& base, const std::string& ref) {
+  if (ref.empty()) return base;
+  if (has_scheme(ref) || base.empty()) {
+    auto [prefix, path] = split_uri(ref);
+    return prefix + remove_dot_segments(path);
+  }
+  auto [prefix, path] = split_uri(base);
+  if (ref.compare(0, 2, "//") == 0) {
+    auto [p, rest] = split_uri(prefix.substr(0, prefix.find(':') + 1) + ref);
+    return p + remove_dot_segments(rest);
+  }
+  if (ref[0] == '/') return prefix + remove_dot_segments(ref);
+  std::size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? (prefix.find("//") != std::string::npos ? "/" : "") : path.substr(0, slash + 1);
+  return prefix + remove_dot_segments(dir + ref);
+}
 
 // JSON values as validators compare them: numbers by value, objects without order.
 bool json_equal(const ojson& a, const ojson& b) {
@@ -232,7 +307,7 @@ class Compiler {
         else if (s.find("2020-12") != std::string::npos) draft_ = 2020;
       }
     }
-    resources_.push_back({&root, ""});
+    resources_.push_back({&root, "", ""});
     resource_of_[&root] = 0;
     collect_ids(root, "", 0, 0);
   }
@@ -288,20 +363,23 @@ class Compiler {
   void collect_ids(const ojson& s, const std::string& ptr, int32_t resource, int depth) {
     if (depth > limits_.max_depth) return;
     if (s.is_object()) {
-      for (const char* key : {"$id", "id"}) {
-        auto it = s.find(key);
-        if (it == s.end() || !it->is_string()) continue;
-        const std::string& id = it->get_ref<const std::string&>();
-        if (id.empty()) continue;
-        if (id[0] == '#') {
-          anchors_[id.substr(1)].push_back({&s, ptr, resource});
-        } else if (&s != &root_) {
-          resource = static_cast<int32_t>(resources_.size());
-          resources_.push_back({&s, ptr});
-          resource_of_[&s] = resource;
-          ids_[id].push_back(resource);
-        } else {
-          ids_[id].push_back(0);
+      // Drafts 3 and 4 spell it "id"; later ones "$id" ("id" is then a word like any other).
+      auto id_it = s.find(draft_ == 3 || draft_ == 4 ? "id" : "$id");
+      if (id_it != s.end() && id_it->is_string() && !id_it->get_ref<const std::string&>().empty()) {
+        const std::string& id = id_it->get_ref<const std::string&>();
+        std::size_t hash = id.find('#');
+        std::string uri = id.substr(0, hash);
+        if (hash != std::string::npos && hash + 1 < id.size()) anchors_[id.substr(hash + 1)].push_back({&s, ptr, resource});
+        if (!uri.empty()) {
+          std::string base = resolve_uri(resources_[static_cast<std::size_t>(resource)].base, uri);
+          if (&s != &root_) {
+            resource = static_cast<int32_t>(resources_.size());
+            resources_.push_back({&s, ptr, base});
+            resource_of_[&s] = resource;
+          } else {
+            resources_[0].base = base;
+          }
+          ids_[base].push_back(resource);
         }
       }
       auto anchor = s.find("$anchor");
@@ -345,25 +423,13 @@ class Compiler {
     std::string uri = ref.substr(0, hash);
     std::string fragment = hash == std::string::npos ? "" : percent_decode(ref.substr(hash + 1));
     if (!uri.empty()) {
-      std::vector<int32_t> found;
-      auto it = ids_.find(uri);
-      if (it != ids_.end()) found = it->second;
-      if (found.empty()) {  // a relative reference: match the last path segment of an $id
-        std::string tail = uri.substr(uri.find_last_of('/') == std::string::npos ? 0 : uri.find_last_of('/') + 1);
-        for (const auto& [id, rs] : ids_) {
-          std::size_t slash = id.find_last_of('/');
-          std::string id_tail = id.substr(slash == std::string::npos ? 0 : slash + 1);
-          while (!id_tail.empty() && id_tail.back() == '#') id_tail.pop_back();
-          if (id_tail == tail) found.insert(found.end(), rs.begin(), rs.end());
-        }
-      }
-      std::sort(found.begin(), found.end());
-      found.erase(std::unique(found.begin(), found.end()), found.end());
-      if (found.size() != 1) {
+      std::string target = resolve_uri(resources_[static_cast<std::size_t>(resource)].base, uri);
+      auto it = ids_.find(target);
+      if (it == ids_.end() || it->second.size() != 1) {
         unsupported(where, "the remote $ref \"" + ref + "\"");
         return {&kTrueSchema(), where, 0};
       }
-      resource = found[0];
+      resource = it->second[0];
     }
     const Resource& res = resources_[static_cast<std::size_t>(resource)];
     if (fragment.empty()) return {res.schema, res.pointer, resource};
@@ -450,9 +516,9 @@ class Compiler {
   }
 
   int64_t count_of(const ojson& value, const std::string& where) {
-    if (value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0)) {
-      return value.get<int64_t>() > (int64_t{1} << 40) ? (int64_t{1} << 40) : value.get<int64_t>();
-    }
+    constexpr int64_t kHuge = int64_t{1} << 40;  // beyond every limit
+    if (value.is_number_unsigned()) return value.get<uint64_t>() > static_cast<uint64_t>(kHuge) ? kHuge : value.get<int64_t>();
+    if (value.is_number_integer() && value.get<int64_t>() >= 0) return std::min(value.get<int64_t>(), kHuge);
     if (value.is_number_float() && integral_number(value) && value.get<double>() >= 0)
       return value.get<double>() > 1e12 ? int64_t{1} << 40 : static_cast<int64_t>(value.get<double>());
     invalid(where, "must be a non-negative integer");
@@ -482,7 +548,18 @@ class Compiler {
     return true;
   }
 
-  void check_pattern(const std::string& pattern, const std::string& where) { pattern_dfa(pattern, where, false); }
+  // Whether the pattern compiles (both readings); a pattern that does not is refused, or with
+  // options.lenient ignored.
+  bool pattern_ok(const std::string& pattern, const std::string& where) {
+    try {
+      pattern_dfa(pattern, where, false);
+      pattern_dfa(pattern, where, true);
+      return true;
+    } catch (const CompileError&) {
+      if (options_.lenient) return false;
+      throw;
+    }
+  }
 
   // Whether the schema's draft has this keyword. A keyword of another draft is, to that draft's
   // validators, an unknown word: ignored, as here (enforcing it would be wrong under not / oneOf).
@@ -561,8 +638,7 @@ class Compiler {
         simple.max_length = simple.max_length < 0 ? n : std::min(simple.max_length, n);
       } else if (key == "pattern") {
         if (!v.is_string()) invalid(where, "pattern must be a string");
-        check_pattern(v.get<std::string>(), where);
-        simple.patterns.push_back(v.get<std::string>());
+        if (pattern_ok(v.get<std::string>(), where)) simple.patterns.push_back(v.get<std::string>());
       } else if (key == "format") {
         if (!v.is_string()) continue;
         const std::string& f = v.get_ref<const std::string&>();
@@ -572,18 +648,19 @@ class Compiler {
           unsupported(where, "the format \"" + f + "\"");
         }
       } else if (key == "minimum" || key == "maximum") {
-        if (!v.is_number()) invalid(where, key + " must be a number");
+        if (!v.is_number() || !std::isfinite(v.get<double>())) invalid(where, key + " must be a finite number");
         (key == "minimum" ? simple.lower : simple.upper).push_back({v, false});
       } else if (key == "exclusiveMinimum" || key == "exclusiveMaximum") {
         if (v.is_boolean() || draft_ == 3 || draft_ == 4) {
           (key == "exclusiveMinimum" ? exclusive_min_bool : exclusive_max_bool) = &v;
-        } else if (v.is_number()) {
+        } else if (v.is_number() && std::isfinite(v.get<double>())) {
           (key == "exclusiveMinimum" ? simple.lower : simple.upper).push_back({v, true});
         } else {
           invalid(where, key + " must be a number");
         }
       } else if (key == "multipleOf") {
-        if (!v.is_number() || v.get<double>() <= 0) invalid(where, "multipleOf must be a number above 0");
+        if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+          invalid(where, "multipleOf must be a finite number above 0");
         simple.multiples.push_back(v);
       } else if (key == "items") {
         if (v.is_array() && draft_ == 2020) invalid(where, "items must be a schema in draft 2020-12 (see prefixItems)");
@@ -622,10 +699,9 @@ class Compiler {
         simple.additional = sub(v, where);
       } else if (key == "patternProperties") {
         if (!v.is_object()) invalid(where, "patternProperties must be an object");
-        for (auto p = v.begin(); p != v.end(); ++p) {
-          check_pattern(p.key(), child(where, p.key()));
-          simple.pattern_properties.push_back({p.key(), sub(p.value(), child(where, p.key()))});
-        }
+        for (auto p = v.begin(); p != v.end(); ++p)
+          if (pattern_ok(p.key(), child(where, p.key())))
+            simple.pattern_properties.push_back({p.key(), sub(p.value(), child(where, p.key()))});
       } else if (key == "minProperties") {
         simple.min_properties = std::max(simple.min_properties, count_of(v, where));
       } else if (key == "maxProperties") {
@@ -796,8 +872,7 @@ class Compiler {
           term(kObject, [&](Simple& t) { t.forbidden.push_back(name.get<std::string>()); });
         }
       } else if (key == "pattern") {
-        if (!v.is_string()) return std::nullopt;
-        check_pattern(v.get<std::string>(), where);
+        if (!v.is_string() || !pattern_ok(v.get<std::string>(), where)) return std::nullopt;
         term(kString, [&](Simple& t) { t.not_patterns.push_back(v.get<std::string>()); });
       } else if (key == "enum" || key == "const") {
         std::vector<ojson> values = key == "const" ? std::vector<ojson>{v} : std::vector<ojson>();
@@ -843,7 +918,7 @@ class Compiler {
           term(kObject, [&](Simple& t) { t.min_properties = n + 1; });
         }
       } else if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum") {
-        if (!v.is_number()) return std::nullopt;
+        if (!v.is_number() || !std::isfinite(v.get<double>())) return std::nullopt;
         bool lower = key == "minimum" || key == "exclusiveMinimum";
         bool exclusive = key == "exclusiveMinimum" || key == "exclusiveMaximum";
         term(kNumber, [&](Simple& t) { (lower ? t.upper : t.lower).push_back({v, !exclusive}); });
@@ -1272,7 +1347,15 @@ class Compiler {
       if (!upper) return b.exclusive ? schema::add_one(schema::floor_decimal(d)) : schema::ceil_decimal(d);
       return b.exclusive ? schema::sub_one(schema::ceil_decimal(d)) : schema::floor_decimal(d);
     }
-    if (!b.exclusive) return d;
+    if (!b.exclusive) {
+      // An integer bound beyond 2^53 against a fraction literal, which a validator rounds to a
+      // double: the bound becomes the first double on its side.
+      if (b.value.is_number_float() || std::fabs(b.value.get<double>()) < 9007199254740992.0) return d;
+      double x = b.value.get<double>();
+      int c = schema::compare(schema::decimal_of_double(x), d);
+      if (upper ? c > 0 : c < 0) x = std::nextafter(x, upper ? -HUGE_VAL : HUGE_VAL);
+      return schema::decimal_of_double(x);
+    }
     double x = b.value.get<double>();
     if (!std::isfinite(x)) return d;
     double inf = upper ? -HUGE_VAL : HUGE_VAL;
@@ -1395,6 +1478,8 @@ class Compiler {
         const Dfa& db = wide_string_dfa(b);
         if (!schema::intersect(da, db, dfa_limits_).empty()) return false;
       } catch (const CompileError&) {
+        return false;
+      } catch (const DfaError&) {
         return false;
       }
     }
@@ -1745,6 +1830,13 @@ class Compiler {
     auto it = rules_.find(id);
     if (it != rules_.end()) return it->second;
     const std::string where = nodes_[static_cast<std::size_t>(id)].where;
+    // Emission recurses once per nested schema (a chain of $refs included): bound the stack.
+    struct Depth {
+      int& d;
+      explicit Depth(int& depth) : d(++depth) {}
+      ~Depth() { --d; }
+    } depth(emit_depth_);
+    if (emit_depth_ > 4 * limits_.max_depth) throw CompileError(where, "schemas nest deeper than limits.max_depth allows");
     const std::vector<Simple> simples = flatten(id, 0);
     if (simples.size() == 1 && is_trivial(simples[0])) {
       rules_[id] = any_value();
@@ -1964,7 +2056,6 @@ class Compiler {
     // Pair kinds for the listed names.
     std::vector<PairKind> kinds;
     int32_t required_count = 0;
-    std::vector<int32_t> required_order;  // kind indices of required pairs, in schema order
     for (const Entry& e : listed) {
       RuleId value = emit(e.value);
       if (is_empty(value)) {
@@ -1975,10 +2066,7 @@ class Compiler {
       RuleId pair = g_.add_rule(child(where, e.name));
       g_.add_alternative(pair, {Grammar::rule(key), ws(), lit_byte(':'), ws(), Grammar::rule(value)});
       PairKind kind{Grammar::rule(pair), -1};
-      if (e.required) {
-        kind.required_bit = required_count++;
-        required_order.push_back(static_cast<int32_t>(kinds.size()));
-      }
+      if (e.required) kind.required_bit = required_count++;
       kinds.push_back(kind);
     }
     // Pair kinds for the other keys.
@@ -2094,7 +2182,6 @@ class Compiler {
     }
     for (const auto& [key, r] : states)  // e.g. max pairs reached with a required one missing
       if (g_.alternatives(r).empty()) g_.add_alternative(r, {g_.terminal(ByteSet{})});
-    (void)required_order;
     return obj;
   }
 
@@ -2168,6 +2255,7 @@ class Compiler {
   const JsonSchemaOptions options_;
   const CompileLimits limits_;
   DfaLimits dfa_limits_;
+  int emit_depth_ = 0;
   int draft_ = 0;  // 3, 4, 6, 7, 2019, 2020; 0: not said (read as 2020-12, plus draft 4's tuple items)
   Grammar g_;
 

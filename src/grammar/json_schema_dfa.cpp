@@ -2,16 +2,18 @@
 // automata to grammar rules (json_schema_dfa.h).
 //
 // Patterns are read as ECMAScript (the JSON Schema spec) and Python's `re` (what the common
-// validators run) read them, and where the two differ the reading that accepts less is taken,
-// so a grammar never accepts a string one of them rejects:
-//   \d \w \s: the ASCII / shared sets ([0-9], [A-Za-z0-9_], whitespace both call whitespace);
-//   \D \W \S and negated classes: the complement of the larger set (Python's \d is every Unicode
-//   decimal digit, so \D excludes everything from U+0660 up; \W excludes every non-ASCII
-//   character, Python's \w taking letters of every script);
-//   `.`: anything but \n, \r, U+2028, U+2029.
+// validators run) read them. Where the two differ, the narrow reading (the default) takes what
+// both accept, so a grammar never accepts a string one of them rejects; the wide reading takes
+// what either accepts (what a negated pattern must exclude):
+//   \d \w \s: narrow [0-9], [A-Za-z0-9_], whitespace both call whitespace; wide: everything
+//     Python's Unicode classes may include (\d: ASCII and all from U+0660 up, \w: ASCII word
+//     characters and all non-ASCII);
+//   \D \W \S and negated classes: the complement of the other reading's set;
+//   `.`: narrow anything but \n \r U+2028 U+2029, wide anything but \n;
+//   `$`: narrow the end; wide also before a final \n (Python).
 // Characters are code points (Python's and the Rust validator's unit), not UTF-16 units.
-// Refused: backreferences, lookaround, \b \B \A \Z, inline flags, possessive quantifiers, octal
-// escapes, \p{..}, \cX, \u{..}, a class starting with ']', and {,n}.
+// Refused: backreferences, lookaround, \b \B \A \Z, inline flags, possessive quantifiers,
+// octal escapes, \p{..}, \cX, \u{..}, a class starting with ']', and {,n}.
 #include "grammar/json_schema_dfa.h"
 
 #include <algorithm>

@@ -273,6 +273,9 @@ TEST(JsonSchemaCompiler, NumberBounds) {
   check(R"({"type": "number", "minimum": 0})", {"0", "1e5", "0.5E-3", "123.5"}, {"-1", "-0.001", "-1e-5"});
   // A decimal bound compares as the double a validator parses it to.
   check(R"({"type": "number", "maximum": 0.1})", {"0.1", "0.09"}, {"0.1000001", "0.2"});
+  // 2^53 + 1 as a fraction literal is read as the double 2^53: below this bound.
+  check(R"({"type": "number", "minimum": 9007199254740993})", {"9007199254740994", "9007199254740996.5"},
+        {"9007199254740993.0", "9007199254740992"});
 }
 
 TEST(JsonSchemaCompiler, BooleanExclusiveBoundsTakeEveryReadingUnlessDraft4) {
@@ -331,17 +334,19 @@ TEST(JsonSchemaCompiler, PropertiesComeInAnyOrder) {
 
 TEST(JsonSchemaCompiler, ManyRequiredPropertiesComeInSchemaOrder) {
   // 2^14 subsets is past the any-order budget: the required ones keep the schema's order.
-  std::string props, required;
+  std::string props, required, in_order, reversed;
   for (int i = 0; i < 14; ++i) {
-    std::string name = "p" + std::string(1, static_cast<char>('a' + i));
-    props += (i ? ", " : "") + ("\"" + name + "\": {\"type\": \"integer\"}");
-    required += (i ? ", " : "") + ("\"" + name + "\"");
+    const std::string name = std::string("p") + static_cast<char>('a' + i);
+    const std::string back = std::string("p") + static_cast<char>('a' + 13 - i);
+    const char* sep = i ? "," : "";
+    props.append(sep).append("\"").append(name).append("\": {\"type\": \"integer\"}");
+    required.append(sep).append("\"").append(name).append("\"");
+    in_order.append(sep).append("\"").append(name).append("\":1");
+    reversed.append(sep).append("\"").append(back).append("\":1");
   }
-  std::string in_order = "{", reversed = "{";
-  for (int i = 0; i < 14; ++i) in_order += (i ? "," : "") + ("\"p" + std::string(1, static_cast<char>('a' + i)) + "\":1");
-  for (int i = 13; i >= 0; --i) reversed += (i != 13 ? "," : "") + ("\"p" + std::string(1, static_cast<char>('a' + i)) + "\":1");
-  check("{\"properties\": {" + props + "}, \"required\": [" + required + "], \"additionalProperties\": false}",
-        {in_order + "}"}, {reversed + "}", "{\"pa\":1}"});
+  std::string schema = "{\"properties\": {";
+  schema.append(props).append("}, \"required\": [").append(required).append("], \"additionalProperties\": false}");
+  check(schema, {"{" + in_order + "}"}, {"{" + reversed + "}", "{\"pa\":1}"});
 }
 
 TEST(JsonSchemaCompiler, PatternProperties) {
@@ -372,7 +377,9 @@ TEST(JsonSchemaCompiler, StrictForbidsUnlistedKeys) {
 }
 
 TEST(JsonSchemaCompiler, Dependencies) {
-  check(R"({"dependencies": {"a": ["b"]}})", {"{}", "{\"b\":1}", "{\"a\":1,\"b\":2}", "1"}, {"{\"a\":1}"});
+  check(R"({"$schema": "http://json-schema.org/draft-07/schema#", "dependencies": {"a": ["b"]}})",
+        {"{}", "{\"b\":1}", "{\"a\":1,\"b\":2}", "1"}, {"{\"a\":1}"});
+  check(R"({"dependentRequired": {"a": ["b"]}})", {"{}", "{\"a\":1,\"b\":2}"}, {"{\"a\":1}"});
   check(R"({"dependentSchemas": {"a": {"required": ["c"]}}})", {"{\"a\":1,\"c\":1}", "{}"}, {"{\"a\":1}"});
 }
 
@@ -417,6 +424,30 @@ TEST(JsonSchemaCompiler, Not) {
   refused(R"({"not": {"items": {"type": "string"}}})", "/not", "not supported");
 }
 
+TEST(JsonSchemaCompiler, NegationTakesTheWiderReading) {
+  // Python's $ matches before a final newline, so "ab\n" matches ^[a-c]+$ there: not excludes it.
+  check(R"({"type": "string", "not": {"pattern": "^[a-c]+$"}})", {"\"abd\"", "\"\""}, {"\"ab\"", "\"ab\\n\""});
+  // Python's \w takes é: a key é may match the pattern, so its schema applies (and, as the
+  // other dialect sees no match, additionalProperties too).
+  check(R"({"patternProperties": {"^\\w+$": {"type": "integer"}}, "additionalProperties": {"minimum": 0}})",
+        {"{\"a\":1}", "{\"\u00e9\":1}"}, {"{\"a\":\"x\"}", "{\"\u00e9\":\"x\"}", "{\"\u00e9\":-1}", "{\"-\":-1}"});
+  // A validator may skip formats, so oneOf cannot count on one to keep branches apart.
+  refused(R"({"oneOf": [{"type": "string", "format": "date"}, {"type": "string", "pattern": "^x"}]})", "/oneOf", "may both match");
+  check(R"({"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "^b"}]})", {"\"ab\"", "\"ba\""}, {"\"c\""});
+}
+
+TEST(JsonSchemaCompiler, KeywordsFollowTheDeclaredDraft) {
+  const std::string draft4 = R"("$schema": "http://json-schema.org/draft-04/schema#")";
+  // const is no draft-4 keyword: both branches match {}, so oneOf rejects it.
+  check("{" + draft4 + R"(, "oneOf": [{"const": null}, {"type": "object"}]})", {}, {"{}"});
+  check("{" + draft4 + R"(, "prefixItems": [true], "items": {"type": "integer"}})", {"[1]"}, {"[\"a\"]"});
+  check("{" + draft4 + R"(, "minimum": 5, "exclusiveMinimum": 0})", {"5"}, {"4"});
+  check("{" + draft4 + R"(, "minimum": 5, "exclusiveMinimum": 1})", {"6"}, {"5"});
+  check(R"({"$schema": "https://json-schema.org/draft/2020-12/schema", "dependencies": {"a": ["b"]}})", {"{\"a\":1}"}, {});
+  check(R"({"$schema": "http://json-schema.org/draft-07/schema#", "dependentRequired": {"a": ["b"]}})", {"{\"a\":1}"}, {});
+  refused(R"({"$schema": "https://json-schema.org/draft/2020-12/schema", "items": [{}]})", "/items", "prefixItems");
+}
+
 // ---- references -------------------------------------------------------------------------------
 
 TEST(JsonSchemaCompiler, RecursiveRefs) {
@@ -432,6 +463,28 @@ TEST(JsonSchemaCompiler, RecursiveRefs) {
   check(R"({"$id": "http://example.com/root.json", "definitions": {"i": {"type": "integer"}},
             "items": {"$ref": "http://example.com/root.json#/definitions/i"}})",
         {"[1]"}, {"[\"a\"]"});
+}
+
+TEST(JsonSchemaCompiler, RefsResolveAgainstTheirResource) {
+  check(R"({"$id": "http://example.com/root.json",
+            "$defs": {"a": {"$id": "sub/a.json", "type": "integer", "$defs": {"b": {"type": "string"}}}},
+            "properties": {"x": {"$ref": "sub/a.json"}, "y": {"$ref": "http://example.com/sub/a.json#/$defs/b"},
+                           "z": {"$ref": "sub/../sub/./a.json"}}})",
+        {"{\"x\":1,\"y\":\"s\",\"z\":2}"}, {"{\"x\":\"1\"}", "{\"y\":1}", "{\"z\":\"s\"}"});
+  check(R"({"$id": "http://example.com/a/b/root.json", "$defs": {"c": {"$id": "/c.json", "type": "null"},
+            "d": {"$id": "../d.json", "type": "boolean"}},
+            "properties": {"x": {"$ref": "http://example.com/c.json"}, "y": {"$ref": "http://example.com/a/d.json"}}})",
+        {"{\"x\":null,\"y\":true}"}, {"{\"x\":1}", "{\"y\":null}"});
+  check(R"({"$defs": {"a": {"$id": "dir/a.json", "type": "integer"}, "b": {"$id": "dir/b.json", "$ref": "a.json"}},
+            "$ref": "dir/b.json"})", {"1"}, {"\"1\""});
+  // "#/..." inside a resource with its own $id names that resource's subschemas.
+  check(R"({"$id": "http://e.com/r", "$defs": {"n": {"$id": "http://e.com/n", "$defs": {"t": {"type": "string"}},
+            "items": {"$ref": "#/$defs/t"}}, "t": {"type": "integer"}}, "$ref": "http://e.com/n"})",
+        {"[\"a\"]"}, {"[1]"});
+  // In draft 7, "id" is no identifier: the $ref resolves against the root.
+  check(R"({"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"t": {"type": "integer"}},
+            "properties": {"a": {"id": "http://other.com/", "definitions": {"t": {"type": "string"}}, "$ref": "#/definitions/t"}}})",
+        {"{\"a\":1}"}, {"{\"a\":\"s\"}"});
 }
 
 TEST(JsonSchemaCompiler, RefSiblingsFollowTheDraft) {
@@ -460,6 +513,7 @@ TEST(JsonSchemaCompiler, UnenforceableKeywordsAreRefusedWithTheirPointer) {
   refused(R"({"type": "object", "properties": {"a": {}}, "allOf": [{}], "unevaluatedProperties": false})",
           "/unevaluatedProperties", "not supported");
   check(R"({"if": {"type": "string"}, "then": {"maxLength": 1}, "type": "string"})", {"\"abc\""}, {"1"}, lenient());
+  check(R"js({"type": "string", "pattern": "(?=a)b"})js", {"\"x\""}, {"1"}, lenient());
 }
 
 TEST(JsonSchemaCompiler, AnnotationsAndUnknownKeywordsAreIgnored) {
@@ -480,6 +534,17 @@ TEST(JsonSchemaCompiler, LimitsAreEnforced) {
   refused(R"({"type": "object", "properties": {"a": {"format": "date-time"}}})", "/properties/a", "max_symbols", {}, small);
   refused(R"({"type": "string", "minLength": 20000})", "/minLength", "max_repeat");
   refused(R"({"pattern": "(a{1000}){1000}"})", "/pattern", "");
+  // A chain of $refs deeper than the emission bound is refused, not a stack overflow.
+  auto chain = [](int n) {
+    std::string defs;
+    for (int i = 0; i < n; ++i) {
+      defs.append(i ? "," : "").append("\"d").append(std::to_string(i)).append("\": {\"type\": \"object\", \"properties\": {\"n\": ");
+      defs.append(i + 1 < n ? "{\"$ref\": \"#/definitions/d" + std::to_string(i + 1) + "\"}" : "{\"type\": \"integer\"}").append("}}");
+    }
+    return "{\"definitions\": {" + defs + "}, \"$ref\": \"#/definitions/d0\"}";
+  };
+  check(chain(100), {"{\"n\":{\"n\":{}}}"}, {"{\"n\":1}"});
+  refused(chain(2000), "*", "max_depth");
   // A maximum above max_repeat only loses longer values.
   check(R"({"type": "string", "maxLength": 100000})", {"\"abc\""}, {"1"});
   std::string big_enum = "{\"enum\": [";
