@@ -267,6 +267,26 @@ def json_item(rng):
     return q, r, json.dumps(obj)
 
 
+def tool_result_json(rng, obj, extras=None):
+    """A tool result as clients write it: JavaScript's JSON.stringify (compact) as often as Python's
+    json.dumps (spaced), keys in any order, sometimes pretty-printed, sometimes with fields the
+    answer does not need (issue 17: the model misread compact results it had never seen)."""
+    fields = dict(obj)
+    for key, value in (extras or {}).items():
+        if rng.random() < 0.5:
+            fields[key] = value
+    keys = list(fields)
+    if rng.random() < 0.5:
+        rng.shuffle(keys)
+    ordered = {key: fields[key] for key in keys}
+    style = rng.random()
+    if style < 0.45:
+        return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
+    if style < 0.9:
+        return json.dumps(ordered, ensure_ascii=False)
+    return json.dumps(ordered, indent=2, ensure_ascii=False)
+
+
 def tool_conversation(rng, call_id):
     """[(messages up to and including the assistant turn to learn)] for one tool task: the call
     turn, and the final answer after the tool result."""
@@ -277,7 +297,10 @@ def tool_conversation(rng, call_id):
         reason = f"The user asks about the weather in {city}. I should call get_weather."
         call = {"name": "get_weather", "arguments": json.dumps({"city": city})}
         t, c = rng.randint(-10, 35), rng.choice(CONDITIONS)
-        result = json.dumps({"city": city, "temperature_c": t, "condition": c})
+        result = tool_result_json(rng, {"city": city, "temperature_c": t, "condition": c},
+                                  {"humidity": rng.randint(10, 100),
+                                   "wind": {"speed_kmh": rng.randint(0, 60), "direction": rng.choice("NESW")},
+                                   "updated": f"{rng.randint(0, 23):02d}:{rng.choice(['00', '15', '30', '45'])}"})
         final_reason = f"The tool says {t} degrees C and {c}."
         final = f"It is currently {t}°C and {c} in {city}."
     elif kind == "calc":
@@ -300,7 +323,9 @@ def tool_conversation(rng, call_id):
         if rng.random() < 0.4:
             args["max_results"] = n
         call = {"name": "search", "arguments": json.dumps(args)}
-        result = json.dumps({"results": [{"title": f"{topic[0].upper() + topic[1:]} - Encyclopedia", "snippet": f"An article about {topic}."}]})
+        result = tool_result_json(rng, {"results": [{"title": f"{topic[0].upper() + topic[1:]} - Encyclopedia",
+                                                     "snippet": f"An article about {topic}."}]},
+                                  {"total": rng.randint(1, 500), "query": topic})
         final_reason = "The search returned one encyclopedia article."
         final = f"I found an encyclopedia article about {topic}: \"An article about {topic}.\""
     tools = rng.sample(TOOLS, rng.randint(1, 3))
