@@ -83,36 +83,83 @@ namespace {
 struct Item {
   uint32_t slot;
   uint32_t origin;
+  bool operator==(const Item& other) const = default;
 };
 
 uint64_t key(const Item& item) { return (static_cast<uint64_t>(item.slot) << 32) | item.origin; }
 
-// The items after one byte of output (or at the start).
+// The items after one byte of output (or at the start). A mask walk makes and drops one per trie
+// node it visits, so a column is reused rather than freed (its vectors keep their capacity) and
+// holds small flat lists: most columns have a few dozen items, where a linear search beats
+// hashing; a large one switches its duplicate check to a hash set.
 struct Column {
   std::vector<Item> items;
-  std::unordered_set<uint64_t> seen;
-  std::vector<Item> scanners;                               // dot before a terminal
-  std::unordered_map<RuleId, std::vector<Item>> waiting;    // dot before a rule
-  std::unordered_set<RuleId> predicted;
+  std::vector<Item> scanners;                           // dot before a terminal
+  std::vector<std::pair<RuleId, Item>> waiting;         // dot before a rule
+  std::vector<RuleId> predicted;
+  std::unordered_set<uint64_t> seen;                    // only past kLinearItems
   bool accepting = false;
 
+  static constexpr std::size_t kLinearItems = 48;
+
+  void clear() {
+    items.clear();
+    scanners.clear();
+    waiting.clear();
+    predicted.clear();
+    seen.clear();
+    accepting = false;
+  }
   void add(const Item& item) {
+    if (items.size() < kLinearItems) {
+      if (std::find(items.begin(), items.end(), item) != items.end()) return;
+      items.push_back(item);
+      if (items.size() == kLinearItems)
+        for (const Item& held : items) seen.insert(key(held));
+      return;
+    }
     if (seen.insert(key(item)).second) items.push_back(item);
   }
+  bool predict(RuleId rule) {
+    if (std::find(predicted.begin(), predicted.end(), rule) != predicted.end()) return false;
+    predicted.push_back(rule);
+    return true;
+  }
+};
+
+// Columns as a stack that keeps the popped ones for reuse.
+class Columns {
+ public:
+  std::size_t size() const { return size_; }
+  Column& operator[](std::size_t k) { return columns_[k]; }
+  const Column& operator[](std::size_t k) const { return columns_[k]; }
+  Column& back() { return columns_[size_ - 1]; }
+  const Column& back() const { return columns_[size_ - 1]; }
+  Column& push() {
+    if (size_ == columns_.size()) columns_.emplace_back();
+    Column& column = columns_[size_++];
+    column.clear();
+    return column;
+  }
+  void pop() { --size_; }
+  void resize(std::size_t size) { size_ = size; }  // shrink only
+
+ private:
+  std::vector<Column> columns_;
+  std::size_t size_ = 0;
 };
 
 }  // namespace
 
 struct Matcher::State {
   const CompiledGrammar& grammar;
-  std::vector<Column> columns;
+  Columns columns;
   std::vector<std::size_t> marks;  // columns.size() before each accepted token
 
   explicit State(const CompiledGrammar& g) : grammar(g) {
-    Column first;
+    Column& first = columns.push();
     for (uint32_t slot : grammar.productions(grammar.start())) first.add({slot, 0});
-    first.predicted.insert(grammar.start());
-    columns.push_back(std::move(first));
+    first.predict(grammar.start());
     close(columns.size() - 1);
   }
 
@@ -126,19 +173,15 @@ struct Matcher::State {
       const CompiledGrammar::Next next = grammar.next(item.slot);
       if (next.index == CompiledGrammar::kComplete) {
         const RuleId lhs = grammar.lhs(item.slot);
-        if (item.origin == k) {
-          if (lhs == grammar.start() && item.origin == 0) column.accepting = true;
-          continue;
-        }
         if (lhs == grammar.start() && item.origin == 0) column.accepting = true;
-        const Column& from = columns[item.origin];
-        const auto waiting = from.waiting.find(lhs);
-        if (waiting == from.waiting.end()) continue;
+        if (item.origin == k) continue;
         // `from` is an earlier column: its lists no longer change while this one closes.
-        for (const Item& parent : waiting->second) column.add({parent.slot + 1, parent.origin});
+        const Column& from = columns[item.origin];
+        for (const auto& [rule, parent] : from.waiting)
+          if (rule == lhs) column.add({parent.slot + 1, parent.origin});
       } else if (next.is_rule) {
-        column.waiting[next.index].push_back(item);
-        if (column.predicted.insert(next.index).second)
+        column.waiting.emplace_back(next.index, item);
+        if (column.predict(next.index))
           for (uint32_t slot : grammar.productions(next.index)) column.add({slot, static_cast<uint32_t>(k)});
         if (grammar.nullable(next.index)) column.add({item.slot + 1, item.origin});
       } else {
@@ -149,12 +192,16 @@ struct Matcher::State {
 
   // A new column after `byte`; false (and nothing added) when no item scans it.
   bool advance(uint8_t byte) {
-    Column next;
-    for (const Item& item : columns.back().scanners)
+    const std::size_t k = columns.size();
+    Column& next = columns.push();
+    const Column& previous = columns[k - 1];
+    for (const Item& item : previous.scanners)
       if (grammar.terminal(grammar.next(item.slot).index).contains(byte)) next.add({item.slot + 1, item.origin});
-    if (next.items.empty()) return false;
-    columns.push_back(std::move(next));
-    close(columns.size() - 1);
+    if (next.items.empty()) {
+      columns.pop();
+      return false;
+    }
+    close(k);
     return true;
   }
 
@@ -287,7 +334,7 @@ void Matcher::fill_mask(std::span<uint64_t> mask) const {
     const Vocabulary::Node& node = nodes[static_cast<std::size_t>(frame.node)];
     if (frame.next_edge == node.edge_count) {
       stack.pop_back();
-      if (!stack.empty()) state.columns.pop_back();
+      if (!stack.empty()) state.columns.pop();
       continue;
     }
     const Vocabulary::Edge& edge = edges[static_cast<std::size_t>(node.first_edge + frame.next_edge++)];
