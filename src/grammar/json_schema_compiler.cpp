@@ -2171,7 +2171,9 @@ class Compiler {
     };
     moves(0, [&](Symbol pair, int64_t next) { g_.add_alternative(obj, {open, ws(), pair, ws(), Grammar::rule(state(next, 1))}); });
     for (std::size_t head = 0; head < queue.size(); ++head) {
-      auto [seen, c] = queue[head];
+      // Plain copies, not a structured binding: clang 14 cannot capture a binding in a lambda.
+      const auto seen = queue[head].first;
+      const auto c = queue[head].second;
       RuleId r = states[queue[head]];
       if (seen == full) g_.add_alternative(r, {close});
       if (counting && c + 1 > max_props) continue;
