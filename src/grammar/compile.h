@@ -27,7 +27,9 @@ class CompileError : public Error {
 
 struct CompileLimits {
   int64_t max_symbols = int64_t{1} << 20;  // Grammar::size()
-  int32_t max_depth = 128;                 // nesting of groups, subschemas, $ref expansions
+  int32_t max_depth = 32;                  // nesting of groups, subschemas, $ref expansions (each level
+                                           // costs compiler stack: 32 stays far inside a thread stack,
+                                           // sanitizer builds included)
   int64_t max_repeat = 10000;              // the largest {n,m} / minItems / maxLength expanded
 };
 
