@@ -6,28 +6,45 @@
 namespace deepinfer::api {
 namespace {
 
+using Kind = ConstraintSpec::Kind;
+
+// The `type` of the response format `format` named `where` (an object with a string there).
+const std::string& format_type(const fields::Json& format, const std::string& where) {
+  return fields::string(fields::require(fields::object(format, where), "type", where + "."), where + ".type");
+}
+
+// A constraint of `kind` read from the request field `field`; the caller fills in what the kind
+// carries (a schema, a text, choices).
+ConstraintSpec spec_from(Kind kind, std::string field) {
+  ConstraintSpec spec;
+  spec.kind = kind;
+  spec.field = std::move(field);
+  return spec;
+}
+
 ConstraintSpec schema_spec(const fields::Json& schema, bool strict, std::string field) {
   if (!schema.is_object() && !schema.is_boolean())
     throw ApiError(400, str_cat(field, ": a JSON schema is an object or a boolean"), field);
-  ConstraintSpec spec;
-  spec.kind = ConstraintSpec::Kind::JsonSchema;
+  ConstraintSpec spec = spec_from(Kind::JsonSchema, std::move(field));
   spec.schema = schema;
   spec.strict = strict;
-  spec.field = std::move(field);
+  return spec;
+}
+
+// A regex or grammar whose text is the string `value` of `field`.
+ConstraintSpec text_spec(Kind kind, const fields::Json& value, std::string field) {
+  ConstraintSpec spec = spec_from(kind, std::move(field));
+  spec.text = fields::string(value, spec.field);
   return spec;
 }
 
 }  // namespace
 
 bool read_response_format(const fields::Json& format, const std::string& where, std::optional<ConstraintSpec>& slot) {
-  const std::string& type =
-      fields::string(fields::require(fields::object(format, where), "type", where + "."), where + ".type");
+  const std::string& type = format_type(format, where);
   if (type == "text") return false;
   if (type == "json_object") {
-    ConstraintSpec spec;
-    spec.kind = ConstraintSpec::Kind::JsonObject;
-    spec.field = where;
-    set_constraint(slot, std::move(spec));
+    set_constraint(slot, spec_from(Kind::JsonObject, where));
     return true;
   }
   if (type == "json_schema") {
@@ -37,10 +54,7 @@ bool read_response_format(const fields::Json& format, const std::string& where, 
     const bool strict = fields::optional_bool(json_schema, "strict").value_or(false);
     // OpenAI: a missing schema means any JSON object.
     if (!schema) {
-      ConstraintSpec spec;
-      spec.kind = ConstraintSpec::Kind::JsonObject;
-      spec.field = inner;
-      set_constraint(slot, std::move(spec));
+      set_constraint(slot, spec_from(Kind::JsonObject, inner));
     } else {
       set_constraint(slot, schema_spec(*schema, strict, inner + ".schema"));
     }
@@ -52,14 +66,10 @@ bool read_response_format(const fields::Json& format, const std::string& where, 
 
 bool read_responses_format(const fields::Json& format, std::optional<ConstraintSpec>& slot) {
   const std::string where = "text.format";
-  const std::string& type =
-      fields::string(fields::require(fields::object(format, where), "type", where + "."), where + ".type");
+  const std::string& type = format_type(format, where);
   if (type == "text") return false;
   if (type == "json_object") {
-    ConstraintSpec spec;
-    spec.kind = ConstraintSpec::Kind::JsonObject;
-    spec.field = where;
-    set_constraint(slot, std::move(spec));
+    set_constraint(slot, spec_from(Kind::JsonObject, where));
     return true;
   }
   if (type != "json_schema")
@@ -87,25 +97,14 @@ void read_engine_constraints(const fields::Json& body, std::optional<ConstraintS
                                                            : value,
                                          false, where));
       } else if (key == "regex" || key == "grammar") {
-        ConstraintSpec spec;
-        spec.kind = key == "regex" ? ConstraintSpec::Kind::Regex : ConstraintSpec::Kind::Gbnf;
-        spec.text = fields::string(value, where);
-        spec.field = where;
-        set_constraint(slot, std::move(spec));
+        set_constraint(slot, text_spec(key == "regex" ? Kind::Regex : Kind::Gbnf, value, where));
       } else if (key == "choice") {
-        ConstraintSpec spec;
-        spec.kind = ConstraintSpec::Kind::Choice;
+        ConstraintSpec spec = spec_from(Kind::Choice, where);
         const fields::Json& list = fields::array(value, where);
         for (std::size_t i = 0; i < list.size(); ++i) spec.choices.push_back(fields::string(list[i], str_cat(where, "[", i, "]")));
-        spec.field = where;
         set_constraint(slot, std::move(spec));
       } else if (key == "json_object") {
-        if (fields::boolean(value, where)) {
-          ConstraintSpec spec;
-          spec.kind = ConstraintSpec::Kind::JsonObject;
-          spec.field = where;
-          set_constraint(slot, std::move(spec));
-        }
+        if (fields::boolean(value, where)) set_constraint(slot, spec_from(Kind::JsonObject, where));
       } else if (key == "disable_additional_properties") {
         strict = fields::boolean(value, where);
       } else if (key == "disable_any_whitespace" || key == "whitespace_pattern" || key == "structural_tag") {
@@ -116,22 +115,12 @@ void read_engine_constraints(const fields::Json& body, std::optional<ConstraintS
                        where);
       }
     }
-    if (strict && slot && slot->kind == ConstraintSpec::Kind::JsonSchema) slot->strict = true;
+    if (strict && slot && slot->kind == Kind::JsonSchema) slot->strict = true;
   }
-  if (const fields::Json* regex = fields::find(body, "regex")) {
-    ConstraintSpec spec;
-    spec.kind = ConstraintSpec::Kind::Regex;
-    spec.text = fields::string(*regex, "regex");
-    spec.field = "regex";
-    set_constraint(slot, std::move(spec));
-  }
-  if (const fields::Json* ebnf = fields::find(body, "ebnf")) {
-    ConstraintSpec spec;
-    spec.kind = ConstraintSpec::Kind::Gbnf;
-    spec.text = fields::string(*ebnf, "ebnf");
-    spec.field = "ebnf";
-    set_constraint(slot, std::move(spec));
-  }
+  if (const fields::Json* regex = fields::find(body, "regex"))
+    set_constraint(slot, text_spec(Kind::Regex, *regex, "regex"));
+  if (const fields::Json* ebnf = fields::find(body, "ebnf"))
+    set_constraint(slot, text_spec(Kind::Gbnf, *ebnf, "ebnf"));
 }
 
 }  // namespace deepinfer::api

@@ -524,6 +524,17 @@ class Compiler {
     invalid(where, "must be a non-negative integer");
   }
 
+  // A minLength / minItems / minProperties keyword: bounds of one schema intersect, so the
+  // largest minimum holds.
+  void raise_minimum(int64_t& minimum, const ojson& value, const std::string& where) {
+    minimum = std::max(minimum, count_of(value, where));
+  }
+  // A maxLength / maxItems / maxProperties keyword: the smallest maximum holds (-1: none yet).
+  void lower_maximum(int64_t& maximum, const ojson& value, const std::string& where) {
+    const int64_t n = count_of(value, where);
+    maximum = maximum < 0 ? n : std::min(maximum, n);
+  }
+
   static void intersect_enum(Simple& s, std::vector<ojson> values) {
     if (!s.has_enum) {
       s.has_enum = true;
@@ -632,10 +643,9 @@ class Compiler {
       } else if (key == "const") {
         intersect_enum(simple, {v});
       } else if (key == "minLength") {
-        simple.min_length = std::max(simple.min_length, count_of(v, where));
+        raise_minimum(simple.min_length, v, where);
       } else if (key == "maxLength") {
-        int64_t n = count_of(v, where);
-        simple.max_length = simple.max_length < 0 ? n : std::min(simple.max_length, n);
+        lower_maximum(simple.max_length, v, where);
       } else if (key == "pattern") {
         if (!v.is_string()) invalid(where, "pattern must be a string");
         if (pattern_ok(v.get<std::string>(), where)) simple.patterns.push_back(v.get<std::string>());
@@ -677,10 +687,9 @@ class Compiler {
       } else if (key == "additionalItems") {
         additional_items = &v;
       } else if (key == "minItems") {
-        simple.min_items = std::max(simple.min_items, count_of(v, where));
+        raise_minimum(simple.min_items, v, where);
       } else if (key == "maxItems") {
-        int64_t n = count_of(v, where);
-        simple.max_items = simple.max_items < 0 ? n : std::min(simple.max_items, n);
+        lower_maximum(simple.max_items, v, where);
       } else if (key == "uniqueItems") {
         if (v.is_boolean() && v.get<bool>()) unique_items = true;
       } else if (key == "contains") {
@@ -703,10 +712,9 @@ class Compiler {
           if (pattern_ok(p.key(), child(where, p.key())))
             simple.pattern_properties.push_back({p.key(), sub(p.value(), child(where, p.key()))});
       } else if (key == "minProperties") {
-        simple.min_properties = std::max(simple.min_properties, count_of(v, where));
+        raise_minimum(simple.min_properties, v, where);
       } else if (key == "maxProperties") {
-        int64_t n = count_of(v, where);
-        simple.max_properties = simple.max_properties < 0 ? n : std::min(simple.max_properties, n);
+        lower_maximum(simple.max_properties, v, where);
       } else if (key == "propertyNames") {
         if (!(v.is_boolean() && v.get<bool>()) && !(v.is_object() && is_annotation_only(v, {})))
           unsupported(where, "propertyNames");
@@ -1884,22 +1892,14 @@ class Compiler {
       out.push_back(lit("true"));
       out.push_back(lit("false"));
     }
-    if (s.types & kNumber) {
-      RuleId r = emit_number(s);
+    // A type whose constraints leave no value adds no alternative.
+    const auto add_unless_empty = [&](RuleId r) {
       if (!is_empty(r)) out.push_back({Grammar::rule(r)});
-    }
-    if (s.types & kString) {
-      RuleId r = emit_string(s);
-      if (!is_empty(r)) out.push_back({Grammar::rule(r)});
-    }
-    if (s.types & kArray) {
-      RuleId r = emit_array(s);
-      if (!is_empty(r)) out.push_back({Grammar::rule(r)});
-    }
-    if (s.types & kObject) {
-      RuleId r = emit_object(s);
-      if (!is_empty(r)) out.push_back({Grammar::rule(r)});
-    }
+    };
+    if (s.types & kNumber) add_unless_empty(emit_number(s));
+    if (s.types & kString) add_unless_empty(emit_string(s));
+    if (s.types & kArray) add_unless_empty(emit_array(s));
+    if (s.types & kObject) add_unless_empty(emit_object(s));
     return out;
   }
 

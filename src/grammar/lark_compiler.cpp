@@ -9,18 +9,24 @@
 // regex flags other than s.
 #include <algorithm>
 #include <string>
-#include <unordered_map>
 
 #include "grammar/compile.h"
 #include "grammar/compile_util.h"
+#include "grammar/ebnf_parser.h"
 
 namespace deepinfer::grammar {
 
 namespace {
 
-using detail::Builder;
 using detail::CodeSet;
 using detail::refuse;
+
+// // and # comments; escapes include \UHHHHHHHH but not \u{...}; a literal ends on its line.
+const detail::EbnfSyntax kLarkSyntax = {.comment = "//",
+                                        .other_comment = "#",
+                                        .escapes = {.long_u = true, .braced_u = false},
+                                        .bad_escape_reason = "bad escape in string literal",
+                                        .literals_span_lines = false};
 
 bool name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool name_char(char c) { return name_start(c) || (c >= '0' && c <= '9') || c == '-'; }
@@ -32,227 +38,121 @@ bool is_terminal(std::string_view name) {
   return std::none_of(name.begin(), name.end(), [](char c) { return c >= 'a' && c <= 'z'; });
 }
 
-class LarkParser {
+class LarkParser final : public detail::EbnfParser {
  public:
-  LarkParser(Builder& builder, std::string_view text) : b_(builder), t_(text) {}
+  LarkParser(detail::Builder& builder, std::string_view text) : EbnfParser(builder, text, kLarkSyntax) {}
 
   RuleId parse() {
     pos_ = space(pos_, true);
-    while (pos_ < t_.size()) {
-      if (t_[pos_] == '%') directive(pos_);
-      if (t_[pos_] == '?' || t_[pos_] == '!') ++pos_;  // tree-shaping modifiers
+    while (pos_ < text_.size()) {
+      if (text_[pos_] == '%') directive(pos_);
+      if (text_[pos_] == '?' || text_[pos_] == '!') ++pos_;  // tree-shaping modifiers
       const std::size_t name_at = pos_;
       const std::string name = read_name();
       if (name.empty()) refuse(pos_, "expected a rule or terminal definition");
-      if (pos_ < t_.size() && t_[pos_] == '.') {  // a priority
+      if (pos_ < text_.size() && text_[pos_] == '.') {  // a priority
         ++pos_;
-        if (pos_ < t_.size() && t_[pos_] == '-') ++pos_;
+        if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
         const std::size_t digits = pos_;
-        while (pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9') ++pos_;
+        while (digit_at(pos_)) ++pos_;
         if (pos_ == digits) refuse(digits, "expected a priority after '.'");
       }
-      if (pos_ < t_.size() && t_[pos_] == '{') refuse(pos_, "templates are not supported");
-      if (pos_ < t_.size() && t_[pos_] == '[') refuse(pos_, "rule attributes [...] are not supported");
+      if (pos_ < text_.size() && text_[pos_] == '{') refuse(pos_, "templates are not supported");
+      if (pos_ < text_.size() && text_[pos_] == '[') refuse(pos_, "rule attributes [...] are not supported");
       pos_ = space(pos_, false);
-      if (pos_ >= t_.size() || t_[pos_] != ':') refuse(pos_, "expected ':' after '" + name + "'");
+      if (pos_ >= text_.size() || text_[pos_] != ':') refuse(pos_, "expected ':' after '" + name + "'");
       ++pos_;
-      Entry& entry = lookup(name, name_at);
-      if (entry.defined) refuse(name_at, "'" + name + "' is defined twice");
-      entry.defined = true;
       in_terminal_ = is_terminal(name);
       current_ = name;
-      alternates(0, false, entry.id);
-      if (pos_ < t_.size() && (t_[pos_] == ')' || t_[pos_] == ']'))
-        refuse(pos_, std::string("unmatched '") + t_[pos_] + "'");
-      pos_ = space(pos_, true);
+      definition(name, name_at, "'" + name + "' is defined twice");
     }
-    const Entry* missing = nullptr;
-    std::string missing_name;
-    for (const auto& [name, entry] : rules_) {
-      if (!entry.defined && (!missing || entry.first_use < missing->first_use)) {
-        missing = &entry;
-        missing_name = name;
-      }
-    }
-    if (missing) refuse(missing->first_use, "undefined " + std::string(is_terminal(missing_name) ? "terminal" : "rule") +
-                                                " '" + missing_name + "'");
-    const auto start = rules_.find("start");
-    if (start == rules_.end()) refuse(0, "no rule named 'start' (the start rule)");
-    return start->second.id;
+    if (const auto undefined = first_undefined())
+      refuse(undefined->first_use, "undefined " + std::string(is_terminal(undefined->name) ? "terminal" : "rule") +
+                                       " '" + undefined->name + "'");
+    return start_rule("start");
   }
 
  private:
-  struct Entry {
-    RuleId id;
-    bool defined = false;
-    std::size_t first_use;
-  };
-
   [[noreturn]] void directive(std::size_t at) {
     std::size_t end = at + 1;
-    while (end < t_.size() && name_char(t_[end])) ++end;
-    refuse(at, "directive " + std::string(t_.substr(at, end - at)) + " is not supported");
-  }
-
-  Entry& lookup(const std::string& name, std::size_t at) {
-    auto found = rules_.find(name);
-    if (found == rules_.end()) found = rules_.emplace(name, Entry{b_.rule(name), false, at}).first;
-    return found->second;
-  }
-
-  std::size_t space(std::size_t pos, bool newlines) const {
-    return detail::skip_space(t_, pos, newlines, "//", "#");
+    while (end < text_.size() && name_char(text_[end])) ++end;
+    refuse(at, "directive " + std::string(text_.substr(at, end - at)) + " is not supported");
   }
 
   std::string read_name() {
     const std::size_t start = pos_;
-    if (pos_ < t_.size() && name_start(t_[pos_]))
-      while (pos_ < t_.size() && name_char(t_[pos_]) && !t_.substr(pos_).starts_with("->")) ++pos_;
-    return std::string(t_.substr(start, pos_ - start));
+    if (pos_ < text_.size() && name_start(text_[pos_]))
+      while (pos_ < text_.size() && name_char(text_[pos_]) && !text_.substr(pos_).starts_with("->")) ++pos_;
+    return std::string(text_.substr(start, pos_ - start));
   }
 
-  // A definition (or a directive) starts at i: [?!]name[.priority][{...}|[...]] ':'.
-  bool definition_at(std::size_t i) const {
-    if (i < t_.size() && t_[i] == '%') return true;
-    if (i < t_.size() && (t_[i] == '?' || t_[i] == '!')) ++i;
-    if (i >= t_.size() || !name_start(t_[i])) return false;
-    while (i < t_.size() && name_char(t_[i])) ++i;
-    if (i < t_.size() && t_[i] == '.') {
-      ++i;
-      if (i < t_.size() && t_[i] == '-') ++i;
-      while (i < t_.size() && t_[i] >= '0' && t_[i] <= '9') ++i;
+  // A definition (or a directive) starts at pos: [?!]name[.priority][{...}|[...]] ':'.
+  bool definition_at(std::size_t pos) const override {
+    if (pos < text_.size() && text_[pos] == '%') return true;
+    if (pos < text_.size() && (text_[pos] == '?' || text_[pos] == '!')) ++pos;
+    if (pos >= text_.size() || !name_start(text_[pos])) return false;
+    while (pos < text_.size() && name_char(text_[pos])) ++pos;
+    if (pos < text_.size() && text_[pos] == '.') {
+      ++pos;
+      if (pos < text_.size() && text_[pos] == '-') ++pos;
+      while (digit_at(pos)) ++pos;
     }
-    if (i < t_.size() && (t_[i] == '{' || t_[i] == '[')) {
-      const char close = t_[i] == '{' ? '}' : ']';
-      while (i < t_.size() && t_[i] != close && t_[i] != '\n') ++i;
-      if (i >= t_.size() || t_[i] != close) return false;
-      ++i;
+    if (pos < text_.size() && (text_[pos] == '{' || text_[pos] == '[')) {
+      const char close = text_[pos] == '{' ? '}' : ']';
+      while (pos < text_.size() && text_[pos] != close && text_[pos] != '\n') ++pos;
+      if (pos >= text_.size() || text_[pos] != close) return false;
+      ++pos;
     }
-    i = space(i, false);
-    return i < t_.size() && t_[i] == ':';
+    pos = space(pos, false);
+    return pos < text_.size() && text_[pos] == ':';
   }
 
-  Sequence alternates(int depth, bool nested, RuleId target = -1) {
+  // [...] is an optional group.
+  bool closing_bracket(char c) const override { return c == ')' || c == ']'; }
+
+  // An alias names the tree node only.
+  bool skip_annotation() override {
+    if (!text_.substr(pos_).starts_with("->")) return false;
+    pos_ = space(pos_ + 2, false);
+    if (read_name().empty()) refuse(pos_, "expected an alias name after '->'");
+    return true;
+  }
+
+  // Beside the common operators, ~ n and ~ n..m. A count above the limit blames the operator,
+  // whichever it is.
+  bool repetition_operator(std::size_t op, bool nested, int64_t& min, int64_t& max) override {
+    if (text_[op] == '~') {
+      tilde_counts(op, nested, min, max);
+    } else if (!EbnfParser::repetition_operator(op, nested, min, max)) {
+      return false;
+    }
+    builder_.check_repeat(min, max, op);
+    return true;
+  }
+
+  // ~ n or ~ n..m at `op`.
+  void tilde_counts(std::size_t op, bool nested, int64_t& min, int64_t& max) {
+    pos_ = space(op + 1, nested);
+    min = max = count("expected a count after '~'");
+    if (text_.substr(pos_).starts_with("..")) {
+      pos_ += 2;
+      max = count("expected a count after '..'");
+    }
+    if (min > max) refuse(op, "repetition ~ n..m with n above m");
+  }
+
+  Sequence element(int depth) override {
     const std::size_t start = pos_;
-    Sequence first = sequence(depth, nested);
-    if (target < 0 && (pos_ >= t_.size() || t_[pos_] != '|')) return first;
-    const RuleId rule = target >= 0 ? target : b_.rule("group");
-    b_.alt(rule, std::move(first), start);
-    while (pos_ < t_.size() && t_[pos_] == '|') {
-      ++pos_;
-      const std::size_t at = pos_;
-      b_.alt(rule, sequence(depth, nested), at);
-    }
-    return {Grammar::rule(rule)};
-  }
-
-  Sequence sequence(int depth, bool nested) {
-    Sequence seq;
-    while (true) {
-      pos_ = space(pos_, nested);
-      if (!nested && pos_ < t_.size() && (t_[pos_] == '\n' || t_[pos_] == '\r')) {
-        // A newline outside a group ends the definition when another one (or the end) follows.
-        const std::size_t next = space(pos_, true);
-        pos_ = next;
-        if (next >= t_.size() || definition_at(next)) break;
-        continue;
-      }
-      if (pos_ >= t_.size()) break;
-      const char c = t_[pos_];
-      if (c == '|' || c == ')' || c == ']') break;
-      if (t_.substr(pos_).starts_with("->")) {  // an alias names the tree node only
-        pos_ = space(pos_ + 2, false);
-        if (read_name().empty()) refuse(pos_, "expected an alias name after '->'");
-        continue;
-      }
-      const std::size_t start = pos_;
-      Sequence item = element(depth);
-      while (true) {
-        const std::size_t op = space(pos_, nested);
-        if (op >= t_.size()) break;
-        int64_t min = 0, max = 0;
-        const char o = t_[op];
-        if (o == '*') {
-          min = 0, max = -1, pos_ = op + 1;
-        } else if (o == '+') {
-          min = 1, max = -1, pos_ = op + 1;
-        } else if (o == '?') {
-          min = 0, max = 1, pos_ = op + 1;
-        } else if (o == '~') {
-          pos_ = space(op + 1, nested);
-          min = max = number("expected a count after '~'");
-          if (t_.substr(pos_).starts_with("..")) {
-            pos_ += 2;
-            max = number("expected a count after '..'");
-          }
-          if (min > max) refuse(op, "repetition ~ n..m with n above m");
-        } else if (o == '{') {
-          pos_ = op;
-          braces(min, max);
-        } else {
-          break;
-        }
-        b_.check_repeat(min, max, op);
-        item = b_.repeat(std::move(item), min, max, start);
-      }
-      b_.check_room(static_cast<int64_t>(seq.size() + item.size()), start);
-      seq.insert(seq.end(), item.begin(), item.end());
-    }
-    return seq;
-  }
-
-  int64_t number(const char* missing) {
-    const std::size_t begin = pos_;
-    int64_t value = 0;
-    while (pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9') {
-      value = std::min(int64_t{1} << 40, value * 10 + (t_[pos_] - '0'));
-      ++pos_;
-    }
-    if (pos_ == begin) refuse(begin, missing);
-    return value;
-  }
-
-  // {n} {n,} {n,m} {,m} at pos_.
-  void braces(int64_t& min, int64_t& max) {
-    const std::size_t open = pos_++;
-    pos_ = space(pos_, true);
-    const bool has_min = pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9';
-    min = has_min ? number("") : 0;
-    max = min;
-    pos_ = space(pos_, true);
-    if (pos_ < t_.size() && t_[pos_] == ',') {
-      pos_ = space(pos_ + 1, true);
-      max = pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9' ? number("") : -1;
-      pos_ = space(pos_, true);
-    } else if (!has_min) {
-      refuse(open, "malformed repetition {...}");
-    }
-    if (pos_ >= t_.size() || t_[pos_] != '}') refuse(open, "malformed repetition {...}");
-    ++pos_;
-  }
-
-  Sequence element(int depth) {
-    const std::size_t start = pos_;
-    const char c = t_[pos_];
+    const char c = text_[pos_];
     if (c == '"') return string_element();
     if (c == '/') return regex_element();
-    if (c == '(' || c == '[') {
-      if (depth + 1 > b_.limits().max_depth)
-        refuse(start, str_cat("groups nested deeper than ", b_.limits().max_depth));
-      const char close = c == '(' ? ')' : ']';
-      ++pos_;
-      Sequence inner = alternates(depth + 1, true);
-      pos_ = space(pos_, true);
-      if (pos_ >= t_.size() || t_[pos_] != close)
-        refuse(start, std::string("unterminated group: missing '") + close + "'");
-      ++pos_;
-      return c == '[' ? b_.repeat(std::move(inner), 0, 1, start) : inner;
-    }
+    if (c == '(') return group(depth, ')');
+    if (c == '[') return builder_.repeat(group(depth, ']'), 0, 1, start);
     if (name_start(c)) {
       const std::string name = read_name();
       if (in_terminal_ && !is_terminal(name))
         refuse(start, "terminal " + current_ + " uses rule '" + name + "' (terminals may use terminals only)");
-      return {Grammar::rule(lookup(name, start).id)};
+      return reference(name, start);
     }
     if (c == '%') directive(start);
     if (c == '<') refuse(start, "special tokens <...> are not supported");
@@ -261,34 +161,11 @@ class LarkParser {
     refuse(start, std::string("unexpected character '") + c + "'");
   }
 
-  // "..." at pos_: its code points.
-  std::u32string string_body() {
-    const std::size_t open = pos_++;
-    std::u32string out;
-    while (true) {
-      if (pos_ >= t_.size() || t_[pos_] == '\n' || t_[pos_] == '\r') refuse(open, "unterminated string literal");
-      if (t_[pos_] == '"') break;
-      uint32_t cp = 0;
-      if (t_[pos_] == '\\') {
-        const std::size_t backslash = pos_++;
-        detail::EscapeOptions options;
-        options.long_u = true;
-        options.braced_u = false;
-        if (pos_ >= t_.size() || !detail::parse_char_escape(t_, pos_, cp, 0, options))
-          refuse(backslash, "bad escape in string literal");
-      } else if (!detail::decode_utf8(t_, pos_, cp)) {
-        refuse(pos_, "invalid UTF-8");
-      }
-      out += static_cast<char32_t>(cp);
-    }
-    ++pos_;
-    return out;
-  }
-
+  // "..." with Lark's suffixes: "..."i (ASCII case folding) and "a".."z" (a range).
   Sequence string_element() {
     const std::size_t start = pos_;
-    const std::u32string chars = string_body();
-    if (pos_ < t_.size() && t_[pos_] == 'i' && !(pos_ + 1 < t_.size() && name_char(t_[pos_ + 1]))) {
+    const std::u32string chars = quoted_literal();
+    if (pos_ < text_.size() && text_[pos_] == 'i' && !(pos_ + 1 < text_.size() && name_char(text_[pos_ + 1]))) {
       ++pos_;
       Sequence seq;
       for (char32_t cp : chars) {
@@ -296,55 +173,49 @@ class LarkParser {
         ByteSet set = ByteSet::of(static_cast<uint8_t>(cp));
         if (cp >= 'a' && cp <= 'z') set.add(static_cast<uint8_t>(cp - 'a' + 'A'));
         if (cp >= 'A' && cp <= 'Z') set.add(static_cast<uint8_t>(cp - 'A' + 'a'));
-        seq.push_back(b_.bytes(set));
+        seq.push_back(builder_.bytes(set));
       }
       return seq;
     }
     const std::size_t after = space(pos_, false);
-    if (t_.substr(after).starts_with("..")) {
+    if (text_.substr(after).starts_with("..")) {
       // "a".."z": one code point of the range.
       pos_ = space(after + 2, false);
-      if (pos_ >= t_.size() || t_[pos_] != '"') refuse(pos_, "expected a literal after '..'");
-      const std::u32string last = string_body();
+      if (pos_ >= text_.size() || text_[pos_] != '"') refuse(pos_, "expected a literal after '..'");
+      const std::u32string last = quoted_literal();
       if (chars.size() != 1 || last.size() != 1) refuse(start, "a literal range needs one character on each side");
       if (last[0] < chars[0]) refuse(start, "literal range out of order");
-      return b_.code_set(CodeSet::range(chars[0], last[0]), start);
+      return builder_.code_set(CodeSet::range(chars[0], last[0]), start);
     }
-    std::string bytes;
-    for (char32_t cp : chars) detail::append_utf8(bytes, cp);
-    return b_.literal(bytes);
+    return literal(chars);
   }
 
   Sequence regex_element() {
     const std::size_t open = pos_++;
     const std::size_t body = pos_;
     while (true) {
-      if (pos_ >= t_.size() || t_[pos_] == '\n') refuse(open, "unterminated regex /.../");
-      if (t_[pos_] == '/') break;
-      if (t_[pos_] == '\\') ++pos_;
+      if (pos_ >= text_.size() || text_[pos_] == '\n') refuse(open, "unterminated regex /.../");
+      if (text_[pos_] == '/') break;
+      if (text_[pos_] == '\\') ++pos_;
       ++pos_;
     }
-    const std::string_view pattern = t_.substr(body, pos_ - body);
+    const std::string_view pattern = text_.substr(body, pos_ - body);
     ++pos_;
     detail::RegexOptions options;
     options.anchored = true;
     options.dot = detail::RegexOptions::Dot::no_newline;
     options.base = body;
-    while (pos_ < t_.size() && name_char(t_[pos_])) {
-      if (t_[pos_] == 's') {
+    while (pos_ < text_.size() && name_char(text_[pos_])) {
+      if (text_[pos_] == 's') {
         options.dot = detail::RegexOptions::Dot::all;
       } else {
-        refuse(pos_, std::string("regex flag '") + t_[pos_] + "' is not supported");
+        refuse(pos_, std::string("regex flag '") + text_[pos_] + "' is not supported");
       }
       ++pos_;
     }
-    return {Grammar::rule(detail::compile_regex_into(b_, pattern, options))};
+    return {Grammar::rule(detail::compile_regex_into(builder_, pattern, options))};
   }
 
-  Builder& b_;
-  std::string_view t_;
-  std::size_t pos_ = 0;
-  std::unordered_map<std::string, Entry> rules_;
   bool in_terminal_ = false;
   std::string current_;
 };
@@ -352,11 +223,7 @@ class LarkParser {
 }  // namespace
 
 Grammar compile_lark(std::string_view text, const CompileLimits& limits) {
-  Grammar grammar;
-  detail::Builder builder(grammar, limits);
-  grammar.set_start(LarkParser(builder, text).parse());
-  grammar.validate();
-  return grammar;
+  return detail::compile_ebnf<LarkParser>(text, limits);
 }
 
 }  // namespace deepinfer::grammar

@@ -3,35 +3,17 @@
 // every refusal with its byte offset.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
 #include "grammar/compile.h"
-#include "grammar/grammar.h"
-#include "grammar/matcher.h"
+#include "text_grammar_checks.h"
 
 namespace deepinfer::grammar {
 namespace {
 
-void check(std::string_view text, const std::vector<std::string>& yes, const std::vector<std::string>& no) {
-  SCOPED_TRACE("grammar:\n" + std::string(text));
-  const Grammar g = compile_gbnf(text);
-  g.validate();
-  for (const std::string& s : yes) EXPECT_TRUE(matches(g, s)) << "should accept \"" << s << "\"";
-  for (const std::string& s : no) EXPECT_FALSE(matches(g, s)) << "should reject \"" << s << "\"";
-}
-
-void refused(std::string_view text, std::size_t offset, std::string_view reason, const CompileLimits& limits = {}) {
-  SCOPED_TRACE("grammar:\n" + std::string(text));
-  try {
-    compile_gbnf(text, limits);
-    ADD_FAILURE() << "compiled, expected a refusal";
-  } catch (const CompileError& e) {
-    EXPECT_EQ(e.where(), "at byte " + std::to_string(offset)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-  }
-}
+const testing::LanguageCheck check{compile_gbnf};
+const testing::RefusalCheck refused{compile_gbnf};
 
 TEST(GbnfCompiler, LiteralsAndEscapes) {
   check(R"(root ::= "hello")", {"hello"}, {"", "hell", "hello!", "Hello"});
@@ -171,32 +153,18 @@ TEST(GbnfCompiler, Refusals) {
 }
 
 TEST(GbnfCompiler, RandomTextCompilesOrIsRefused) {
-  std::mt19937 rng(5);
   const std::vector<std::string> pieces = {"root", " ::= ", "a", " ::= ", "\"x\"", "\"\\", "[", "]", "^", "-", "(", ")",
                                            "|", "*", "+", "?", "{", "}", "2", ",", ".", "\n", "#c\n", " ", "<", "\\u"};
-  for (int n = 0; n < 3000; ++n) {
-    std::string text = "root ::= ";
-    for (unsigned i = 0, length = rng() % 10; i < length; ++i) text += pieces[rng() % pieces.size()];
-    try {
-      compile_gbnf(text).validate();
-    } catch (const CompileError& e) {
-      EXPECT_TRUE(e.where().starts_with("at byte ")) << text;
-    }
-  }
+  testing::expect_random_texts_compile_or_are_refused(compile_gbnf, 5, "root ::= ", pieces);
 }
 
 TEST(GbnfCompiler, Limits) {
-  CompileLimits limits;
-  limits.max_depth = 4;
-  EXPECT_NO_THROW(compile_gbnf("root ::= ((((\"a\"))))", limits));
-  refused("root ::= (((((\"a\")))))", 13, "nested deeper", limits);
+  const CompileLimits shallow{.max_depth = 4};
+  EXPECT_NO_THROW(compile_gbnf("root ::= ((((\"a\"))))", shallow));
+  refused("root ::= (((((\"a\")))))", 13, "nested deeper", shallow);
   refused("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')'), 9 + 32, "nested deeper");
-  limits = {};
-  limits.max_symbols = 1000;
-  refused("root ::= x{600} x{600}\nx ::= \"a\"", 16, "grammar too large", limits);
-  limits = {};
-  limits.max_repeat = 50;
-  refused("root ::= \"a\"{51}", 12, "above the limit", limits);
+  refused("root ::= x{600} x{600}\nx ::= \"a\"", 16, "grammar too large", {.max_symbols = 1000});
+  refused("root ::= \"a\"{51}", 12, "above the limit", {.max_repeat = 50});
   // Nested repetition stays linear in the counts.
   EXPECT_LT(compile_gbnf("root ::= ((\"a\"{100}){100}){100}").size(), 2000);
 }

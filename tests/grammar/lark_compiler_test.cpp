@@ -3,35 +3,17 @@
 // whole grammars, and every refusal with its byte offset.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
 #include "grammar/compile.h"
-#include "grammar/grammar.h"
-#include "grammar/matcher.h"
+#include "text_grammar_checks.h"
 
 namespace deepinfer::grammar {
 namespace {
 
-void check(std::string_view text, const std::vector<std::string>& yes, const std::vector<std::string>& no) {
-  SCOPED_TRACE("grammar:\n" + std::string(text));
-  const Grammar g = compile_lark(text);
-  g.validate();
-  for (const std::string& s : yes) EXPECT_TRUE(matches(g, s)) << "should accept \"" << s << "\"";
-  for (const std::string& s : no) EXPECT_FALSE(matches(g, s)) << "should reject \"" << s << "\"";
-}
-
-void refused(std::string_view text, std::size_t offset, std::string_view reason, const CompileLimits& limits = {}) {
-  SCOPED_TRACE("grammar:\n" + std::string(text));
-  try {
-    compile_lark(text, limits);
-    ADD_FAILURE() << "compiled, expected a refusal";
-  } catch (const CompileError& e) {
-    EXPECT_EQ(e.where(), "at byte " + std::to_string(offset)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-  }
-}
+const testing::LanguageCheck check{compile_lark};
+const testing::RefusalCheck refused{compile_lark};
 
 TEST(LarkCompiler, Literals) {
   check(R"(start: "hello" " " "world")", {"hello world"}, {"helloworld", ""});
@@ -147,32 +129,18 @@ TEST(LarkCompiler, Refusals) {
 }
 
 TEST(LarkCompiler, RandomTextCompilesOrIsRefused) {
-  std::mt19937 rng(6);
   const std::vector<std::string> pieces = {"start", ": ", "A", ": ", "a", "\"x\"", "\"\\", "/", "/[a-", "]", "[", "(", ")",
                                            "|", "*", "+", "?", "~", " 2", "..", "{", "}", "%ignore", "\n", "//c\n", "->",
                                            "i", "s", "<", "."};
-  for (int n = 0; n < 3000; ++n) {
-    std::string text = "start: ";
-    for (unsigned i = 0, length = rng() % 10; i < length; ++i) text += pieces[rng() % pieces.size()];
-    try {
-      compile_lark(text).validate();
-    } catch (const CompileError& e) {
-      EXPECT_TRUE(e.where().starts_with("at byte ")) << text;
-    }
-  }
+  testing::expect_random_texts_compile_or_are_refused(compile_lark, 6, "start: ", pieces);
 }
 
 TEST(LarkCompiler, Limits) {
-  CompileLimits limits;
-  limits.max_depth = 3;
-  EXPECT_NO_THROW(compile_lark("start: (((\"a\")))", limits));
-  refused("start: [[[[\"a\"]]]]", 10, "nested deeper", limits);
-  limits = {};
-  limits.max_symbols = 1000;
-  refused("start: A{600} A{600}\nA: \"a\"", 14, "grammar too large", limits);
-  limits = {};
-  limits.max_repeat = 10;
-  refused("start: \"a\" ~ 11", 11, "above the limit", limits);
+  const CompileLimits shallow{.max_depth = 3};
+  EXPECT_NO_THROW(compile_lark("start: (((\"a\")))", shallow));
+  refused("start: [[[[\"a\"]]]]", 10, "nested deeper", shallow);
+  refused("start: A{600} A{600}\nA: \"a\"", 14, "grammar too large", {.max_symbols = 1000});
+  refused("start: \"a\" ~ 11", 11, "above the limit", {.max_repeat = 10});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "api/chunk_anthropic_messages.h"
 #include "server/http_io.h"
+#include "held_requests.h"
 #include "server_fixture.h"
 
 namespace deepinfer::server::testing {
@@ -269,38 +270,18 @@ TEST(AnthropicErrorLimits, OversizedBodyIs413RequestTooLarge) {
 // A full queue is 429 rate_limit_error; then, shutting down with requests still running, a new
 // Messages request is 503 overloaded_error.
 TEST(AnthropicErrorLimits, FullQueueIs429RateLimitErrorAndShuttingDownIs503OverloadedError) {
-  ServerOptions options = test_options();
-  options.engine.max_running = 1;
-  options.engine.max_waiting = 1;
-  RunningServer server(options);
+  RunningServer server(options_for_one_running_one_waiting());
   std::atomic<bool> release{false};
-  auto hold = [&] {
-    httplib::Request request;
-    request.method = "POST";
-    request.path = "/v1/messages";
-    Json body = messages_body();
-    body["max_tokens"] = server.server().model().context_length() - 64;  // runs until released
-    body["ignore_eos"] = true;
-    body["stream"] = true;
-    request.body = body.dump();
-    request.set_header("Content-Type", "application/json");
-    request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !release.load(); };
-    auto client = server.client();
-    client.send(request);
-  };
+  Json endless = messages_body();
+  endless["max_tokens"] = server.server().model().context_length() - 64;  // runs until released
+  endless["ignore_eos"] = true;
+  endless["stream"] = true;
+  auto hold = [&, body = endless.dump()] { post_and_hold(server, "/v1/messages", body, release); };
   engine::Engine& engine = server.server().model().engine();
-  const auto wait_for = [&](auto condition) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (condition()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
-  };
   std::thread running(hold);
-  const bool first_runs = wait_for([&] { return engine.stats().running == 1 && engine.stats().waiting == 0; });
+  const bool first_runs = wait_for_requests(engine, 1, 0);
   std::thread waiting(hold);
-  const bool full = first_runs && wait_for([&] { return engine.stats().running == 1 && engine.stats().waiting == 1; });
+  const bool full = first_runs && wait_for_requests(engine, 1, 1);
   std::thread shutting_down;
   if (full) {
     EXPECT_TRUE(contains(anthropic_error_message(server.client().Post("/v1/messages", messages_body().dump(),
@@ -308,7 +289,7 @@ TEST(AnthropicErrorLimits, FullQueueIs429RateLimitErrorAndShuttingDownIs503Overl
                                                  429, "rate_limit_error"),
                          "The server is overloaded: the queue is full"));
     shutting_down = std::thread([&] { server.server().shutdown(); });
-    const bool draining = wait_for([&] {
+    const bool draining = wait_until([&] {
       auto health = server.client().Get("/health");
       return health && health->status == 503;
     });

@@ -99,13 +99,19 @@ inline engine::EngineStats stats_after_cancellation(engine::Engine& engine) {
   return engine.stats();
 }
 
-// Posts a streaming request, reads three chunks of its answer and hangs up; returns the chunks read.
-inline int read_three_chunks_and_hang_up(RunningServer& server, const std::string& path, const std::string& body) {
+// A POST of the JSON `body` to `path`, for a client's send() with a content receiver of its own.
+inline httplib::Request json_post_request(const std::string& path, const std::string& body) {
   httplib::Request request;
   request.method = "POST";
   request.path = path;
   request.body = body;
   request.set_header("Content-Type", "application/json");
+  return request;
+}
+
+// Posts a streaming request, reads three chunks of its answer and hangs up; returns the chunks read.
+inline int read_three_chunks_and_hang_up(RunningServer& server, const std::string& path, const std::string& body) {
+  httplib::Request request = json_post_request(path, body);
   int chunks = 0;
   request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
   auto client = server.client();

@@ -6,6 +6,7 @@
 #include <future>
 #include <vector>
 
+#include "held_requests.h"
 #include "server_fixture.h"
 
 namespace deepinfer::server::testing {
@@ -540,38 +541,19 @@ TEST(ServerLimits, OversizedBodyIs413) {
 }
 
 TEST(ServerLimits, FullQueueIs429) {
-  ServerOptions options = test_options();
-  options.engine.max_running = 1;
-  options.engine.max_waiting = 1;
-  RunningServer server(options);
+  RunningServer server(options_for_one_running_one_waiting());
   std::atomic<bool> release{false};
-  auto hold = [&] {
-    httplib::Request request;
-    request.method = "POST";
-    request.path = "/v1/completions";
-    request.body = Json{{"model", "tiny"}, {"prompt", {0, 5, 6}}, {"stream", true}}.dump();  // the whole context
-    request.set_header("Content-Type", "application/json");
-    request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !release.load(); };
-    auto client = server.client();
-    client.send(request);
-  };
+  // No max_tokens: it would generate to the end of the context, so it runs until released.
+  const std::string endless = Json{{"model", "tiny"}, {"prompt", {0, 5, 6}}, {"stream", true}}.dump();
+  auto hold = [&] { post_and_hold(server, "/v1/completions", endless, release); };
   engine::Engine& engine = server.server().model().engine();
   // One request at a time: the server refuses when the (per-step) published waiting count has
   // reached max_waiting, so a second request sent before the first was admitted could itself be
-  // refused. Generous deadlines: sanitizer builds on a loaded CI box are slow.
-  const auto wait_for = [&](auto condition) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (condition(engine.stats())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
-  };
+  // refused.
   std::thread running(hold);
-  const bool first_runs = wait_for([](const engine::EngineStats& stats) { return stats.running == 1 && stats.waiting == 0; });
+  const bool first_runs = wait_for_requests(engine, 1, 0);
   std::thread waiting(hold);
-  const bool full =
-      first_runs && wait_for([](const engine::EngineStats& stats) { return stats.running == 1 && stats.waiting == 1; });
+  const bool full = first_runs && wait_for_requests(engine, 1, 1);
   if (!full) {
     release = true;
     running.join();
