@@ -79,6 +79,8 @@ struct Options {
   uint64_t seed = 1;
   bool trace = true;
   bool shared_prefill = false;
+  bool enforce_eager = false;
+  bool batch_invariant = false;
   double copy_gb = 4.0;
   bool json = false;
 };
@@ -88,7 +90,8 @@ struct Options {
                "decode_step_bench: %s\n"
                "usage: decode_step_bench --model DIR [--tokenizer FILE] [--device cpu|cuda[:N]] [--batch 1,16,64]\n"
                "       [--context 512] [--steps 16] [--repeat 5] [--warmup 1] [--prefill-tokens 4096]\n"
-               "       [--threads N] [--seed S] [--no-trace] [--shared-prefill] [--copy-gb 4] [--json]\n",
+               "       [--threads N] [--seed S] [--no-trace] [--shared-prefill] [--copy-gb 4] [--json]\n"
+               "       [--enforce-eager] [--batch-invariant]\n",
                message.c_str());
   std::exit(2);
 }
@@ -129,6 +132,8 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--seed") o.seed = static_cast<uint64_t>(parse_positive(flag, value(), 0));
     else if (flag == "--no-trace") o.trace = false;
     else if (flag == "--shared-prefill") o.shared_prefill = true;
+    else if (flag == "--enforce-eager") o.enforce_eager = true;
+    else if (flag == "--batch-invariant") o.batch_invariant = true;
     else if (flag == "--copy-gb") {
       o.copy_gb = std::atof(value().c_str());
       if (!(o.copy_gb > 0)) usage("--copy-gb: expected a positive number of GB");
@@ -420,13 +425,30 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
 
   std::vector<float> logits(static_cast<std::size_t>(batch * vocab));
   ids.resize(static_cast<std::size_t>(batch));
-  auto decode_step = [&] {
+  // As the engine steps: a backend that draws tokens itself (CUDA) draws greedy tokens on the
+  // device and returns only those (a decode step it may replay as a graph); the others return
+  // the logits. The last step returns logits on every backend, for the sanity figures below.
+  const bool draws = model.backend().draws_tokens();
+  std::vector<deepinfer::model::TokenDraw> greedy(static_cast<std::size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    greedy[static_cast<std::size_t>(i)].row = i;
+    greedy[static_cast<std::size_t>(i)].temperature = 0.0f;
+  }
+  std::vector<deepinfer::model::DrawnToken> drawn(static_cast<std::size_t>(batch));
+  auto decode_step = [&](bool want_logits) {
     for (int32_t& id : ids) id = tokens.next();
     items.clear();
+    const bool drawing = draws && !want_logits;
     for (int64_t i = 0; i < batch; ++i)
       items.push_back(BatchItem{&sequences[static_cast<std::size_t>(i)], std::span<const int32_t>(&ids[static_cast<std::size_t>(i)], 1),
-                                std::span<float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)), LogitRows::Last});
-    model.forward_batch(items);
+                                drawing ? std::span<float>() : std::span<float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)),
+                                LogitRows::Last});
+    if (drawing) {
+      for (int64_t i = 0; i < batch; ++i) greedy[static_cast<std::size_t>(i)].position = sequences[static_cast<std::size_t>(i)].length;
+      model.forward_batch_draw(items, greedy, drawn);
+    } else {
+      model.forward_batch(items);
+    }
   };
 
   // Routing of one step: the first warm-up step, each sequence alone with a trace.
@@ -451,15 +473,19 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
       std::fprintf(stderr, "decode_step_bench: tracing the routing failed (%s); using the uniform-routing estimate\n", e.what());
     }
   }
-  for (int64_t s = 0; s < warmup; ++s) decode_step();
+  // A decode step's CUDA graph is captured at its key's second step (backend/cuda/step_graphs.h):
+  // two untimed steps at least, so that the timed ones replay it.
+  if (draws && !o.enforce_eager) warmup = std::max<int64_t>(warmup, 2);
+  for (int64_t s = 0; s < warmup; ++s) decode_step(false);
 
   for (int64_t r = 0; r < o.repeat; ++r) {
     const auto start = Clock::now();
-    for (int64_t s = 0; s < o.steps; ++s) decode_step();
+    for (int64_t s = 0; s < o.steps; ++s) decode_step(false);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     result.ms_per_step.push_back(1000.0 * seconds / static_cast<double>(o.steps));
   }
-  // Sanity of the random weights: the last step's logits should all be finite.
+  // Sanity of the random weights: one more step's logits should all be finite.
+  decode_step(true);
   double square_sum = 0;
   for (float v : logits) {
     if (std::isfinite(v)) square_sum += static_cast<double>(v) * v;
@@ -495,7 +521,9 @@ int run(const Options& o) {
     pool = std::make_unique<deepinfer::ThreadPool>(o.threads);
     use_pool.emplace(*pool);
   }
-  const deepinfer::backend::DeviceSpec spec = deepinfer::backend::parse_device(o.device);
+  deepinfer::backend::DeviceSpec spec = deepinfer::backend::parse_device(o.device);
+  spec.cuda_graphs = !o.enforce_eager;
+  spec.batch_invariant = o.batch_invariant;
   const auto load_start = Clock::now();
   deepinfer::model::LoadOptions load_options;
   load_options.tokenizer = o.tokenizer;

@@ -57,12 +57,17 @@ std::string attach_device(model::Model& model, const DeviceSpec& spec, int64_t m
     return "device: cpu";
   }
 #ifdef DEEPINFER_HAVE_CUDA
-  const cuda::Attached attached = cuda::make_backend(model, spec.index, max_rows);
+  cuda::Options options;
+  options.cuda_graphs = spec.cuda_graphs;
+  options.batch_invariant = spec.batch_invariant;
+  const cuda::Attached attached = cuda::make_backend(model, spec.index, max_rows, options);
   model.set_backend(attached.backend);
   const cuda::DeviceInfo info = cuda::device_info(spec.index);
   std::string line = "device: " + attached.backend->name() + ", " + gib(info.free_bytes) + " free of " +
                      gib(info.total_bytes) + " after loading; weights " + gib(attached.weight_bytes) +
-                     " and activations " + gib(attached.activation_bytes) + " on the device";
+                     " and activations " + gib(attached.activation_bytes) + " on the device; " +
+                     (spec.cuda_graphs ? "decode steps replay CUDA graphs" : "eager (no CUDA graphs)") +
+                     (spec.batch_invariant ? "; batch invariant" : "");
   return line;
 #else
   fail("--device cuda: this build has no CUDA backend");

@@ -11,6 +11,9 @@ struct DeviceSpec {
   enum class Kind { Cpu, Cuda };
   Kind kind = Kind::Cpu;
   int index = 0;  // CUDA device ordinal
+  // CUDA only (the CPU backend is eager and batch invariant by construction):
+  bool cuda_graphs = true;       // off: --enforce-eager
+  bool batch_invariant = false;  // --batch-invariant
 };
 
 // Parses "cpu", "cuda" or "cuda:N"; "" or "auto" gives the default above. Anything else, a CUDA

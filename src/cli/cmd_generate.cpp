@@ -48,6 +48,10 @@ constexpr const char* kUsage =
     "  --ignore-eos        do not stop at EOS ids: always generate --max-tokens tokens\n"
     "  --device D          cpu, cuda or cuda:N (default: the first CUDA device when this build\n"
     "                      has the CUDA backend and a GPU answers, else cpu)\n"
+    "  --enforce-eager     CUDA: launch each kernel of a decode step from the host instead of\n"
+    "                      replaying the step's captured CUDA graph\n"
+    "  --batch-invariant   CUDA: logits with the same bits alone or in any batch (fixed\n"
+    "                      reduction orders; slower at small batches)\n"
     "  --temperature T     0 = greedy (default 0)\n"
     "  --top-p P, --top-k K, --min-p P   truncation, as in the OpenAI / vLLM APIs\n"
     "  --seed S            sampling seed (default: drawn, and printed with --json)\n"
@@ -111,7 +115,7 @@ std::vector<int32_t> prompt_ids(const Args& args, const std::optional<Tokenizer>
 int run_generate(const std::vector<std::string>& argv) {
   using Clock = std::chrono::steady_clock;
   try {
-    Args args(argv, {"--help", "--add-bos", "--json", "--ignore-eos"},
+    Args args(argv, with_device_flags({"--help", "--add-bos", "--json", "--ignore-eos"}),
               {"--model", "--tokenizer", "--prompt", "--ids", "--prompt-ids", "--max-tokens", "--temperature",
                "--top-p", "--top-k", "--min-p", "--seed", "--device"});
     if (args.has("--help")) {
@@ -138,7 +142,7 @@ int run_generate(const std::vector<std::string>& argv) {
     auto given_model_dir = args.get("--model");
     const std::string model_dir = given_model_dir ? *given_model_dir : default_model_dir();
     // Before loading, so a device that is not there fails at once.
-    const backend::DeviceSpec device_spec = backend::parse_device(device);
+    const backend::DeviceSpec device_spec = cli::device_spec(args);
 
     const auto load_start = Clock::now();
     std::optional<Tokenizer> tokenizer = open_tokenizer(args, model_dir);

@@ -63,6 +63,9 @@ constexpr const char* kUsage =
     "  --threads N       compute threads (default: all cores; also DEEPINFER_THREADS)\n"
     "  --device D        cpu, cuda or cuda:N (default: the first CUDA device when this build has\n"
     "                    the CUDA backend and a GPU answers, else cpu)\n"
+    "  --enforce-eager   CUDA: no CUDA graphs for decode steps\n"
+    "  --batch-invariant CUDA: logits with the same bits in any batch and chunking (fixed\n"
+    "                    reduction orders; slower at small batches)\n"
     "  --json            print one JSON object: file, examples, tokens (targets scored),\n"
     "                    mean_nll, perplexity (also as ppl), seconds; with --ids-file also nll (each\n"
     "                    target's NLL in order) before mean_nll\n"
@@ -217,7 +220,7 @@ std::vector<double> score_group(const model::Model& model, std::span<const Examp
 int run_perplexity(const std::vector<std::string>& argv) {
   using Clock = std::chrono::steady_clock;
   try {
-    Args args(argv, {"--help", "--json"},
+    Args args(argv, with_device_flags({"--help", "--json"}),
               {"--model", "--tokenizer", "--file", "--ids-file", "--ctx", "--batch", "--threads", "--device"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
@@ -237,7 +240,7 @@ int run_perplexity(const std::vector<std::string>& argv) {
     const auto model_arg = args.get("--model");
     const std::string model_dir = model_arg ? *model_arg : default_model_dir();
     // Before loading, so a device that is not there fails at once.
-    const backend::DeviceSpec device_spec = backend::parse_device(device);
+    const backend::DeviceSpec device_spec = cli::device_spec(args);
 
     const auto start = Clock::now();
     if (!std::filesystem::is_directory(model_dir)) fail(model_dir, ": no such model folder (pass --model DIR)");

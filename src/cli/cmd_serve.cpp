@@ -37,6 +37,11 @@ constexpr const char* kUsage =
     "  --device D               cpu, cuda or cuda:N (default: the first CUDA device when this\n"
     "                           build has the CUDA backend and a GPU answers, else cpu); the\n"
     "                           device line goes to stderr at startup\n"
+    "  --enforce-eager          CUDA: launch each kernel of a decode step from the host instead\n"
+    "                           of replaying the step's captured CUDA graph (as in vLLM)\n"
+    "  --batch-invariant        CUDA: a request's logits have the same bits alone or in any\n"
+    "                           batch and chunking (fixed reduction orders; slower at small\n"
+    "                           batches)\n"
     "  --threads N              compute threads (default: all cores; also DEEPINFER_THREADS)\n"
     "  --http-threads N         concurrent connections (default 512; each stream holds one)\n"
     "  --cache-memory SIZE      cache memory, bytes or with K/M/G suffix (default 1G)\n"
@@ -86,7 +91,7 @@ class LoadingIndicator {
 
 int run_serve(const std::vector<std::string>& argv) {
   try {
-    Args args(argv, {"--help", "--cors", "--no-prefix-caching"},
+    Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching"}),
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device"});
@@ -138,7 +143,7 @@ int run_serve(const std::vector<std::string>& argv) {
     // Resolved before loading, so a device that is not there fails at once; attached by the
     // server's hook between loading the model and starting its engine. After the mask: the CUDA
     // driver starts threads of its own when first asked, and they must not take SIGTERM either.
-    const backend::DeviceSpec device_spec = backend::parse_device(device);
+    const backend::DeviceSpec device_spec = cli::device_spec(args);
     std::string device_line;
     // The GPU's activation memory is sized for the engine's largest step.
     const int64_t max_rows = options.engine.max_batch_tokens;

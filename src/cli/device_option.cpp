@@ -25,4 +25,11 @@ std::string device_option(const Args& args) {
   return *text;
 }
 
+backend::DeviceSpec device_spec(const Args& args) {
+  backend::DeviceSpec spec = backend::parse_device(device_option(args));
+  spec.cuda_graphs = !args.has("--enforce-eager");
+  spec.batch_invariant = args.has("--batch-invariant");
+  return spec;
+}
+
 }  // namespace deepinfer::cli

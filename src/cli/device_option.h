@@ -3,8 +3,10 @@
 // a command line (a malformed one is a UsageError, exit 2), then resolved by
 // backend::parse_device (backend/device.h): a device this build or machine does not have is a
 // deepinfer::Error (exit 1) that says what exists.
+#include <set>
 #include <string>
 
+#include "backend/device.h"
 #include "cli/args.h"
 
 namespace deepinfer::cli {
@@ -13,5 +15,14 @@ namespace deepinfer::cli {
 // has the CUDA backend and a GPU answers, else the CPU). Throws UsageError for anything but cpu,
 // cuda, cuda:N or auto.
 std::string device_option(const Args& args);
+
+// The flags beside --device that every command taking it accepts: --enforce-eager (CUDA: no
+// graphs) and --batch-invariant.
+inline std::set<std::string> with_device_flags(std::set<std::string> flags) {
+  flags.insert({"--enforce-eager", "--batch-invariant"});
+  return flags;
+}
+// --device resolved by backend::parse_device, with --enforce-eager and --batch-invariant.
+backend::DeviceSpec device_spec(const Args& args);
 
 }  // namespace deepinfer::cli

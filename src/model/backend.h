@@ -38,6 +38,16 @@ struct PassShape {
   float norm_eps = 0;  // the sublayer and final RMSNorms
 };
 
+// What a backend may know of a call before it runs it.
+struct CallShape {
+  int64_t rows = 0;
+  // Every row is the next token of its own sequence and the backend draws every token, with no
+  // trace and no window replay: a decode step (the CUDA backend replays a captured graph for it).
+  bool decode = false;
+  int64_t max_length = 0;  // the longest sequence's length once the call is done
+  int64_t block_tokens = 0;  // decode: the sequences' cache block size (one for all of them)
+};
+
 // The head's weights: V4's hyper-head (null for V4.1), the final norm, the LM head.
 struct HeadWeights {
   const HyperConnectionWeights* hc_head = nullptr;
@@ -113,7 +123,7 @@ class Backend {
   virtual ~Backend() = default;
   // "cpu" or "cuda:0 (NVIDIA H200, 139.8 GiB)".
   virtual std::string name() const = 0;
-  virtual std::unique_ptr<ForwardPass> begin(const PassShape& shape, int64_t rows) const = 0;
+  virtual std::unique_ptr<ForwardPass> begin(const PassShape& shape, const CallShape& call) const = 0;
   // True when passes implement head_draw (the sampler runs where the logits are).
   virtual bool draws_tokens() const { return false; }
   // Where this backend's cache blocks live (the engine's pool, self-owned pages).

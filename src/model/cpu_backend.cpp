@@ -137,8 +137,8 @@ class CpuForwardPass final : public ForwardPass {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
-  std::unique_ptr<ForwardPass> begin(const PassShape& shape, int64_t rows) const override {
-    return std::make_unique<CpuForwardPass>(shape, rows);
+  std::unique_ptr<ForwardPass> begin(const PassShape& shape, const CallShape& call) const override {
+    return std::make_unique<CpuForwardPass>(shape, call.rows);
   }
 };
 

@@ -206,7 +206,14 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   const bool single_pass = config_.family == ModelFamily::V41;
 
   const PassShape shape{hc_shape_, single_pass, static_cast<float>(config_.rms_norm_eps)};
-  const std::unique_ptr<ForwardPass> pass = backend_->begin(shape, count);
+  CallShape call{count, draws.active() && !trace && !options.decoder_window_replay, 0,
+                 items.front().sequence->pages.block_tokens};
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    call.decode = call.decode && items[i].tokens.size() == 1 && items[i].rows == LogitRows::Last &&
+                  items[i].sequence->pages.block_tokens == call.block_tokens;
+    call.max_length = std::max(call.max_length, first_position[i] + static_cast<int64_t>(items[i].tokens.size()));
+  }
+  const std::unique_ptr<ForwardPass> pass = backend_->begin(shape, call);
   pass->embed(embed_, tokens);
   if (trace) {
     trace->layer_streams.assign(static_cast<std::size_t>(count * num_layers * n * d_model), 0.0f);

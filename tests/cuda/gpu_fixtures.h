@@ -1,7 +1,7 @@
 #pragma once
 // What the GPU tests share: where the fixtures are (the device machine's checkout is not where
 // this one was built, so the environment may say), whether a CUDA device answers, and each golden
-// fixture loaded twice, once per backend.
+// fixture loaded twice, once per backend (the GPU's batch invariant: --batch-invariant).
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -40,7 +40,9 @@ inline const FixturePair& fixture_pair(const std::string& fixture) {
     if (fixture.rfind("v41/", 0) == 0) options.tokenizer = asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
     pair.cpu = std::make_unique<model::Model>(model::Model::load(dir, options));
     pair.gpu = std::make_unique<model::Model>(model::Model::load(dir, options));
-    backend::attach_device(*pair.gpu, backend::parse_device("cuda:0"));
+    backend::DeviceSpec spec = backend::parse_device("cuda:0");
+    spec.batch_invariant = true;  // the tests below hold batched rows to the bits of solo rows
+    backend::attach_device(*pair.gpu, spec);
   }
   return pair;
 }

@@ -89,6 +89,26 @@ TEST_P(GpuFixtureTest, ChunkedPrefillAndDecodeEqualOneShot) {
   }
 }
 
+// Without --batch-invariant, small calls split linear's columns (an order that follows the row
+// count): chunked prefill and decode then differ from one-shot in rounding only, and every call
+// stays within the CPU tolerance.
+TEST_P(GpuFixtureTest, DefaultModeStaysWithinTolerance) {
+  DEEPINFER_REQUIRE_GPU();
+  const auto& pair = fixture_pair(GetParam());
+  model::LoadOptions options;
+  if (GetParam().rfind("v41/", 0) == 0)
+    options.tokenizer = gpu_testing::asset_dir() + "/tokenizer/deepseek_v41_tokenizer.json";
+  model::Model fast = model::Model::load(gpu_testing::test_data_dir() + "/golden/" + GetParam(), options);
+  backend::attach_device(fast, backend::parse_device("cuda:0"));  // the default: may split
+  const std::vector<int32_t> ids = prompt_of(*pair.cpu, 40, 2);
+  const std::vector<float> cpu = run_chunked(*pair.cpu, ids, ids.size());
+  for (std::size_t chunk : {1, 7, 40}) {
+    const float diff = max_abs_diff(cpu, run_chunked(fast, ids, chunk));
+    std::printf("[ %s ] default mode, chunks of %zu: max |gpu - cpu| = %.3g\n", GetParam().c_str(), chunk, diff);
+    EXPECT_LE(diff, kTolerance) << "chunks of " << chunk;
+  }
+}
+
 TEST_P(GpuFixtureTest, GreedyTokensEqualTheCpuBackend) {
   DEEPINFER_REQUIRE_GPU();
   const auto& pair = fixture_pair(GetParam());

@@ -1,7 +1,8 @@
 #pragma once
 // The small V4 golden model (FP8 + FP4, 6 layers, vocabulary 512) the engine tests run, loaded once
 // per test binary. DEEPINFER_TEST_DEVICE=cuda runs every engine test on that backend instead of
-// the CPU (scripts/test-gpu.sh does); DEEPINFER_TEST_DATA_DIR overrides where the fixture is.
+// the CPU (scripts/test-gpu.sh does), batch invariant, with CUDA graphs unless
+// DEEPINFER_TEST_EAGER=1; DEEPINFER_TEST_DATA_DIR overrides where the fixture is.
 #include <cstdlib>
 #include <string>
 
@@ -15,8 +16,15 @@ inline const model::Model& tiny_v4() {
     const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
     model::Model loaded = model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) +
                                              "/golden/v4/tiny_fp8");
-    if (const char* device = std::getenv("DEEPINFER_TEST_DEVICE"); device && *device)
-      backend::attach_device(loaded, backend::parse_device(device));
+    if (const char* device = std::getenv("DEEPINFER_TEST_DEVICE"); device && *device) {
+      // The engine tests hold batch invariance to the bit, so the GPU runs them batch invariant;
+      // DEEPINFER_TEST_EAGER=1 runs them without CUDA graphs.
+      backend::DeviceSpec spec = backend::parse_device(device);
+      spec.batch_invariant = true;
+      const char* eager = std::getenv("DEEPINFER_TEST_EAGER");
+      spec.cuda_graphs = !(eager && std::string(eager) == "1");
+      backend::attach_device(loaded, spec);
+    }
     return loaded;
   }();
   return model;

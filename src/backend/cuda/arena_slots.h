@@ -1,6 +1,8 @@
 #pragma once
 // The CUDA backend's activation arena slots (device_memory.h Arena): one buffer each, sized by
-// CudaBackend::reserve for the largest step and reused by every call.
+// CudaBackend::reserve for the largest step and reused by every call. What the host writes for a
+// pass (ids, positions, addresses, entry lists) is not here: it goes through the staging area
+// (staging.h). The sampler's slots are in an arena of their own (CudaBackend::sampler_arena).
 namespace deepinfer::backend::cuda {
 
 enum Slot : int {
@@ -13,7 +15,6 @@ enum Slot : int {
   kPost,
   kComb,
   kCarriedPre,
-  kTokenIds,
   kRouterLogits,
   kExperts,
   kRouteWeights,
@@ -25,20 +26,17 @@ enum Slot : int {
   kSharedGate,
   kSharedUp,
   kSharedOut,
-  kHeadRows,
   kHeadStreams,
   kHeadPre,
   kHeadHidden,
   kHeadFlat,
   kHeadMix,
   kLogits,
-  kPositions,
   kQResidual,
   kQuery,
   kKv,
   kAttended,
   kLowRank,
-  kGroupOf,
   kSortScratch,
   kSortedExpert,
   kSortedPair,
@@ -46,25 +44,12 @@ enum Slot : int {
   kSortedOut,
   kSortedScale,
   kLowRankByGroup,
-  kGroupRows,
-  kGroupPairs,
+  kLinearSplit,
   // Attention's middle (device_attention.cpp).
   kCallRows,
-  kCallRowDestinations,
-  kWindowDestinations,
-  kSegmentRows,
-  kRowSegment,
-  kBlockTables,
   kCompressorKv,
   kCompressorGate,
   kPooled,
-  kEntrySegment,
-  kEntryIndex,
-  kEntryPositions,
-  kEntryDestinations,
-  kKeyDestinations,
-  kRings,
-  kKeepFrom,
   kIndexQuery,
   kIndexWeights,
   kScores,
@@ -72,15 +57,9 @@ enum Slot : int {
   kPickCount,
   kCandidateMask,
   kLatentKeys,
-  kEngramRows,
   kEngramKv,
   // The sampler (head_draw).
-  kDrawRows,
   kDrawLogits,
-  kSampleParams,
-  kSamplePrompt,
-  kSampleGenerated,
-  kSampleBias,
   kSampleScratch,
   kSampleResults,
   kSlotCount,

@@ -33,6 +33,7 @@ std::shared_ptr<std::byte> CudaCacheMemory::allocate(int64_t bytes, bool zeroed)
          "; ask for less with --cache-memory");
   }
   if (zeroed) {
+    const std::lock_guard<std::mutex> lock(pass_mutex_);
     check(cudaMemsetAsync(pointer, 0, static_cast<std::size_t>(bytes), stream_), "cudaMemsetAsync");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
@@ -45,6 +46,7 @@ std::shared_ptr<std::byte> CudaCacheMemory::allocate(int64_t bytes, bool zeroed)
 
 void CudaCacheMemory::transfer(void* to, const void* from, int64_t bytes, cudaMemcpyKind kind) const {
   if (bytes <= 0) return;
+  const std::lock_guard<std::mutex> lock(pass_mutex_);
   check(cudaMemcpyAsync(to, from, static_cast<std::size_t>(bytes), kind, stream_), "cudaMemcpyAsync");
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

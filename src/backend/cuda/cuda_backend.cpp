@@ -21,8 +21,11 @@
 #include "backend/cuda/device_layer_state.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/op_profile.h"
+#include "backend/cuda/staging.h"
+#include "backend/cuda/step_graphs.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 #include "kernels/cuda/sampler_kernels.h"
 #include "io/model_config.h"
 #include "model/engram.h"
@@ -40,10 +43,11 @@ class CudaBackend;
 
 class CudaForwardPass final : public model::ForwardPass {
  public:
-  CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows);
+  CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call);
   // A pass whose rows reach no head returns with its kernels still queued: wait for them, so the
   // caller's next look at the sequences (a snapshot, a free) sees a finished step. A failure
-  // stays recorded on the stream and is raised by the next checked call.
+  // stays recorded on the stream and is raised by the next checked call; a capture cut short by
+  // one is abandoned.
   ~CudaForwardPass() override;
 
   void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) override;
@@ -70,6 +74,11 @@ class CudaForwardPass final : public model::ForwardPass {
   void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits);
   void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out);
   void sync();
+  // The end of a graph pass's device work (the head's logits): a capture becomes the key's graph
+  // and runs; a replay runs the key's graph.
+  void finish_graph();
+  template <typename T>
+  T* put(const std::vector<T>& values);
   // The head's logits [rows, vocab] on the device (hidden_out: the head's input, downloaded).
   float* head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
                      std::vector<float>* hidden_out);
@@ -77,8 +86,15 @@ class CudaForwardPass final : public model::ForwardPass {
   CudaBackend& backend_;
   std::unique_lock<std::mutex> lock_;
   model::PassShape shape_;
+  GraphKey key_;
+  PassMode mode_ = PassMode::Eager;
+  std::optional<k::SkipLaunches> skip_;  // while a replay's host code runs
+  bool capturing_ = false;
+  bool finished_ = false;  // the pass reached its head
+  uint64_t arena_generation_ = 0;  // at the pass's start
   int64_t rows_;
   int64_t first_ = 0;  // rows dropped from the front
+  float* split_;       // linear's split workspace; null: --batch-invariant
   float* streams_ = nullptr;
   float* sublayer_in_ = nullptr;
   float* sublayer_out_ = nullptr;
@@ -91,19 +107,30 @@ class CudaForwardPass final : public model::ForwardPass {
 
 class CudaBackend final : public model::Backend {
  public:
-  CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {
+  CudaBackend(int device, std::string name, const Options& options)
+      : device_(device), name_(std::move(name)), options_(options) {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    cache_memory_.emplace(device_, stream_, "cuda:" + std::to_string(device_));
+    check(cudaStreamCreateWithFlags(&setup_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cache_memory_.emplace(device_, stream_, mutex_, "cuda:" + std::to_string(device_));
   }
   ~CudaBackend() override {
+    graphs_.reset();
+    if (setup_stream_) cudaStreamDestroy(setup_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   std::string name() const override { return name_; }
   bool draws_tokens() const override { return true; }
-  std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, int64_t rows) const override {
+  std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, const model::CallShape& call) const override {
     // The pass holds the backend's lock: one pass at a time, on this backend's stream.
-    return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, rows);
+    return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, call);
+  }
+
+  // How a pass of `call` runs (step_graphs.h); key: its graph's key when not Eager.
+  PassMode mode_for(const model::CallShape& call, GraphKey& key) {
+    if (!options_.cuda_graphs || !call.decode || profile_.enabled()) return PassMode::Eager;
+    key = {call.rows, context_bound_for(call.max_length), call.block_tokens};
+    return graphs_->mode_for(key, arena_.generation());
   }
   const model::CacheMemory& cache_memory() const override { return *cache_memory_; }
   void download_layers(const model::SequenceState& sequence, std::vector<model::AttentionState>& host) const override {
@@ -126,48 +153,78 @@ class CudaBackend final : public model::Backend {
   void reserve(const model::Model& model, int64_t rows);
 
   // 0, 1, ..., count - 1 on the device (x rows of linear_gathered calls that read their own row),
-  // uploaded only when a call needs more than any before.
+  // written only when a call needs more than any before (a warm-up, for a graph's keys).
   const int32_t* identity(int64_t count) {
+    int32_t* device = arena_.get<int32_t>(kPairIdentity, static_cast<std::size_t>(count));
     if (count > identity_count_) {
-      std::vector<int32_t> values(static_cast<std::size_t>(count));
-      std::iota(values.begin(), values.end(), 0);
-      int32_t* device = arena_.get<int32_t>(kPairIdentity, values.size());
-      check(cudaMemcpyAsync(device, values.data(), values.size() * 4, cudaMemcpyHostToDevice, stream_), "upload");
-      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `values` is a local
-      identity_count_ = static_cast<int64_t>(values.size());
+      k::iota(device, count, stream_);
+      identity_count_ = count;
     }
-    return arena_.get<int32_t>(kPairIdentity, static_cast<std::size_t>(count));
+    return device;
   }
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  cudaStream_t setup_stream() const { return setup_stream_; }
   WeightStore& weights() { return weights_; }
   Arena& arena() { return arena_; }
+  Arena& sampler_arena() { return sampler_arena_; }
+  Staging& staging() { return staging_; }
+  float* split_workspace() {
+    return options_.batch_invariant ? nullptr
+                                    : arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
+  }
+  StepGraphs& graphs() { return *graphs_; }
+  GraphCounts& graph_counts() { return graph_counts_; }
+  GraphCounts graph_counts() const {
+    const std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+    return graph_counts_;
+  }
   std::mutex& mutex() { return mutex_; }
   OpProfile& profile() { return profile_; }
 
  private:
   int device_;
   std::string name_;
+  Options options_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t setup_stream_ = nullptr;
   WeightStore weights_;
   Arena arena_;
+  // The sampler's buffers, apart: they follow the draws of a step (forks draw more), and a graph
+  // never reads them, so their growth must not move the arena the graphs hold.
+  Arena sampler_arena_;
+  Staging staging_;
+  std::optional<StepGraphs> graphs_{std::in_place};
   int64_t identity_count_ = 0;
+  GraphCounts graph_counts_;
   std::optional<CudaCacheMemory> cache_memory_;
   std::mutex mutex_;
   OpProfile profile_;
 };
 
-CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, int64_t rows)
+CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call)
     : backend_(backend),
       lock_(backend.mutex()),
       shape_(shape),
-      rows_(rows),
-      attention_(backend.weights(), backend.arena(), backend.stream(), rows) {
+      mode_(backend.mode_for(call, key_)),
+      rows_(call.rows),
+      split_(backend.split_workspace()),
+      attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
+                 call.rows, mode_ == PassMode::Eager ? 0 : key_.context_bound, split_) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
+  arena_generation_ = backend_.arena().generation();
+  backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);
+  if (mode_ == PassMode::Capture) {
+    // Relaxed: a layer state made for a sequence new to the device allocates and uploads on the
+    // setup stream meanwhile (device_layer_state.h), outside the graph.
+    check(cudaStreamBeginCapture(backend_.stream(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    capturing_ = true;
+  }
+  if (mode_ == PassMode::Replay) skip_.emplace();
   const auto n = static_cast<std::size_t>(shape.hc.streams);
   const auto d = static_cast<std::size_t>(shape.hc.hidden);
-  const auto r = static_cast<std::size_t>(rows);
+  const auto r = static_cast<std::size_t>(rows_);
   Arena& arena = backend_.arena();
   streams_ = arena.get<float>(kStreams, r * n * d);
   sublayer_in_ = arena.get<float>(kSublayerIn, r * d);
@@ -179,23 +236,60 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
   if (shape.single_pass) {
     std::vector<float> one_hot(r * n, 0.0f);
     for (std::size_t t = 0; t < r; ++t) one_hot[t * n] = 1.0f;
-    check(cudaMemcpyAsync(carried_pre_, one_hot.data(), one_hot.size() * 4, cudaMemcpyHostToDevice, backend_.stream()),
-          "upload");
-    sync();  // one_hot is a local
+    k::copy_floats(carried_pre_, put(one_hot), static_cast<int64_t>(one_hot.size()), backend_.stream());
   }
 }
 
-CudaForwardPass::~CudaForwardPass() { (void)cudaStreamSynchronize(backend_.stream()); }
+CudaForwardPass::~CudaForwardPass() {
+  skip_.reset();
+  if (capturing_) {
+    cudaGraph_t abandoned = nullptr;
+    (void)cudaStreamEndCapture(backend_.stream(), &abandoned);
+    if (abandoned) cudaGraphDestroy(abandoned);
+    cudaGetLastError();  // the capture's error is this pass's, already raised
+  }
+  (void)cudaStreamSynchronize(backend_.stream());
+  if (mode_ == PassMode::Warmup && finished_) backend_.graphs().warmed(key_, backend_.arena().generation());
+}
 
 void CudaForwardPass::sync() { check(cudaStreamSynchronize(backend_.stream()), "cudaStreamSynchronize"); }
 
+template <typename T>
+T* CudaForwardPass::put(const std::vector<T>& values) {
+  return backend_.staging().put(values, backend_.stream());
+}
+
+void CudaForwardPass::finish_graph() {
+  finished_ = true;
+  cudaStream_t stream = backend_.stream();
+  if (mode_ == PassMode::Capture) {
+    cudaGraph_t graph = nullptr;
+    capturing_ = false;
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "cudaGraphInstantiate");
+    if (backend_.arena().generation() != arena_generation_) {  // its addresses are stale
+      cudaGraphExecDestroy(exec);
+      fail("CUDA backend: the activation arena grew while a decode step of ", key_.rows, " rows was captured");
+    }
+    // The captured kernels ran nowhere yet: launching the graph is this step's work too.
+    backend_.graphs().store(key_, arena_generation_, exec);
+    ++backend_.graph_counts().captured;
+  }
+  if (mode_ == PassMode::Replay) ++backend_.graph_counts().replayed;
+  if (mode_ == PassMode::Capture || mode_ == PassMode::Replay) {
+    skip_.reset();
+    check(cudaGraphLaunch(backend_.graphs().graph(key_), stream), "cudaGraphLaunch");
+  }
+  backend_.staging().set_copying(true);  // what follows (the sampler) runs eagerly
+}
+
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) {
   const OpProfile::Section timed(backend_.profile(), "embed", backend_.stream());
-  int32_t* ids = backend_.arena().get<int32_t>(kTokenIds, tokens.size());
-  check(cudaMemcpyAsync(ids, tokens.data(), tokens.size_bytes(), cudaMemcpyHostToDevice, backend_.stream()), "upload");
+  const int32_t* ids = backend_.staging().put(tokens, backend_.stream());
   k::embed(backend_.weights().matrix(table), ids, rows_, shape_.hc.streams, streams(), backend_.stream());
-  // No wait: a copy from pageable host memory is staged before cudaMemcpyAsync returns, so
-  // `tokens` may go; the kernels of the whole pass queue up behind it until the head's download.
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
@@ -208,12 +302,10 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
   WeightStore& store = backend_.weights();
   cudaStream_t stream = backend_.stream();
   const model::EngramLayerWeights& layer = engram.layer(index);
-  float* rows = arena.get<float>(kEngramRows, static_cast<std::size_t>(rows_ * width));
-  check(cudaMemcpyAsync(rows, embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width) * 4,
-                        cudaMemcpyHostToDevice, stream),
-        "upload");
+  const float* rows = backend_.staging().put(
+      std::span<const float>(embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width)), stream);
   float* kv = arena.get<float>(kEngramKv, static_cast<std::size_t>(rows_ * layer.wkv.rows));
-  k::linear(rows, rows_, store.matrix(layer.wkv), kv, stream);
+  k::linear(rows, rows_, store.matrix(layer.wkv), kv, stream, split_);
   k::engram_gate(streams(), kv, store.floats(engram.gate_weight(index)), rows_, shape_.hc.streams, shape_.hc.hidden,
                  engram.eps(), stream);
 }
@@ -222,7 +314,7 @@ void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* 
                           float* logits) {
   const int64_t width = shape_.hc.streams * shape_.hc.hidden;
   k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
-  k::linear(flat, rows, backend_.weights().matrix(hc.fn), logits, backend_.stream());
+  k::linear(flat, rows, backend_.weights().matrix(hc.fn), logits, backend_.stream(), split_);
 }
 
 void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) {
@@ -240,8 +332,7 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
             shape_.hc.sinkhorn_iters, pre_, post_, comb_, stream);
   if (shape_.single_pass) {
     k::hc_collapse(carried_pre(), streams(), rows_, n, d, sublayer_in_, stream);
-    check(cudaMemcpyAsync(carried_pre(), pre_, r * static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream),
-          "copy");
+    k::copy_floats(carried_pre(), pre_, rows_ * n, stream);
   } else {
     k::hc_collapse(pre_, streams(), rows_, n, d, sublayer_in_, stream);
   }
@@ -263,9 +354,7 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   const int64_t rank = weights.wq_a.rows;
   const auto r = static_cast<std::size_t>(rows_);
   const std::vector<int64_t> positions = model::attention_positions(segments, rows_);
-  std::vector<int32_t> positions32(positions.begin(), positions.end());
-  int32_t* device_positions = arena.get<int32_t>(kPositions, r);
-  check(cudaMemcpyAsync(device_positions, positions32.data(), r * 4, cudaMemcpyHostToDevice, stream), "upload");
+  const int32_t* device_positions = put(std::vector<int32_t>(positions.begin(), positions.end()));
 
   // Projections on the device.
   std::optional<OpProfile::Section> timed;
@@ -275,12 +364,12 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
   const float* inv_freq = store.floats(weights.rope.inv_freq());
   const int64_t rope_dims = weights.rope.rope_dims();
-  k::linear(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual, stream);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual, stream, split_);
   k::rms_norm(q_residual, rows_, rank, store.floats(weights.q_norm), weights.eps, q_residual, stream);
-  k::linear(q_residual, rows_, store.matrix(weights.wq_b), q, stream);
+  k::linear(q_residual, rows_, store.matrix(weights.wq_b), q, stream, split_);
   if (weights.q_head_norm) k::rms_norm(q, rows_ * heads, d, nullptr, weights.eps, q, stream);
   k::rope(q, rows_, heads, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
-  k::linear(sublayer_in_, rows_, store.matrix(weights.wkv), kv, stream);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.wkv), kv, stream, split_);
   k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
   k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
 
@@ -317,21 +406,14 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
       input_row[p] = static_cast<int32_t>(t * groups + g);
       pair_of[static_cast<std::size_t>(t * groups + g)] = static_cast<int64_t>(p);
     }
-  const auto upload = [&](int slot, const auto& values) {
-    using T = typename std::decay_t<decltype(values)>::value_type;
-    T* device = arena.get<T>(slot, values.size());
-    check(cudaMemcpyAsync(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
-          "upload");
-    return device;
-  };
   float* by_group = arena.get<float>(kLowRankByGroup, static_cast<std::size_t>(pairs * group_out));
   float* low_rank = arena.get<float>(kLowRank, static_cast<std::size_t>(pairs * group_out));
   const kernels::WeightMatrix* groups_device = store.find_descriptor_array(&weights.wo_a_groups);
   if (!groups_device) groups_device = store.descriptor_array(&weights.wo_a_groups, weights.wo_a_groups);
-  k::linear_gathered(attended, upload(kGroupRows, input_row), pairs, groups_device, upload(kGroupOf, group_of),
-                     group_out, group_in, by_group, stream);
-  k::gather_rows(by_group, upload(kGroupPairs, pair_of), pairs, group_out, low_rank, stream);
-  k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream);
+  k::linear_gathered(attended, put(input_row), pairs, groups_device, put(group_of), group_out, group_in, by_group,
+                     stream);
+  k::gather_rows(by_group, put(pair_of), pairs, group_out, low_rank, stream);
+  k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream, split_);
 }
 
 void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit,
@@ -342,10 +424,10 @@ void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float
   const auto size = static_cast<std::size_t>(rows * inner);
   float* gate = backend_.arena().get<float>(kSharedGate, size);
   float* up = backend_.arena().get<float>(kSharedUp, size);
-  k::linear(x, rows, weights.matrix(expert.w1), gate, stream);
-  k::linear(x, rows, weights.matrix(expert.w3), up, stream);
+  k::linear(x, rows, weights.matrix(expert.w1), gate, stream, split_);
+  k::linear(x, rows, weights.matrix(expert.w3), up, stream, split_);
   k::swiglu(gate, up, rows, inner, limit, nullptr, stream);
-  k::linear(gate, rows, weights.matrix(expert.w2), out, stream);
+  k::linear(gate, rows, weights.matrix(expert.w2), out, stream, split_);
 }
 
 void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
@@ -360,10 +442,9 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t pairs = rows_ * top_k;
   const auto r = static_cast<std::size_t>(rows_);
 
-  int32_t* ids = arena.get<int32_t>(kTokenIds, r);
-  check(cudaMemcpyAsync(ids, token_ids.data(), r * 4, cudaMemcpyHostToDevice, stream), "upload");
+  const int32_t* ids = backend_.staging().put(token_ids.first(r), stream);
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
-  k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream, split_);
   k::RouterParams params;
   params.scoring = static_cast<int32_t>(weights.scoring);
   params.experts = experts;
@@ -463,8 +544,7 @@ float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span
   const int64_t d = shape_.hc.hidden;
   const auto count = static_cast<int64_t>(rows.size());
   const auto c = static_cast<std::size_t>(count);
-  int64_t* row_ids = arena.get<int64_t>(kHeadRows, c);
-  check(cudaMemcpyAsync(row_ids, rows.data(), rows.size_bytes(), cudaMemcpyHostToDevice, stream), "upload");
+  const int64_t* row_ids = backend_.staging().put(rows, stream);
   float* head_streams = arena.get<float>(kHeadStreams, c * static_cast<std::size_t>(n * d));
   float* pre = arena.get<float>(kHeadPre, c * static_cast<std::size_t>(n));
   float* hidden = arena.get<float>(kHeadHidden, c * static_cast<std::size_t>(d));
@@ -482,7 +562,7 @@ float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span
   k::rms_norm(hidden, count, d, store.floats(weights.norm), shape_.norm_eps, hidden, stream);
   const kernels::WeightMatrix& head = store.matrix(*weights.head);
   float* device_logits = arena.get<float>(kLogits, c * static_cast<std::size_t>(head.rows));
-  k::linear(hidden, count, head, device_logits, stream);
+  k::linear(hidden, count, head, device_logits, stream, split_);
   if (hidden_out) {
     hidden_out->resize(c * static_cast<std::size_t>(d));
     check(cudaMemcpyAsync(hidden_out->data(), hidden, hidden_out->size() * 4, cudaMemcpyDeviceToHost, stream),
@@ -503,10 +583,11 @@ void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const in
 void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                                 std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn) {
   const OpProfile::Section timed(backend_.profile(), "head + sampler", backend_.stream());
-  Arena& arena = backend_.arena();
+  Arena& arena = backend_.sampler_arena();
   cudaStream_t stream = backend_.stream();
   const int64_t vocab = weights.head->rows;
   const float* logits = head_logits(weights, rows, nullptr);
+  finish_graph();
   const auto count = static_cast<int64_t>(draws.size());
   if (count == 0) return;
   // One logits row per draw (the children of a fork draw from their parent's row).
@@ -517,9 +598,7 @@ void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<con
     identity = identity && draws[i].row == i;
   }
   if (!identity) {
-    int64_t* device_rows = arena.get<int64_t>(kDrawRows, draw_rows.size());
-    check(cudaMemcpyAsync(device_rows, draw_rows.data(), draw_rows.size() * 8, cudaMemcpyHostToDevice, stream),
-          "upload");
+    const int64_t* device_rows = put(draw_rows);
     float* gathered = arena.get<float>(kDrawLogits, static_cast<std::size_t>(count * vocab));
     k::gather_rows(logits, device_rows, count, vocab, gathered, stream);
     logits = gathered;
@@ -553,20 +632,11 @@ void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<con
     for (const auto& [token, value] : draw.logit_bias) bias.push_back({token, value});
     p.bias_end = static_cast<int32_t>(bias.size());
   }
-  const auto upload = [&](int slot, const auto& values) {
-    using T = typename std::decay_t<decltype(values)>::value_type;
-    T* device = arena.get<T>(slot, std::max<std::size_t>(values.size(), 1));
-    if (!values.empty())
-      check(cudaMemcpyAsync(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
-            "upload");
-    return device;
-  };
   const std::size_t scratch_bytes = k::sample_scratch_bytes(count, vocab);
   void* scratch = arena.get<std::byte>(kSampleScratch, scratch_bytes);
   k::SampleRowResult* results = arena.get<k::SampleRowResult>(kSampleResults, static_cast<std::size_t>(count));
-  k::sample_rows(logits, count, vocab, upload(kSampleParams, params), upload(kSamplePrompt, prompt),
-                 upload(kSampleGenerated, generated), upload(kSampleBias, bias), scratch, scratch_bytes, results,
-                 stream);
+  k::sample_rows(logits, count, vocab, put(params), put(prompt), put(generated), put(bias), scratch, scratch_bytes,
+                 results, stream);
   std::vector<k::SampleRowResult> host(static_cast<std::size_t>(count));
   check(cudaMemcpyAsync(host.data(), results, host.size() * sizeof(k::SampleRowResult), cudaMemcpyDeviceToHost,
                         stream),
@@ -627,12 +697,9 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
       {kLowRank, r * low_rank},     {kSortedOut, expert_pairs * d}, {kSortedScale, expert_pairs},
       {kLowRankByGroup, r * low_rank}};
   for (const auto& [slot, count] : float_slots) arena_.get<float>(slot, count);
-  for (const auto& [slot, count] : {std::pair<int, std::size_t>{kTokenIds, r}, {kExperts, route_pairs},
-                                    {kPairToken, pairs}, {kPairIdentity, pairs}, {kPositions, r}, {kGroupOf, pairs},
-                                    {kGroupRows, pairs}})
+  for (const auto& [slot, count] :
+       {std::pair<int, std::size_t>{kExperts, route_pairs}, {kPairToken, pairs}, {kPairIdentity, pairs}})
     arena_.get<int32_t>(slot, count);
-  arena_.get<int64_t>(kHeadRows, r);
-  arena_.get<int64_t>(kGroupPairs, pairs);
   arena_.get<int32_t>(kSortedExpert, expert_pairs);
   arena_.get<int64_t>(kSortedPair, expert_pairs);
   arena_.get<int64_t>(kPositionOf, expert_pairs);
@@ -750,6 +817,11 @@ std::string gib(std::size_t bytes) {
 
 }  // namespace
 
+GraphCounts graph_counts(const model::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->graph_counts() : GraphCounts{};
+}
+
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -769,10 +841,11 @@ DeviceInfo device_info(int index) {
   return {properties.name, static_cast<int64_t>(total_bytes), static_cast<int64_t>(free_bytes)};
 }
 
-Attached make_backend(const model::Model& model, int index, int64_t max_rows) {
+Attached make_backend(const model::Model& model, int index, int64_t max_rows, const Options& options) {
   const DeviceInfo info = device_info(index);
-  auto backend = std::make_shared<CudaBackend>(index, "cuda:" + std::to_string(index) + " (" + info.name + ", " +
-                                                          gib(static_cast<std::size_t>(info.total_bytes)) + ")");
+  auto backend = std::make_shared<CudaBackend>(
+      index, "cuda:" + std::to_string(index) + " (" + info.name + ", " + gib(static_cast<std::size_t>(info.total_bytes)) + ")",
+      options);
   WeightStore& store = backend->weights();
   PlanWeights plan{store};
   for_each_device_tensor(model, plan);

@@ -26,9 +26,27 @@ struct Attached {
   int64_t activation_bytes = 0;   // the arena, sized for max_rows
 };
 
+struct Options {
+  // Decode steps replay CUDA graphs captured per (batch, context bound) (step_graphs.h); off:
+  // every pass launches its kernels one by one (`--enforce-eager`).
+  bool cuda_graphs = true;
+  // Every kernel reduces in an order fixed by the weights' shapes alone, so a row's logits have
+  // the same bits alone or in any batch and chunking (`--batch-invariant`); off, the dense
+  // projections of small calls split their columns over more blocks, in an order that follows
+  // the call's row count.
+  bool batch_invariant = false;
+};
+
 // Uploads what the backend runs on the GPU and sizes the activation arena for calls of up to
 // max_rows rows (larger calls grow it). A model that does not fit in the device's free memory is
 // an Error with the numbers, raised before anything is allocated.
-Attached make_backend(const model::Model& model, int index, int64_t max_rows);
+Attached make_backend(const model::Model& model, int index, int64_t max_rows, const Options& options = {});
+
+// How a CUDA backend's decode steps ran so far (zeros for any other backend).
+struct GraphCounts {
+  int64_t captured = 0;  // graphs captured (a step each, launched as captured)
+  int64_t replayed = 0;  // steps that replayed a graph
+};
+GraphCounts graph_counts(const model::Backend& backend);
 
 }  // namespace deepinfer::backend::cuda

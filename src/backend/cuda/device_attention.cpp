@@ -21,15 +21,6 @@ void check(cudaError_t status, const char* what) {
 
 k::RowFormat row_format(model::CacheFormat format) { return static_cast<k::RowFormat>(format); }
 
-// Host values into an arena slot (pageable copies are staged at once, so `values` may go).
-template <typename T>
-T* upload(Arena& arena, int slot, const std::vector<T>& values, cudaStream_t stream) {
-  T* device = arena.get<T>(slot, std::max<std::size_t>(values.size(), 1));
-  if (!values.empty())
-    check(cudaMemcpyAsync(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, stream), "upload");
-  return device;
-}
-
 // Where entry w of `rows` (a layer's paged region) sits in `pages` (model/paged_rows.h).
 std::byte* entry_address(const model::CachePages& pages, const model::PagedRows& rows, int64_t w) {
   const int64_t block_tokens = pages.block_tokens;
@@ -39,6 +30,17 @@ std::byte* entry_address(const model::CachePages& pages, const model::PagedRows&
   if (k >= static_cast<int64_t>(pages.blocks.size()) || pages.blocks[k] == nullptr)
     fail("cache block ", k, " is missing from the sequence's block table");
   return pages.blocks[k] + rows.region_offset() + slot * rows.row_bytes();
+}
+
+// A fixed-capacity launch's entry lists padded to `slots` (compressor_pool skips a negative
+// segment; store_rows skips a null destination).
+void pad_entries(int64_t slots, std::vector<int32_t>& segment, std::vector<int32_t>& index,
+                 std::vector<int32_t>& position, std::vector<std::byte*>& destinations) {
+  const auto size = static_cast<std::size_t>(slots);
+  segment.resize(size, -1);
+  index.resize(size, 0);
+  position.resize(size, 0);
+  destinations.resize(size, nullptr);
 }
 
 k::PagedRegion region_of(const model::CachePages& pages, const model::PagedRows& rows) {
@@ -89,6 +91,14 @@ void DeviceAttention::restart_window(model::AttentionState& state, int64_t first
   device.length = first_position;
 }
 
+int64_t DeviceAttention::entry_slots(const Layer& layer, int64_t count) const {
+  if (context_bound_ == 0) return count;
+  // A decode step closes at most one entry per sequence and compressor.
+  const auto slots = static_cast<int64_t>(layer.segments.size());
+  if (count > slots) fail("CUDA backend: a fixed-size step closed ", count, " entries in ", slots, " slots");
+  return slots;
+}
+
 void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& compressor, bool indexer_keys) {
   const int64_t rows = layer.in.rows;
   const int64_t width = compressor.width();
@@ -96,8 +106,8 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
   const int64_t ratio = compressor.ratio;
   float* kv = arena_.get<float>(kCompressorKv, static_cast<std::size_t>(rows * width));
   float* gate = arena_.get<float>(kCompressorGate, static_cast<std::size_t>(rows * width));
-  k::linear(layer.in.x, rows, weights_.matrix(compressor.wkv), kv, stream_);
-  k::linear(layer.in.x, rows, weights_.matrix(compressor.wgate), gate, stream_);
+  k::linear(layer.in.x, rows, weights_.matrix(compressor.wkv), kv, stream_, split_);
+  k::linear(layer.in.x, rows, weights_.matrix(compressor.wgate), gate, stream_, split_);
 
   std::vector<int32_t> entry_segment, entry_index, entry_position;
   std::vector<std::byte*> destinations;
@@ -126,19 +136,20 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
   params.overlap = compressor.overlap;
   params.ape = weights_.floats(compressor.ape);
   params.capacity = static_cast<int32_t>(compressor.overlap ? 2 * ratio : ratio);
-  const k::CompressorRing* device_rings = upload(arena_, kRings, rings, stream_);
-  const auto count = static_cast<int64_t>(entry_index.size());
+  const k::CompressorRing* device_rings = staging_.put(rings, stream_);
+  const int64_t count = entry_slots(layer, static_cast<int64_t>(entry_index.size()));
+  pad_entries(count, entry_segment, entry_index, entry_position, destinations);
   if (count > 0) {
     float* pooled = arena_.get<float>(kPooled, static_cast<std::size_t>(count * d));
-    k::compressor_pool(params, layer.rows, device_rings, upload(arena_, kEntrySegment, entry_segment, stream_),
-                       upload(arena_, kEntryIndex, entry_index, stream_), count, kv, gate, pooled, stream_);
+    k::compressor_pool(params, layer.rows, device_rings, staging_.put(entry_segment, stream_),
+                       staging_.put(entry_index, stream_), count, kv, gate, pooled, stream_);
     k::rms_norm(pooled, count, d, weights_.floats(compressor.norm), compressor.eps, pooled, stream_);
-    k::rope(pooled, count, 1, d, layer.rope_dims, layer.inv_freq, upload(arena_, kEntryPositions, entry_position, stream_),
+    k::rope(pooled, count, 1, d, layer.rope_dims, layer.inv_freq, staging_.put(entry_position, stream_),
             /*inverse=*/false, stream_);
-    k::store_rows(pooled, count, d, k::RowFormat::F32, upload(arena_, kEntryDestinations, destinations, stream_),
+    k::store_rows(pooled, count, d, k::RowFormat::F32, staging_.put(destinations, stream_),
                   stream_);
   }
-  k::compressor_keep(params, layer.rows, device_rings, upload(arena_, kKeepFrom, keep_from, stream_),
+  k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_),
                      static_cast<int64_t>(layer.segments.size()), kv, gate, stream_);
 }
 
@@ -151,11 +162,11 @@ void DeviceAttention::publish_latents(Layer& layer) {
   const int64_t d = latent.head_dim;
   const int64_t ratio = latent.ratio;
   float* kv = arena_.get<float>(kCompressorKv, static_cast<std::size_t>(rows * d));
-  k::linear(layer.in.x, rows, weights_.matrix(latent.wkv), kv, stream_);
+  k::linear(layer.in.x, rows, weights_.matrix(latent.wkv), kv, stream_, split_);
   float* gate = nullptr;
   if (latent.wgate) {
     gate = arena_.get<float>(kCompressorGate, static_cast<std::size_t>(rows * d));
-    k::linear(layer.in.x, rows, weights_.matrix(*latent.wgate), gate, stream_);
+    k::linear(layer.in.x, rows, weights_.matrix(*latent.wgate), gate, stream_, split_);
   }
   std::vector<int32_t> entry_segment, entry_index, entry_position;
   std::vector<std::byte*> entry_destinations, key_destinations;
@@ -177,21 +188,24 @@ void DeviceAttention::publish_latents(Layer& layer) {
     ring.entries = closed;
     keep_from.push_back(static_cast<int32_t>(closed * ratio));
   }
-  const auto count = static_cast<int64_t>(entry_index.size());
+  int64_t count = static_cast<int64_t>(entry_index.size());
   float* latents = kv;  // ratio 1: each row is its own latent, in row order = entry order
   if (ratio > 1) {
+    count = entry_slots(layer, count);
+    pad_entries(count, entry_segment, entry_index, entry_position, entry_destinations);
+    key_destinations.resize(static_cast<std::size_t>(count), nullptr);
     k::CompressorParams params;
     params.ratio = static_cast<int32_t>(ratio);
     params.head_dim = static_cast<int32_t>(d);
     params.width = static_cast<int32_t>(d);
     params.capacity = static_cast<int32_t>(ratio);
-    const k::CompressorRing* device_rings = upload(arena_, kRings, rings, stream_);
+    const k::CompressorRing* device_rings = staging_.put(rings, stream_);
     if (count > 0) {
       latents = arena_.get<float>(kPooled, static_cast<std::size_t>(count * d));
-      k::compressor_pool(params, layer.rows, device_rings, upload(arena_, kEntrySegment, entry_segment, stream_),
-                         upload(arena_, kEntryIndex, entry_index, stream_), count, kv, gate, latents, stream_);
+      k::compressor_pool(params, layer.rows, device_rings, staging_.put(entry_segment, stream_),
+                         staging_.put(entry_index, stream_), count, kv, gate, latents, stream_);
     }
-    k::compressor_keep(params, layer.rows, device_rings, upload(arena_, kKeepFrom, keep_from, stream_),
+    k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_),
                        static_cast<int64_t>(layer.segments.size()), kv, gate, stream_);
   } else if (count != rows) {
     fail("CUDA backend: a ratio-1 kv source closed ", count, " entries for ", rows, " rows");
@@ -200,16 +214,16 @@ void DeviceAttention::publish_latents(Layer& layer) {
   k::rms_norm(latents, count, d, weights_.floats(latent.norm), latent.eps, latents, stream_);
   // Index keys from the unrotated latent, then the entries from the rotated one.
   const int64_t index_d = keys.wk.rows;
-  const int32_t* positions = upload(arena_, kEntryPositions, entry_position, stream_);
+  const int32_t* positions = staging_.put(entry_position, stream_);
   float* key_rows = arena_.get<float>(kLatentKeys, static_cast<std::size_t>(count * index_d));
-  k::linear(latents, count, weights_.matrix(keys.wk), key_rows, stream_);
+  k::linear(latents, count, weights_.matrix(keys.wk), key_rows, stream_, split_);
   k::rms_norm(key_rows, count, index_d, weights_.floats(keys.k_norm), layer.weights.eps, key_rows, stream_);
   k::rope(key_rows, count, 1, index_d, layer.rope_dims, layer.inv_freq, positions, /*inverse=*/false, stream_);
   k::store_rows(key_rows, count, index_d, k::RowFormat::Fp4Ue8m0x32,
-                upload(arena_, kKeyDestinations, key_destinations, stream_), stream_);
+                staging_.put(key_destinations, stream_), stream_);
   k::rope(latents, count, 1, d, layer.rope_dims, layer.inv_freq, positions, /*inverse=*/false, stream_);
   k::store_rows(latents, count, d, k::RowFormat::Fp4E4m3x16,
-                upload(arena_, kEntryDestinations, entry_destinations, stream_), stream_);
+                staging_.put(entry_destinations, stream_), stream_);
 }
 
 // The scores of every row against its visible keys, then (candidate source) the kept blocks and
@@ -230,8 +244,8 @@ void DeviceAttention::index_v4(Layer& layer) {
   const int64_t d = indexer.head_dim;
   float* q = arena_.get<float>(kIndexQuery, static_cast<std::size_t>(rows * heads * d));
   float* head_weights = arena_.get<float>(kIndexWeights, static_cast<std::size_t>(rows * heads));
-  k::linear(layer.in.q_residual, rows, weights_.matrix(indexer.wq_b), q, stream_);
-  k::linear(layer.in.x, rows, weights_.matrix(indexer.weights_proj), head_weights, stream_);
+  k::linear(layer.in.q_residual, rows, weights_.matrix(indexer.wq_b), q, stream_, split_);
+  k::linear(layer.in.x, rows, weights_.matrix(indexer.weights_proj), head_weights, stream_, split_);
   compress(layer, indexer.compressor, /*indexer_keys=*/true);
   k::rope(q, rows, heads, d, layer.rope_dims, layer.inv_freq, layer.in.positions, /*inverse=*/false, stream_);
   select(layer);
@@ -260,6 +274,11 @@ void DeviceAttention::select(Layer& layer) {
   selection.head_weights = arena_.get<float>(kIndexWeights, static_cast<std::size_t>(rows * selection.heads));
   int64_t max_visible = 0;
   for (int64_t p : layer.in.host_positions) max_visible = std::max(max_visible, (p + 1) / selection.ratio);
+  if (context_bound_ > 0) {
+    if (max_visible > context_bound_ / selection.ratio)
+      fail("CUDA backend: a fixed-size step sees ", max_visible, " entries, past its bound ", context_bound_);
+    max_visible = context_bound_ / selection.ratio;
+  }
   if (pick_stride_ != 0 && pick_stride_ != selection.topk)
     fail("CUDA backend: index sources of one model pick ", pick_stride_, " and ", selection.topk, " entries");
   pick_stride_ = selection.topk;
@@ -271,7 +290,7 @@ void DeviceAttention::select(Layer& layer) {
   int32_t* pick_count = pick_count_ + layer.in.first_row;
   layer.picked = true;
   if (max_visible == 0) {  // nothing is visible to any row yet
-    check(cudaMemsetAsync(pick_count, 0, static_cast<std::size_t>(rows) * 4, stream_), "cudaMemsetAsync");
+    k::fill(pick_count, rows, 0, stream_);
     return;
   }
   float* scores = arena_.get<float>(kScores, static_cast<std::size_t>(rows * max_visible));
@@ -360,9 +379,18 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
       const model::CachePages* pages = segment.pages;
       if (!pages || pages->block_bytes == 0) continue;
       offsets.emplace_back(pages, flat.size());
-      flat.insert(flat.end(), pages->blocks.begin(), pages->blocks.end());
+      if (context_bound_ == 0) {
+        flat.insert(flat.end(), pages->blocks.begin(), pages->blocks.end());
+        continue;
+      }
+      // Fixed size: the blocks of the first context_bound tokens (those past the sequence's
+      // length, if any, are never read).
+      const int64_t stride = (context_bound_ + pages->block_tokens - 1) / pages->block_tokens;
+      const auto held = std::min(pages->blocks.size(), static_cast<std::size_t>(stride));
+      flat.insert(flat.end(), pages->blocks.begin(), pages->blocks.begin() + static_cast<std::ptrdiff_t>(held));
+      flat.resize(flat.size() + static_cast<std::size_t>(stride) - held, nullptr);
     }
-    std::byte** device = upload(arena_, kBlockTables, flat, stream_);
+    std::byte** device = staging_.put(flat, stream_);
     for (const auto& [pages, offset] : offsets) tables_[pages] = device + offset;
     tables_ready_ = true;
   }
@@ -370,7 +398,7 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   std::vector<int32_t> row_segment(static_cast<std::size_t>(rows));
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const model::AttentionSegment& segment = segments[s];
-    DeviceLayerState& state = device_state(*segment.state, weights, stream_);
+    DeviceLayerState& state = device_state(*segment.state, weights, setup_stream_);
     if (state.length != segment.first_position)
       fail("attention fed position ", segment.first_position, " after ", state.length, " tokens");
     layer.states.push_back(&state);
@@ -384,8 +412,8 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
     layer.host_rows.push_back(described);
     std::fill_n(row_segment.begin() + segment.row_begin, segment.rows, static_cast<int32_t>(s));
   }
-  layer.rows = upload(arena_, kSegmentRows, layer.host_rows, stream_);
-  layer.row_segment = upload(arena_, kRowSegment, row_segment, stream_);
+  layer.rows = staging_.put(layer.host_rows, stream_);
+  layer.row_segment = staging_.put(row_segment, stream_);
 
   // The call's own K = V rows, stored as the window stores them (FP8 on V4.1).
   const int64_t row_bytes = layer.states.front()->window_row_bytes();
@@ -393,7 +421,7 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   std::byte* call_rows = arena_.get<std::byte>(kCallRows, static_cast<std::size_t>(rows * row_bytes));
   std::vector<std::byte*> call_destinations(static_cast<std::size_t>(rows));
   for (int64_t t = 0; t < rows; ++t) call_destinations[t] = call_rows + t * row_bytes;
-  k::store_rows(in.kv, rows, d, window_format, upload(arena_, kCallRowDestinations, call_destinations, stream_),
+  k::store_rows(in.kv, rows, d, window_format, staging_.put(call_destinations, stream_),
                 stream_);
 
   k::AttentionParams params;
@@ -422,8 +450,8 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
       const int64_t q_count = rows * queries.heads;
       float* q = arena_.get<float>(kIndexQuery, static_cast<std::size_t>(q_count * queries.head_dim));
       float* head_weights = arena_.get<float>(kIndexWeights, static_cast<std::size_t>(rows * queries.heads));
-      k::linear(in.q_residual, rows, weights_.matrix(queries.wq_b), q, stream_);
-      k::linear(in.x, rows, weights_.matrix(queries.weights_proj), head_weights, stream_);
+      k::linear(in.q_residual, rows, weights_.matrix(queries.wq_b), q, stream_, split_);
+      k::linear(in.x, rows, weights_.matrix(queries.weights_proj), head_weights, stream_, split_);
       k::rope(q, rows, queries.heads, queries.head_dim, layer.rope_dims, layer.inv_freq, in.positions,
               /*inverse=*/false, stream_);
       k::fake_quantize_rows(q, q_count, queries.head_dim, k::RowFormat::Fp4Ue8m0x32, stream_);
@@ -456,7 +484,7 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
     state.window_first = keep_from;
     state.length = end;
   }
-  k::store_rows(in.kv, rows, d, window_format, upload(arena_, kWindowDestinations, window_destinations, stream_),
+  k::store_rows(in.kv, rows, d, window_format, staging_.put(window_destinations, stream_),
                 stream_);
   if (std::any_of(segments.begin(), segments.end(), [](const model::AttentionSegment& s) { return s.selected; }))
     download_picks(layer, (weights.indexer || weights.shared_compressed) && picks_available);

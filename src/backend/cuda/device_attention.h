@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/staging.h"
 #include "model/attention.h"
 
 namespace deepinfer::backend::cuda {
@@ -30,10 +31,26 @@ struct AttentionInputs {
 
 // One per forward pass: holds what the layers of one call share (the sequences' block tables on
 // the device, the latest index source's picks, the candidate source's blocks).
+//
+// context_bound > 0 fixes every size that would otherwise follow the call's data, as a captured
+// graph needs (step_graphs.h): a decode step of sequences no longer than context_bound launches
+// one entry slot per sequence for each compressor (padding marked), scores strided by
+// context_bound / ratio and block tables of context_bound / block_tokens entries, so the same
+// kernels with the same sizes run at every step of its key. 0: sizes exact.
 class DeviceAttention {
  public:
-  DeviceAttention(WeightStore& weights, Arena& arena, cudaStream_t stream, int64_t call_rows)
-      : weights_(weights), arena_(arena), stream_(stream), call_rows_(call_rows) {}
+  // split: the workspace of linear's split columns (kernels/cuda/cuda_kernels.h), null under
+  // --batch-invariant.
+  DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
+                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, float* split)
+      : weights_(weights),
+        arena_(arena),
+        staging_(staging),
+        stream_(stream),
+        setup_stream_(setup_stream),
+        call_rows_(call_rows),
+        context_bound_(context_bound),
+        split_(split) {}
 
   // attended [rows, heads, d], rotated back; the segments' states move past their rows.
   void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
@@ -51,10 +68,17 @@ class DeviceAttention {
   void index_v4(Layer& layer);
   void download_picks(Layer& layer, bool picked);
 
+  // The entry slots of a compressor launch that closes `count` entries.
+  int64_t entry_slots(const Layer& layer, int64_t count) const;
+
   WeightStore& weights_;
   Arena& arena_;
+  Staging& staging_;
   cudaStream_t stream_;
+  cudaStream_t setup_stream_;  // new layer states are made on it (never captured)
   int64_t call_rows_;
+  int64_t context_bound_;
+  float* split_;
   bool tables_ready_ = false;
   std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
   int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows

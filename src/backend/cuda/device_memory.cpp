@@ -118,6 +118,7 @@ void* Arena::get_bytes(int slot, std::size_t bytes) {
   if (buffer.bytes() < bytes) {
     buffer = DeviceBuffer();  // free first: the old contents are not kept
     buffer = DeviceBuffer(bytes + bytes / 4);
+    ++generation_;
   }
   return buffer.data();
 }

@@ -76,10 +76,13 @@ class Arena {
     return static_cast<T*>(get_bytes(slot, count * sizeof(T)));
   }
   std::size_t bytes() const;
+  // Counts the reallocations: a buffer that grows moves (captured graphs hold its old address).
+  uint64_t generation() const { return generation_; }
 
  private:
   void* get_bytes(int slot, std::size_t bytes);
   std::vector<DeviceBuffer> slots_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace deepinfer::backend::cuda

@@ -25,6 +25,7 @@ class OpProfile {
       std::fprintf(stderr, "  %-24s %10.3f ms %6.1f%%  (%lld calls)\n", name.c_str(), entry.seconds * 1e3,
                    100.0 * entry.seconds / all, entry.calls);
   }
+  bool enabled() const { return enabled_; }
   OpProfile(const OpProfile&) = delete;
   OpProfile& operator=(const OpProfile&) = delete;
 

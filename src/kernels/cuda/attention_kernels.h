@@ -94,7 +94,8 @@ struct CompressorParams {
 // position p comes from the call when p >= first_position, else from the segment's ring.
 // pooled [count, head_dim]: per channel e, softmax over the slots (previous window's gate[e] then
 // this window's gate[overlap ? d + e : e]) weighting the matching kv values, summed in slot order
-// (as close_window / compress_latents); no norm, no RoPE.
+// (as close_window / compress_latents); no norm, no RoPE. An entry whose entry_segment is negative
+// is padding (a launch of fixed capacity, as a captured graph needs): its pooled row is zeros.
 void compressor_pool(const CompressorParams& params, const SegmentRows* segments, const CompressorRing* rings,
                      const int32_t* entry_segment, const int32_t* entry_index, int64_t count, const float* kv,
                      const float* gate, float* pooled, Stream stream);

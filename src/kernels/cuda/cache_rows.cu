@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 #include "kernels/cuda/cache_codes.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -80,6 +81,7 @@ int64_t stored_row_bytes(RowFormat format, int64_t width) {
 
 void store_rows(const float* rows, int64_t count, int64_t width, RowFormat format, std::byte* const* destinations,
                 Stream stream) {
+  if (launches_skipped()) return;
   check_format(format, "cuda::store_rows");
   if (count < 0 || width < 0) fail("cuda::store_rows: negative size (count ", count, ", width ", width, ")");
   if (count == 0 || width == 0) return;
@@ -94,6 +96,7 @@ void store_rows(const float* rows, int64_t count, int64_t width, RowFormat forma
 }
 
 void fake_quantize_rows(float* x, int64_t count, int64_t width, RowFormat format, Stream stream) {
+  if (launches_skipped()) return;
   check_format(format, "cuda::fake_quantize_rows");
   if (count < 0 || width < 0) fail("cuda::fake_quantize_rows: negative size (count ", count, ", width ", width, ")");
   if (count == 0 || !quantizes(format, width)) return;

@@ -1,8 +1,9 @@
-// check_launch: turns the last CUDA error into deepinfer::Error.
+// check_launch: turns the last CUDA error into deepinfer::Error; the launch gate (launch_gate.h).
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 
@@ -12,5 +13,13 @@ void check_launch(const char* what) {
     fail(what, ": CUDA error ", static_cast<int>(status), " (", cudaGetErrorName(status), "): ",
          cudaGetErrorString(status));
 }
+
+namespace {
+thread_local int skip_depth = 0;
+}  // namespace
+
+bool launches_skipped() { return skip_depth > 0; }
+SkipLaunches::SkipLaunches() { ++skip_depth; }
+SkipLaunches::~SkipLaunches() { --skip_depth; }
 
 }  // namespace deepinfer::kernels::cuda

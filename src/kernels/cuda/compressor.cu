@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -51,10 +52,14 @@ __global__ void __launch_bounds__(kThreads)
                 float* pooled) {
   const int64_t item = blockIdx.x;
   const int32_t s = entry_segment[item];
+  const int64_t d = params.head_dim;
+  if (s < 0) {  // a padding slot of a fixed-capacity launch
+    for (int64_t e = threadIdx.x; e < d; e += kThreads) pooled[item * d + e] = 0.0f;
+    return;
+  }
   const int64_t w = entry_index[item];
   const RowSource source{params, segments[s], rings[s], kv, gate};
   const int64_t ratio = params.ratio;
-  const int64_t d = params.head_dim;
   const bool has_previous = params.overlap && w > 0;
   for (int64_t e = threadIdx.x; e < d; e += kThreads) {
     float logits[kMaxSlots];
@@ -117,6 +122,7 @@ void check_params(const CompressorParams& params, const char* what) {
 void compressor_pool(const CompressorParams& params, const SegmentRows* segments, const CompressorRing* rings,
                      const int32_t* entry_segment, const int32_t* entry_index, int64_t count, const float* kv,
                      const float* gate, float* pooled, Stream stream) {
+  if (launches_skipped()) return;
   if (count < 0) fail("cuda::compressor_pool: ", count, " entries");
   if (count == 0) return;
   check_params(params, "cuda::compressor_pool");
@@ -129,6 +135,7 @@ void compressor_pool(const CompressorParams& params, const SegmentRows* segments
 void compressor_keep(const CompressorParams& params, const SegmentRows* segments, const CompressorRing* rings,
                      const int32_t* keep_from, int64_t segment_count, const float* kv, const float* gate,
                      Stream stream) {
+  if (launches_skipped()) return;
   if (segment_count < 0) fail("cuda::compressor_keep: ", segment_count, " segments");
   if (segment_count == 0) return;
   check_params(params, "cuda::compressor_keep");

@@ -8,7 +8,8 @@
 //
 // Batch invariance: every output element is reduced in an order fixed by the shapes of the
 // weights alone (never by the number of rows in the call), so a row's result does not depend
-// on what else is in the batch.
+// on what else is in the batch; linear with a split workspace is the one exception (the backend
+// passes none under --batch-invariant).
 #include <cstddef>
 #include <cstdint>
 
@@ -24,7 +25,14 @@ using Stream = CUstream_st*;
 void check_launch(const char* what);
 
 // y[t, r] = sum_c x[t, c] * W[r, c]; x [tokens, cols], y [tokens, rows]. W in device memory.
-void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream);
+// split_workspace null: the batch-invariant order above. Else device memory of
+// kLinearSplitFloats floats, which lets a call whose blocks would leave the device mostly idle
+// split each row's columns into ranges and add the ranges' sums in order (faster at small
+// batches; the order, so the rounding, then follows the call's row count).
+// (At most 264 blocks of 8 rows x 8 tokens split, into at most 16 ranges.)
+inline constexpr int64_t kLinearSplitFloats = 264 * 8 * 8 * 16;
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream,
+            float* split_workspace = nullptr);
 
 // One weight per output row of the call (mixture-of-experts): for pair p < pairs,
 // y[p, r] = sum_c x[x_row[p], c] * W_{weights[weight_of[p]]}[r, c], with y [pairs, rows].
@@ -108,6 +116,13 @@ void moe_combine(const float* contributions, const float* slot_scale, int64_t to
 // streams[t, s] ([tokens, hc, hidden]). gate_weight [hc, hidden] (q_weight * k_weight).
 void engram_gate(float* streams, const float* kv, const float* gate_weight, int64_t tokens, int64_t hc,
                  int64_t hidden, double eps, Stream stream);
+
+// dst[i] = src[i] for i < count, device to device.
+void copy_floats(float* dst, const float* src, int64_t count, Stream stream);
+// out[i] = value for i < count.
+void fill(int32_t* out, int64_t count, int32_t value, Stream stream);
+// out[i] = i for i < count.
+void iota(int32_t* out, int64_t count, Stream stream);
 
 // out[r] = in[rows[r]] for r < count, rows of `width` floats (device index array).
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream);

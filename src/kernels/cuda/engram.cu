@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void engram_gate(float* streams, const float* kv, const float* gate_weight, int64_t tokens, int64_t hc,
                  int64_t hidden, double eps, Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0 || hc <= 0 || hidden <= 0)
     fail("cuda::engram_gate: sizes (tokens ", tokens, ", hc ", hc, ", hidden ", hidden, ")");
   if (tokens == 0) return;

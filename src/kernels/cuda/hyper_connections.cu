@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -127,6 +128,7 @@ void check_streams(const char* what, int64_t n) {
 
 void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
             int64_t sinkhorn_iters, float* pre, float* post, float* comb, Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0) fail("cuda::hc_mix: negative token count ", tokens);
   if (tokens == 0) return;
   check_streams("cuda::hc_mix", n);
@@ -138,6 +140,7 @@ void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, c
 
 void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
                  float* pre, Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0 || n < 0) fail("cuda::hc_head_pre: negative size (tokens ", tokens, ", n ", n, ")");
   if (tokens * n == 0) return;
   hc_head_pre_kernel<<<grid_for(tokens * n, kThreads), kThreads, 0, native(stream)>>>(logits, tokens, n, base, scale,
@@ -147,6 +150,7 @@ void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* ba
 
 void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t n, int64_t d, float* collapsed,
                  Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0 || n < 0 || d < 0) fail("cuda::hc_collapse: negative size (tokens ", tokens, ", n ", n, ", d ", d, ")");
   if (tokens * d == 0) return;
   hc_collapse_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(pre, streams, tokens, n, d,
@@ -156,6 +160,7 @@ void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t
 
 void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
              float* streams, Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0 || d < 0) fail("cuda::hc_post: negative size (tokens ", tokens, ", d ", d, ")");
   if (tokens * d == 0) return;
   check_streams("cuda::hc_post", n);

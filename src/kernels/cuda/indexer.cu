@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -409,6 +410,7 @@ void check_candidate_shape(const char* what, const CandidateParams& candidates, 
 
 void index_scores(const IndexerParams& params, const SegmentRows* segments, const int32_t* row_segment, int64_t rows,
                   const float* q, const float* head_weights, float* scores, Stream stream) {
+  if (launches_skipped()) return;
   constexpr const char* kWhat = "cuda::index_scores";
   check_rows(kWhat, rows);
   if (params.heads <= 0 || params.head_dim <= 0)
@@ -448,6 +450,7 @@ void index_scores(const IndexerParams& params, const SegmentRows* segments, cons
 void candidate_blocks(const CandidateParams& params, const SegmentRows* segments, const int32_t* row_segment,
                       int64_t rows, int32_t ratio, const float* scores, int32_t max_visible, uint8_t* candidate_mask,
                       Stream stream) {
+  if (launches_skipped()) return;
   constexpr const char* kWhat = "cuda::candidate_blocks";
   check_rows(kWhat, rows);
   if (ratio <= 0) fail(kWhat, ": ratio ", ratio, " is not positive");
@@ -464,6 +467,7 @@ void top_k_entries(const SegmentRows* segments, const int32_t* row_segment, int6
                    const float* scores, int32_t max_visible, const uint8_t* candidate_mask,
                    const CandidateParams& candidates, int32_t topk, int32_t* picks, int32_t* pick_count,
                    Stream stream) {
+  if (launches_skipped()) return;
   constexpr const char* kWhat = "cuda::top_k_entries";
   check_rows(kWhat, rows);
   if (ratio <= 0) fail(kWhat, ": ratio ", ratio, " is not positive");

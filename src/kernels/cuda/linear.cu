@@ -11,6 +11,14 @@
 // operation, so every y[t, r] has the same bits alone or in any batch (the batch-invariance
 // contract of cuda_kernels.h). linear_gathered reduces in exactly the same order, so a pair's
 // row equals linear's for the same x row and weight, bit for bit.
+//
+// Split columns (linear with a workspace, the default outside --batch-invariant): a call whose
+// blocks would leave most SMs idle (decode at small batches: 1280 output rows are 160 blocks for
+// 132 SMs, each streaming 5120 columns alone) splits each row's columns into S ranges of whole
+// 128-column warp steps, one block per (rows, tile, range), each lane keeping its columns' order
+// inside its range; the S partial sums land in the workspace and a second kernel adds them in
+// range order. S follows the call's row count, so the rounding does too: the figures stay within
+// f32 tolerance of the one-range order, not equal to it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +27,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -31,6 +40,11 @@ constexpr int kThreads = kRowsPerBlock * kWarp;   // 256
 constexpr int kChunk = 4;                         // consecutive columns a lane takes per step
 constexpr int64_t kWarpStride = kChunk * kWarp;   // 128 columns per warp step
 constexpr int64_t kMaxGridY = 65535;
+// Splitting stops once a call has this many blocks (4 per SM of an H200), and a range keeps at
+// least 4 warp steps (512 columns).
+constexpr int64_t kTargetBlocks = 528;
+constexpr int64_t kMinRangeColumns = 4 * kWarpStride;
+constexpr int64_t kMaxSplits = 16;
 
 // One weight row as a lane reads it.
 struct RowView {
@@ -158,13 +172,14 @@ __device__ __forceinline__ void chunk(const RowView& v, int64_t c0, float (&w)[k
 
 // This lane's partial sums of one weight row against up to kTileTokens activation rows
 // (xr[t] for t < count). The order is the one described at the top of the file.
+// Columns [begin, cols) only, begin a multiple of kWarpStride (a split range; 0 otherwise).
 template <WeightEncoding E, ScaleEncoding S>
 __device__ __forceinline__ void dot_tile(const RowView& v, int64_t cols, const float* (&xr)[kTileTokens], int count,
-                                         bool x_vector, float (&acc)[kTileTokens]) {
+                                         bool x_vector, float (&acc)[kTileTokens], int64_t begin = 0) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
 #pragma unroll
   for (int t = 0; t < kTileTokens; ++t) acc[t] = 0.0f;
-  int64_t c0 = int64_t{kChunk} * lane;
+  int64_t c0 = begin + int64_t{kChunk} * lane;
   // Unrolled so that several chunks' loads are in flight at once; the order of the fmaf chain
   // of each accumulator is the same as without.
 #pragma unroll 4
@@ -217,12 +232,18 @@ __device__ __forceinline__ bool vector_weights(const WeightMatrix& w) {
   return w.cols % kChunk == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
 }
 
+// blockIdx.z: the column range (range_columns each; one range: the whole row, into y); with
+// several, range z's partial sums go to y + z * tokens * rows (the workspace).
 template <WeightEncoding E, ScaleEncoding S>
 __global__ void __launch_bounds__(kThreads)
-    linear_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y, bool x_vector) {
+    linear_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y, bool x_vector,
+                  int64_t range_columns) {
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= w.rows) return;  // the whole warp
+  const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_columns;
+  const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
+  y += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
   const RowView v = make_row<E, S>(w, row, vector_weights(w));
   const int64_t tiles = (tokens + kTileTokens - 1) / kTileTokens;
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
@@ -232,8 +253,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int t = 0; t < kTileTokens; ++t) xr[t] = x + (t0 + (t < count ? t : 0)) * w.cols;
     float acc[kTileTokens];
-    dot_tile<E, S>(v, w.cols, xr, count, x_vector, acc);
+    dot_tile<E, S>(v, end, xr, count, x_vector, acc, begin);
     store_tile(acc, count, y + t0 * w.rows + row, w.rows);
+  }
+}
+
+// y[i] = sum over ranges z in order of partials[z * count + i].
+__global__ void __launch_bounds__(kThreads)
+    add_ranges_kernel(const float* __restrict__ partials, int64_t count, int64_t ranges, float* __restrict__ y) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = partials[i];
+    for (int64_t z = 1; z < ranges; ++z) sum += partials[z * count + i];
+    y[i] = sum;
   }
 }
 
@@ -331,33 +363,66 @@ bool vector_activations(const float* x, int64_t cols) {
   return cols % kChunk == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
+// The column ranges of a call (1: no split), and the columns of each (a multiple of kWarpStride).
+struct Ranges {
+  int64_t count = 1;
+  int64_t columns = 0;
+};
+
+Ranges ranges_of(int64_t tokens, const WeightMatrix& w, bool may_split) {
+  const dim3 grid = grid_of(w.rows, tokens);
+  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
+  const int64_t steps = (w.cols + kWarpStride - 1) / kWarpStride;
+  Ranges ranges{1, steps * kWarpStride};
+  if (!may_split || blocks * 2 > kTargetBlocks) return ranges;
+  const int64_t wanted = std::min((kTargetBlocks + blocks - 1) / blocks, kMaxSplits);
+  const int64_t possible = std::max<int64_t>(1, w.cols / kMinRangeColumns);
+  ranges.count = std::min(wanted, possible);
+  if (ranges.count == 1) return ranges;
+  ranges.columns = (steps + ranges.count - 1) / ranges.count * kWarpStride;
+  ranges.count = (w.cols + ranges.columns - 1) / ranges.columns;  // no empty range
+  return ranges;
+}
+
 template <WeightEncoding E, ScaleEncoding S>
-void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float* y, cudaStream_t stream) {
-  linear_kernel<E, S><<<grid_of(w.rows, tokens), kThreads, 0, stream>>>(x, tokens, w, y, vector_activations(x, w.cols));
+void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float* y, float* workspace,
+                   cudaStream_t stream) {
+  const Ranges ranges = ranges_of(tokens, w, workspace != nullptr);
+  dim3 grid = grid_of(w.rows, tokens);
+  grid.z = static_cast<unsigned>(ranges.count);
+  float* out = ranges.count > 1 ? workspace : y;
+  linear_kernel<E, S><<<grid, kThreads, 0, stream>>>(x, tokens, w, out, vector_activations(x, w.cols), ranges.columns);
+  if (ranges.count > 1) {
+    const int64_t count = tokens * w.rows;
+    add_ranges_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(workspace, count, ranges.count, y);
+  }
 }
 
 template <WeightEncoding E>
-void launch_scaled(const float* x, int64_t tokens, const WeightMatrix& w, float* y, cudaStream_t stream) {
+void launch_scaled(const float* x, int64_t tokens, const WeightMatrix& w, float* y, float* workspace,
+                   cudaStream_t stream) {
   switch (w.scale_encoding) {
-    case ScaleEncoding::None: return launch_linear<E, ScaleEncoding::None>(x, tokens, w, y, stream);
-    case ScaleEncoding::E8M0: return launch_linear<E, ScaleEncoding::E8M0>(x, tokens, w, y, stream);
-    case ScaleEncoding::F32: return launch_linear<E, ScaleEncoding::F32>(x, tokens, w, y, stream);
+    case ScaleEncoding::None: return launch_linear<E, ScaleEncoding::None>(x, tokens, w, y, workspace, stream);
+    case ScaleEncoding::E8M0: return launch_linear<E, ScaleEncoding::E8M0>(x, tokens, w, y, workspace, stream);
+    case ScaleEncoding::F32: return launch_linear<E, ScaleEncoding::F32>(x, tokens, w, y, workspace, stream);
   }
   fail("cuda::linear: unknown scale encoding ", static_cast<int>(w.scale_encoding));
 }
 
 }  // namespace
 
-void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream) {
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream, float* split_workspace) {
+  if (launches_skipped()) return;
   check_weight(weight);
   if (tokens < 0) fail("cuda::linear: negative token count ", tokens);
   if (tokens == 0 || weight.rows == 0) return;
   const cudaStream_t s = native(stream);
+  float* ws = split_workspace;
   switch (weight.encoding) {
-    case WeightEncoding::F32: launch_linear<WeightEncoding::F32, ScaleEncoding::None>(x, tokens, weight, y, s); break;
-    case WeightEncoding::BF16: launch_linear<WeightEncoding::BF16, ScaleEncoding::None>(x, tokens, weight, y, s); break;
-    case WeightEncoding::FP8_E4M3: launch_scaled<WeightEncoding::FP8_E4M3>(x, tokens, weight, y, s); break;
-    case WeightEncoding::FP4_E2M1: launch_scaled<WeightEncoding::FP4_E2M1>(x, tokens, weight, y, s); break;
+    case WeightEncoding::F32: launch_linear<WeightEncoding::F32, ScaleEncoding::None>(x, tokens, weight, y, ws, s); break;
+    case WeightEncoding::BF16: launch_linear<WeightEncoding::BF16, ScaleEncoding::None>(x, tokens, weight, y, ws, s); break;
+    case WeightEncoding::FP8_E4M3: launch_scaled<WeightEncoding::FP8_E4M3>(x, tokens, weight, y, ws, s); break;
+    case WeightEncoding::FP4_E2M1: launch_scaled<WeightEncoding::FP4_E2M1>(x, tokens, weight, y, ws, s); break;
     default: fail("cuda::linear: unknown weight encoding ", static_cast<int>(weight.encoding));
   }
   check_launch("cuda::linear");
@@ -365,6 +430,7 @@ void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y
 
 void linear_gathered(const float* x, const int32_t* x_row, int64_t pairs, const WeightMatrix* weights,
                      const int32_t* weight_of, int64_t rows, int64_t cols, float* y, Stream stream) {
+  if (launches_skipped()) return;
   if (pairs < 0 || rows < 0 || cols < 0)
     fail("cuda::linear_gathered: negative size (pairs ", pairs, ", rows ", rows, ", cols ", cols, ")");
   if (cols >= (int64_t{1} << 31)) fail("cuda::linear_gathered: ", cols, " columns, over 2^31");

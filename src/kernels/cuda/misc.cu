@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -51,10 +52,42 @@ __global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* 
   }
 }
 
+__global__ void fill_kernel(int32_t* out, int64_t count, int32_t value, bool ascending) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = ascending ? static_cast<int32_t>(i) : value;
+}
+
 }  // namespace
+
+void copy_floats(float* dst, const float* src, int64_t count, Stream stream) {
+  if (launches_skipped()) return;
+  if (count < 0) fail("cuda::copy_floats: ", count, " values");
+  if (count == 0) return;
+  const cudaError_t status =
+      cudaMemcpyAsync(dst, src, static_cast<std::size_t>(count) * 4, cudaMemcpyDeviceToDevice, native(stream));
+  if (status != cudaSuccess) fail("cuda::copy_floats: ", cudaGetErrorString(status));
+}
+
+void fill(int32_t* out, int64_t count, int32_t value, Stream stream) {
+  if (launches_skipped()) return;
+  if (count < 0) fail("cuda::fill: ", count, " values");
+  if (count == 0) return;
+  fill_kernel<<<grid_for(count, kThreads), kThreads, 0, native(stream)>>>(out, count, value, false);
+  check_launch("cuda::fill");
+}
+
+void iota(int32_t* out, int64_t count, Stream stream) {
+  if (launches_skipped()) return;
+  if (count < 0 || count > (int64_t{1} << 31)) fail("cuda::iota: ", count, " values");
+  if (count == 0) return;
+  fill_kernel<<<grid_for(count, kThreads), kThreads, 0, native(stream)>>>(out, count, 0, true);
+  check_launch("cuda::iota");
+}
 
 void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_t copies, float* streams,
            Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0 || copies < 0) fail("cuda::embed: negative size (tokens ", tokens, ", copies ", copies, ")");
   if (table.rows < 0 || table.cols < 0) fail("cuda::embed: table has negative shape [", table.rows, ", ", table.cols, "]");
   if (table.encoding != WeightEncoding::F32 && table.encoding != WeightEncoding::BF16)
@@ -74,6 +107,7 @@ void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_
 }
 
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream) {
+  if (launches_skipped()) return;
   if (count < 0 || width < 0) fail("cuda::gather_rows: negative size (count ", count, ", width ", width, ")");
   if (count * width == 0) return;
   gather_rows_kernel<<<grid_for(count * width, kThreads), kThreads, 0, native(stream)>>>(in, rows, count, width, out);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -188,6 +189,7 @@ __global__ void moe_combine_kernel(const float* contributions, const float* slot
 
 void route(float* logits, int64_t tokens, const RouterParams& params, const float* bias, const int32_t* tid2eid,
            const int32_t* token_ids, int32_t* experts, float* weights, Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0) fail("cuda::route: negative token count ", tokens);
   if (params.scoring < 0 || params.scoring > 2) fail("cuda::route: unknown scoring function ", params.scoring);
   if (params.top_k < 1 || params.top_k > kMaxTopK)
@@ -206,6 +208,7 @@ void route(float* logits, int64_t tokens, const RouterParams& params, const floa
 
 void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float limit, const float* row_scale,
             Stream stream) {
+  if (launches_skipped()) return;
   if (rows < 0 || inner < 0) fail("cuda::swiglu: negative size (rows ", rows, ", inner ", inner, ")");
   if (rows * inner == 0) return;
   swiglu_kernel<<<grid_for(rows * inner, kThreads), kThreads, 0, native(stream)>>>(gate, up, rows, inner, limit,
@@ -215,6 +218,7 @@ void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float lim
 
 void moe_combine(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k, int64_t d,
                  const float* shared, float* out, Stream stream) {
+  if (launches_skipped()) return;
   if (tokens < 0 || k < 0 || d < 0) fail("cuda::moe_combine: negative size (tokens ", tokens, ", k ", k, ", d ", d, ")");
   if (tokens * d == 0) return;
   moe_combine_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(contributions, slot_scale,

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -59,6 +60,7 @@ std::size_t moe_sort_scratch_bytes(int64_t pairs) {
 void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratch, std::size_t scratch_bytes,
               int32_t* sorted_expert, int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of,
               Stream stream) {
+  if (launches_skipped()) return;
   if (pairs < 0 || top_k <= 0) fail("cuda::moe_sort: bad sizes (pairs ", pairs, ", top_k ", top_k, ")");
   if (pairs == 0) return;
   if (pairs >= (int64_t{1} << 31)) fail("cuda::moe_sort: ", pairs, " pairs, over 2^31");

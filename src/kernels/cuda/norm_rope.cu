@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -76,6 +77,7 @@ __global__ void rope_kernel(float* x, int64_t count, int64_t heads, int64_t head
 }  // namespace
 
 void rms_norm(const float* x, int64_t count, int64_t n, const float* weight, float eps, float* out, Stream stream) {
+  if (launches_skipped()) return;
   if (count < 0 || n < 0) fail("cuda::rms_norm: negative size (count ", count, ", n ", n, ")");
   if (count == 0 || n == 0) return;
   if (n <= kWarpRowLimit) {
@@ -90,6 +92,7 @@ void rms_norm(const float* x, int64_t count, int64_t n, const float* weight, flo
 
 void rope(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope_dims, const float* inv_freq,
           const int32_t* positions, bool inverse, Stream stream) {
+  if (launches_skipped()) return;
   if (count < 0 || heads < 0 || head_dim < 0 || rope_dims < 0)
     fail("cuda::rope: negative size (count ", count, ", heads ", heads, ", head_dim ", head_dim, ", rope_dims ",
          rope_dims, ")");
