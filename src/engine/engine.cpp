@@ -4,6 +4,7 @@
 #include <atomic>
 #include <future>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -138,17 +139,32 @@ struct Engine::Impl {
     live_requests.erase(id);
   }
 
-  void cancel_now(RequestId id) {
+  // Ends a request now: cancelled, or failed with `error`; its blocks go back at once.
+  void cancel_now(RequestId id, FinishReason reason = FinishReason::Cancelled, const std::string& error = "") {
     const auto found = live_requests.find(id);
     if (found == live_requests.end()) return;
     const Live& live = found->second;
     for (SequenceId sequence : scheduler.cancel(live.scheduler_id)) {
-      live.stream->push(ending_event(sequence.choice, FinishReason::Cancelled, "", live.prompt_tokens, live.cached_tokens));
+      live.stream->push(ending_event(sequence.choice, reason, error, live.prompt_tokens, live.cached_tokens));
       executor.forget_sequence(sequence);
     }
     executor.forget_request(live.scheduler_id);
     by_scheduler_id.erase(live.scheduler_id);
     live_requests.erase(found);
+  }
+
+  // A step whose compute threw (the device out of memory, a kernel's refusal): the requests with
+  // a sequence in it end with the error, since their states are partly advanced; every other
+  // request, and the engine, go on.
+  void fail_step(const std::string& error) {
+    const StepExecutor::Abandoned abandoned = executor.abandon();
+    std::set<RequestId> failed;
+    for (const SequenceId& sequence : abandoned.sequences)
+      if (const auto request = by_scheduler_id.find(sequence.request); request != by_scheduler_id.end())
+        failed.insert(request->second);
+    for (RequestId id : failed) cancel_now(id, FinishReason::Error, "the step computing this request failed: " + error);
+    scheduler.on_step_finished(abandoned.step, {});  // no sequence of it is current any more
+    ++failed_steps;
   }
 
   // Publishes one finished step: its tokens and the sequences it ended, one event per sequence.
@@ -229,6 +245,7 @@ struct Engine::Impl {
     published.waiting = counters.waiting;
     published.steps = steps;
     published.preemptions = counters.preemptions;
+    published.failed_steps = failed_steps;
     published.generated_tokens = generated_tokens;
     published.prefix_queried_tokens = counters.prefix_queried_tokens;
     published.prefix_hit_tokens = counters.prefix_hit_tokens;
@@ -252,17 +269,25 @@ struct Engine::Impl {
     std::future<void> in_flight;
     while (true) {
       std::optional<StepPlan> plan;
+      std::optional<std::string> compute_error;
       Clock::time_point host_start;
       if (in_flight.valid()) {
         plan = timed_schedule();
-        in_flight.get();  // rethrows a compute error
+        try {
+          in_flight.get();  // rethrows a compute error
+        } catch (const std::exception& error) {
+          compute_error = error.what();
+        }
         // Planning that outlasted the step is host time nothing hid.
         compute_seconds += std::chrono::duration<double>(compute_finished - compute_started).count();
         host_start = std::max(compute_finished, planning_finished);
       } else {
         host_start = Clock::now();
       }
-      if (plan) finish_step();
+      if (plan) {
+        if (compute_error) fail_step(*compute_error);
+        else finish_step();
+      }
       take_inbox();
       if (!plan || plan->empty()) plan = timed_schedule();
       if (plan->empty()) {
@@ -353,6 +378,7 @@ struct Engine::Impl {
   double planning_seconds = 0;
   double host_seconds = 0;  // planning, publishing and preparing not hidden behind a computing step
   int64_t steps = 0;
+  int64_t failed_steps = 0;
   int64_t generated_tokens = 0;
   EngineStats published;
 

@@ -104,6 +104,7 @@ struct EngineStats {
   int64_t waiting = 0;
   int64_t steps = 0;
   int64_t preemptions = 0;
+  int64_t failed_steps = 0;       // steps whose compute threw (their requests ended with the error)
   int64_t prompt_tokens = 0;      // computed or served from cache
   int64_t generated_tokens = 0;
   int64_t prefix_queried_tokens = 0;

@@ -287,6 +287,16 @@ void StepExecutor::sample_rows(Prepared& prepared) {
   }
 }
 
+StepExecutor::Abandoned StepExecutor::abandon() {
+  if (!prepared_) fail("engine: abandon() without a prepared step");
+  Abandoned out;
+  out.step = prepared_->step;
+  for (const PreparedItem& item : prepared_->items) out.sequences.push_back(item.id);
+  for (const PreparedFork& fork : prepared_->forks) out.sequences.push_back(fork.child);
+  prepared_.reset();
+  return out;
+}
+
 StepExecutor::Finished StepExecutor::finish() {
   if (!prepared_) fail("engine: finish() without a prepared step");
   Prepared prepared = std::move(*prepared_);

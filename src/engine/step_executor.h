@@ -73,6 +73,13 @@ class StepExecutor {
     std::vector<std::pair<SequenceId, int64_t>> restored;
   };
   Finished finish();
+  // After compute() threw: drops the prepared step and names its sequences (each item's and each
+  // fork's child), whose model states are now partly advanced.
+  struct Abandoned {
+    uint64_t step = 0;
+    std::vector<SequenceId> sequences;
+  };
+  Abandoned abandon();
   bool prepared() const { return prepared_.has_value(); }
 
  private:

@@ -77,6 +77,9 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
           engine.prefix_queried_tokens);
   counter("deepinfer:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", engine.prefix_hit_tokens);
   counter("deepinfer:num_preemptions_total", "Sequences preempted for cache memory.", engine.preemptions);
+  counter("deepinfer:num_failed_steps_total",
+          "Engine steps whose compute failed (a device out of memory); their requests ended with the error.",
+          engine.failed_steps);
   gauge("deepinfer:num_requests_running", "Sequences in the running batch.", static_cast<double>(engine.running));
   gauge("deepinfer:num_requests_waiting", "Sequences waiting to be scheduled.", static_cast<double>(engine.waiting));
   gauge("deepinfer:kv_cache_usage_perc", "Fraction of cache blocks not free (in use or held by the prefix cache).",
