@@ -29,7 +29,9 @@ with the Python standard library alone (http.client, threads), so it runs wherev
    allocator keeps such peaks resident, growth to a high-water mark that is not a leak (after a
    16-stream warm-up, 256 clients on the CPU: 80 -> 193 MiB after wave 1, 222 after wave 2).
    GPU memory of the process (nvidia-smi; skipped when absent or on the CPU): FAIL if it grew
-   after the first wave (the arena is sized at load). /metrics num_requests_running,
+   by more than 16 MiB after the first wave (the arena is sized at load; what may still come is
+   a CUDA graph for a batch bucket the second wave was first to reach, about a MiB each and at
+   most 512 kept, so more than 16 MiB is a leak). /metrics num_requests_running,
    num_requests_waiting and kv_cache_blocks_in_use must be back to 0.
 5. SIGTERM; the server must exit 0 within 30 s. Exit code 0 only when everything passed.
 
@@ -779,6 +781,10 @@ def counted_detail(client, path="/v1/chat/completions", timeout=10.0):
     return f"requests_total{{endpoint={path}}} = what the client received: {dict(sorted(want.items()))}"
 
 
+# New CUDA graphs (batch buckets first reached in the second wave) may add this much.
+GRAPH_SLACK_MIB = 16
+
+
 def check_memory(checks, server, device, baseline, after_wave1):
     """RSS back near the baseline (polled up to 10 s), GPU memory flat after the first wave."""
     limit = baseline["rss_bytes"] + max(64 * MIB, baseline["rss_bytes"] // 10)
@@ -801,11 +807,12 @@ def check_memory(checks, server, device, baseline, after_wave1):
             return "not measured (no nvidia-smi, or the CPU)"
         figures = (f"{baseline['gpu_mib']} MiB after warm-up, {after_wave1['gpu_mib']} after wave 1, "
                    f"{after['gpu_mib']} after the load ({after['gpu_source']})")
-        expect(after["gpu_mib"] <= after_wave1["gpu_mib"], f"grew after the first wave: {figures}")
+        expect(after["gpu_mib"] <= after_wave1["gpu_mib"] + GRAPH_SLACK_MIB,
+               f"grew by more than {GRAPH_SLACK_MIB} MiB after the first wave: {figures}")
         return figures
 
     checks.run("resident memory back to baseline", rss)
-    checks.run("GPU memory flat after the first wave", gpu)
+    checks.run("GPU memory flat after the first wave (16 MiB for new graphs)", gpu)
     return memory
 
 

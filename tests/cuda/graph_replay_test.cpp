@@ -1,7 +1,8 @@
 // Decode steps replayed from captured CUDA graphs (backend/cuda/step_graphs.h) against the same
 // steps launched eagerly (--enforce-eager): the same tokens and log-probabilities, bit for bit,
-// through warm-up, capture and replay, a batch that shrinks and grows (new keys), sequences that
-// arrive with a prefill between decode steps, and a context that crosses a graph's bound (1024).
+// through warm-up, capture and replay, a batch that shrinks and grows (new keys; padding rows in
+// a bucket of 4 for 3 sequences), sequences that arrive with a prefill between decode steps, and
+// a context that crosses a graph's bound (1024).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,6 +56,7 @@ std::vector<Drawn> run_script(const model::Model& model) {
   for (int step = 0; step < 36; ++step) {
     if (step == 12) live.erase(live.begin() + 1);  // 3 -> 2 sequences
     if (step == 20) join(17, 4);                    // 2 -> 3 again, after a prefill
+    if (step == 26) join(11, 5);                    // 3 -> 4: the same bucket, the same graph
     std::vector<model::BatchItem> items;
     std::vector<model::TokenDraw> draws;
     for (std::size_t i = 0; i < live.size(); ++i) {
@@ -106,9 +108,10 @@ TEST_P(GraphReplayTest, ReplayedStepsEqualEagerSteps) {
   EXPECT_EQ(none.captured, 0);
   EXPECT_EQ(none.replayed, 0);
   const backend::cuda::GraphCounts counts = backend::cuda::graph_counts(graphs.backend());
-  // Keys (rows, bound) of steps 0-11, 12-14, 15-19 and 20-35: (3, 1024), (2, 1024), (2, 2048),
-  // (3, 2048), each warmed up, captured, then replayed: 4 captures and 28 replays, fewer replays
-  // only if an arena buffer grew between (which drops the graphs captured before).
+  // Keys (bucket, bound) of steps 0-11, 12-14, 15-19 and 20-35: (4, 1024), (2, 1024), (2, 2048),
+  // (4, 2048) (3 and 4 sequences share bucket 4), each warmed up, captured, then replayed:
+  // 4 captures and 28 replays, fewer replays only if an arena buffer grew between (which drops
+  // the graphs captured before).
   EXPECT_GE(counts.captured, 4);
   EXPECT_GE(counts.replayed, 20);
 }

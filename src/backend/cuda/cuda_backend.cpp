@@ -79,6 +79,9 @@ class CudaForwardPass final : public model::ForwardPass {
   void finish_graph();
   template <typename T>
   T* put(const std::vector<T>& values);
+  // Per-row values of the call, padded to the bucket's rows with `fill` (as they are otherwise).
+  template <typename T>
+  std::vector<T> padded(std::span<const T> values, T fill) const;
   // The head's logits [rows, vocab] on the device (hidden_out: the head's input, downloaded).
   float* head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
                      std::vector<float>* hidden_out);
@@ -92,7 +95,10 @@ class CudaForwardPass final : public model::ForwardPass {
   bool capturing_ = false;
   bool finished_ = false;  // the pass reached its head
   uint64_t arena_generation_ = 0;  // at the pass's start
+  // The rows the pass computes: the call's, or (a graph's key) its batch bucket, whose rows past
+  // live_rows_ are padding (token 0 at position 0, attending to nothing, never read back).
   int64_t rows_;
+  int64_t live_rows_;
   int64_t first_ = 0;  // rows dropped from the front
   float* split_;       // linear's split workspace; null: --batch-invariant
   float* streams_ = nullptr;
@@ -129,7 +135,8 @@ class CudaBackend final : public model::Backend {
   // How a pass of `call` runs (step_graphs.h); key: its graph's key when not Eager.
   PassMode mode_for(const model::CallShape& call, GraphKey& key) {
     if (!options_.cuda_graphs || !call.decode || profile_.enabled()) return PassMode::Eager;
-    key = {call.rows, context_bound_for(call.max_length), call.block_tokens};
+    key = {batch_bucket(call.rows), context_bound_for(call.max_length), call.block_tokens};
+    if (key.rows == 0) return PassMode::Eager;
     return graphs_->mode_for(key, arena_.generation());
   }
   const model::CacheMemory& cache_memory() const override { return *cache_memory_; }
@@ -208,10 +215,11 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       lock_(backend.mutex()),
       shape_(shape),
       mode_(backend.mode_for(call, key_)),
-      rows_(call.rows),
+      rows_(mode_ == PassMode::Eager ? call.rows : key_.rows),
+      live_rows_(call.rows),
       split_(backend.split_workspace()),
       attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
-                 call.rows, mode_ == PassMode::Eager ? 0 : key_.context_bound, split_) {
+                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, split_) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);
@@ -259,6 +267,13 @@ T* CudaForwardPass::put(const std::vector<T>& values) {
   return backend_.staging().put(values, backend_.stream());
 }
 
+template <typename T>
+std::vector<T> CudaForwardPass::padded(std::span<const T> values, T fill) const {
+  std::vector<T> out(values.begin(), values.end());
+  if (static_cast<int64_t>(out.size()) == live_rows_) out.resize(static_cast<std::size_t>(rows_), fill);
+  return out;
+}
+
 void CudaForwardPass::finish_graph() {
   finished_ = true;
   cudaStream_t stream = backend_.stream();
@@ -288,7 +303,7 @@ void CudaForwardPass::finish_graph() {
 
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) {
   const OpProfile::Section timed(backend_.profile(), "embed", backend_.stream());
-  const int32_t* ids = backend_.staging().put(tokens, backend_.stream());
+  const int32_t* ids = put(padded(tokens, int32_t{0}));
   k::embed(backend_.weights().matrix(table), ids, rows_, shape_.hc.streams, streams(), backend_.stream());
 }
 
@@ -296,8 +311,9 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
   const OpProfile::Section timed(backend_.profile(), "engram", backend_.stream());
   // The table rows are gathered on the host (the tables are host memory, read only where the
   // hashes point); the projection and the gate run here.
-  const std::vector<float> embedded = engram.gather(index, hash_ids, rows_ + first_);
-  const int64_t width = static_cast<int64_t>(embedded.size()) / std::max<int64_t>(rows_ + first_, 1);
+  std::vector<float> embedded = engram.gather(index, hash_ids, live_rows_ + first_);
+  const int64_t width = static_cast<int64_t>(embedded.size()) / std::max<int64_t>(live_rows_ + first_, 1);
+  embedded.resize(static_cast<std::size_t>((rows_ + first_) * width), 0.0f);  // a bucket's padding rows
   Arena& arena = backend_.arena();
   WeightStore& store = backend_.weights();
   cudaStream_t stream = backend_.stream();
@@ -353,7 +369,7 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   const int64_t d = weights.head_dim;
   const int64_t rank = weights.wq_a.rows;
   const auto r = static_cast<std::size_t>(rows_);
-  const std::vector<int64_t> positions = model::attention_positions(segments, rows_);
+  const std::vector<int64_t> positions = padded(std::span<const int64_t>(model::attention_positions(segments, live_rows_)), int64_t{0});
   const int32_t* device_positions = put(std::vector<int32_t>(positions.begin(), positions.end()));
 
   // Projections on the device.
@@ -442,7 +458,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t pairs = rows_ * top_k;
   const auto r = static_cast<std::size_t>(rows_);
 
-  const int32_t* ids = backend_.staging().put(token_ids.first(r), stream);
+  const int32_t* ids = put(padded(token_ids.first(static_cast<std::size_t>(live_rows_)), int32_t{0}));
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
   k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream, split_);
   k::RouterParams params;
@@ -527,6 +543,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 void CudaForwardPass::drop_front_rows(int64_t rows) {
   first_ += rows;
   rows_ -= rows;
+  live_rows_ -= rows;  // (eager: no padding rows)
 }
 
 void CudaForwardPass::read_streams(std::span<float> out) {
@@ -542,9 +559,12 @@ float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span
   cudaStream_t stream = backend_.stream();
   const int64_t n = shape_.hc.streams;
   const int64_t d = shape_.hc.hidden;
-  const auto count = static_cast<int64_t>(rows.size());
+  // A bucket's padding rows go through the head too (the graph's sizes are the bucket's); the
+  // sampler reads only the call's.
+  const std::vector<int64_t> head_rows = padded(rows, int64_t{0});
+  const auto count = static_cast<int64_t>(head_rows.size());
   const auto c = static_cast<std::size_t>(count);
-  const int64_t* row_ids = backend_.staging().put(rows, stream);
+  const int64_t* row_ids = put(head_rows);
   float* head_streams = arena.get<float>(kHeadStreams, c * static_cast<std::size_t>(n * d));
   float* pre = arena.get<float>(kHeadPre, c * static_cast<std::size_t>(n));
   float* hidden = arena.get<float>(kHeadHidden, c * static_cast<std::size_t>(d));

@@ -91,12 +91,16 @@ void DeviceAttention::restart_window(model::AttentionState& state, int64_t first
   device.length = first_position;
 }
 
-int64_t DeviceAttention::entry_slots(const Layer& layer, int64_t count) const {
+int64_t DeviceAttention::entry_slots(int64_t count) const {
   if (context_bound_ == 0) return count;
-  // A decode step closes at most one entry per sequence and compressor.
-  const auto slots = static_cast<int64_t>(layer.segments.size());
-  if (count > slots) fail("CUDA backend: a fixed-size step closed ", count, " entries in ", slots, " slots");
-  return slots;
+  // A decode step closes at most one entry per sequence and compressor: one slot per row of the
+  // bucket.
+  if (count > call_rows_) fail("CUDA backend: a fixed-size step closed ", count, " entries in ", call_rows_, " slots");
+  return call_rows_;
+}
+
+int64_t DeviceAttention::segment_slots(const Layer& layer) const {
+  return context_bound_ == 0 ? static_cast<int64_t>(layer.segments.size()) : call_rows_;
 }
 
 void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& compressor, bool indexer_keys) {
@@ -136,8 +140,10 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
   params.overlap = compressor.overlap;
   params.ape = weights_.floats(compressor.ape);
   params.capacity = static_cast<int32_t>(compressor.overlap ? 2 * ratio : ratio);
+  rings.resize(static_cast<std::size_t>(segment_slots(layer)));
+  keep_from.resize(rings.size(), 0);
   const k::CompressorRing* device_rings = staging_.put(rings, stream_);
-  const int64_t count = entry_slots(layer, static_cast<int64_t>(entry_index.size()));
+  const int64_t count = entry_slots(static_cast<int64_t>(entry_index.size()));
   pad_entries(count, entry_segment, entry_index, entry_position, destinations);
   if (count > 0) {
     float* pooled = arena_.get<float>(kPooled, static_cast<std::size_t>(count * d));
@@ -149,8 +155,8 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
     k::store_rows(pooled, count, d, k::RowFormat::F32, staging_.put(destinations, stream_),
                   stream_);
   }
-  k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_),
-                     static_cast<int64_t>(layer.segments.size()), kv, gate, stream_);
+  k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_), segment_slots(layer), kv,
+                     gate, stream_);
 }
 
 // V4.1 kv source: the latents of the groups that close in this call become the group's FP4
@@ -191,7 +197,9 @@ void DeviceAttention::publish_latents(Layer& layer) {
   int64_t count = static_cast<int64_t>(entry_index.size());
   float* latents = kv;  // ratio 1: each row is its own latent, in row order = entry order
   if (ratio > 1) {
-    count = entry_slots(layer, count);
+    count = entry_slots(count);
+    rings.resize(static_cast<std::size_t>(segment_slots(layer)));
+    keep_from.resize(rings.size(), 0);
     pad_entries(count, entry_segment, entry_index, entry_position, entry_destinations);
     key_destinations.resize(static_cast<std::size_t>(count), nullptr);
     k::CompressorParams params;
@@ -205,10 +213,15 @@ void DeviceAttention::publish_latents(Layer& layer) {
       k::compressor_pool(params, layer.rows, device_rings, staging_.put(entry_segment, stream_),
                          staging_.put(entry_index, stream_), count, kv, gate, latents, stream_);
     }
-    k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_),
-                       static_cast<int64_t>(layer.segments.size()), kv, gate, stream_);
-  } else if (count != rows) {
-    fail("CUDA backend: a ratio-1 kv source closed ", count, " entries for ", rows, " rows");
+    k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_), segment_slots(layer), kv,
+                       gate, stream_);
+  } else {
+    if (context_bound_ > 0) {  // the bucket's padding rows close nothing
+      count = rows;
+      pad_entries(count, entry_segment, entry_index, entry_position, entry_destinations);
+      key_destinations.resize(static_cast<std::size_t>(count), nullptr);
+    }
+    if (count != rows) fail("CUDA backend: a ratio-1 kv source closed ", count, " entries for ", rows, " rows");
   }
   if (count == 0) return;
   k::rms_norm(latents, count, d, weights_.floats(latent.norm), latent.eps, latents, stream_);
@@ -374,6 +387,7 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   // The sequences' block tables, once per pass: they do not change between layers.
   if (!tables_ready_) {
     std::vector<std::byte*> flat;
+    int64_t table_stride = 0;
     std::vector<std::pair<const model::CachePages*, std::size_t>> offsets;
     for (const model::AttentionSegment& segment : segments) {
       const model::CachePages* pages = segment.pages;
@@ -385,17 +399,19 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
       }
       // Fixed size: the blocks of the first context_bound tokens (those past the sequence's
       // length, if any, are never read).
-      const int64_t stride = (context_bound_ + pages->block_tokens - 1) / pages->block_tokens;
-      const auto held = std::min(pages->blocks.size(), static_cast<std::size_t>(stride));
+      table_stride = (context_bound_ + pages->block_tokens - 1) / pages->block_tokens;
+      const auto held = std::min(pages->blocks.size(), static_cast<std::size_t>(table_stride));
       flat.insert(flat.end(), pages->blocks.begin(), pages->blocks.begin() + static_cast<std::ptrdiff_t>(held));
-      flat.resize(flat.size() + static_cast<std::size_t>(stride) - held, nullptr);
+      flat.resize(flat.size() + static_cast<std::size_t>(table_stride) - held, nullptr);
     }
+    // A bucket's padding rows own no table.
+    if (context_bound_ > 0) flat.resize(static_cast<std::size_t>(call_rows_ * table_stride), nullptr);
     std::byte** device = staging_.put(flat, stream_);
     for (const auto& [pages, offset] : offsets) tables_[pages] = device + offset;
     tables_ready_ = true;
   }
 
-  std::vector<int32_t> row_segment(static_cast<std::size_t>(rows));
+  std::vector<int32_t> row_segment(static_cast<std::size_t>(rows), -1);  // -1: a bucket's padding row
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const model::AttentionSegment& segment = segments[s];
     DeviceLayerState& state = device_state(*segment.state, weights, setup_stream_);
@@ -412,6 +428,8 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
     layer.host_rows.push_back(described);
     std::fill_n(row_segment.begin() + segment.row_begin, segment.rows, static_cast<int32_t>(s));
   }
+  // A bucket's padding segments have no rows (the compressors keep nothing for them).
+  layer.host_rows.resize(static_cast<std::size_t>(segment_slots(layer)));
   layer.rows = staging_.put(layer.host_rows, stream_);
   layer.row_segment = staging_.put(row_segment, stream_);
 

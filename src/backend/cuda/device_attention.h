@@ -33,10 +33,12 @@ struct AttentionInputs {
 // the device, the latest index source's picks, the candidate source's blocks).
 //
 // context_bound > 0 fixes every size that would otherwise follow the call's data, as a captured
-// graph needs (step_graphs.h): a decode step of sequences no longer than context_bound launches
-// one entry slot per sequence for each compressor (padding marked), scores strided by
-// context_bound / ratio and block tables of context_bound / block_tokens entries, so the same
-// kernels with the same sizes run at every step of its key. 0: sizes exact.
+// graph needs (step_graphs.h): call_rows is then the batch bucket, whose rows past the call's
+// segments are padding (row segment -1: they see and write nothing); a decode step of sequences
+// no longer than context_bound launches one entry slot and one segment slot per row of the bucket
+// for each compressor (padding marked), scores strided by context_bound / ratio and block tables
+// of context_bound / block_tokens entries, so the same kernels with the same sizes run at every
+// step of its key. 0: sizes exact.
 class DeviceAttention {
  public:
   // split: the workspace of linear's split columns (kernels/cuda/cuda_kernels.h), null under
@@ -68,8 +70,11 @@ class DeviceAttention {
   void index_v4(Layer& layer);
   void download_picks(Layer& layer, bool picked);
 
-  // The entry slots of a compressor launch that closes `count` entries.
-  int64_t entry_slots(const Layer& layer, int64_t count) const;
+  // The entry slots of a compressor launch that closes `count` entries, and the segments of a
+  // layer's launches (with a context bound: one per row of the bucket, past the call's own ones
+  // padding).
+  int64_t entry_slots(int64_t count) const;
+  int64_t segment_slots(const Layer& layer) const;
 
   WeightStore& weights_;
   Arena& arena_;

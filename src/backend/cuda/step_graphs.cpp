@@ -9,6 +9,13 @@ constexpr std::size_t kMaxGraphs = 512;
 
 }  // namespace
 
+int64_t batch_bucket(int64_t rows) {
+  if (rows <= 0 || rows > 512) return 0;
+  if (rows <= 2) return rows;
+  if (rows <= 4) return 4;
+  return (rows + 7) / 8 * 8;
+}
+
 int64_t context_bound_for(int64_t max_length) {
   int64_t bound = 1024;
   while (bound < max_length) bound *= 2;

@@ -1,9 +1,11 @@
 #pragma once
 // CUDA graphs for decode steps (docs/ARCHITECTURE.md, "CUDA backend: graphs"). A decode step of n
 // sequences whose longest context fits a bound C, over cache blocks of one size, always launches
-// the same kernels with the same sizes once its variable parts are fixed: entry lists padded to one slot per sequence, index
+// the same kernels with the same sizes once its variable parts are fixed: the rows padded to a
+// batch bucket B >= n (padding rows: token 0 at position 0, attending to nothing, their cache
+// writes skipped, their logits never read), entry lists padded to one slot per row, index
 // scores strided by C / ratio, block tables padded to C / block_tokens. Such a step is keyed by
-// (n, C, block size); the first pass of a key runs eagerly at those fixed sizes (the warm-up: every arena
+// (B, C, block size); the first pass of a key runs eagerly at those fixed sizes (the warm-up: every arena
 // buffer reaches its size), the second is captured, and every later one replays the graph: the
 // host only writes the step's metadata into the staging area (staging.h) and launches it.
 //
@@ -26,11 +28,15 @@ enum class PassMode {
 };
 
 struct GraphKey {
-  int64_t rows = 0;           // sequences, one row each
+  int64_t rows = 0;           // the batch bucket: sequences, one row each, then padding rows
   int64_t context_bound = 0;  // C: every sequence's length after the step is at most C
   int64_t block_tokens = 0;   // the cache layout (region offsets and block tables follow it)
   auto operator<=>(const GraphKey&) const = default;
 };
+
+// The batch bucket of a decode step of `rows` sequences, the rows its graph computes: 1, 2, 4,
+// then multiples of 8 up to 512 (vLLM's capture sizes); 0 past 512 (such steps run eagerly).
+int64_t batch_bucket(int64_t rows);
 
 // The context bound of a step whose longest sequence reaches `max_length` tokens: a power of two,
 // at least 1024, so that a growing context recaptures only at doublings.

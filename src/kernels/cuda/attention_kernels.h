@@ -68,6 +68,11 @@ struct SegmentRows {
   std::byte* const* blocks = nullptr;
 };
 
+// A row_segment entry of -1 marks a padding row of a fixed-size launch (a CUDA graph's batch
+// bucket, backend/cuda/step_graphs.h): it sees no key and no entry, so index_scores leaves its
+// scores, candidate_blocks masks every block off, top_k_entries picks nothing and sink_attention
+// writes zeros.
+
 // ---- compressors (model/compressor.cpp, model/latent_compressor.cpp) ----
 
 // One compressor's open rows between calls: a ring of `capacity` rows per segment (kv and gate,

@@ -66,8 +66,11 @@ __device__ __forceinline__ const uint8_t* entry_row(const PagedRegion& region, s
 }
 
 // (p + 1) / ratio for row `row` of its segment, never past the scores' row stride.
-__device__ __forceinline__ int32_t visible_entries(const SegmentRows& segment, int64_t row, int32_t ratio,
-                                                   int32_t max_visible) {
+__device__ __forceinline__ int32_t visible_entries(const SegmentRows* segments, const int32_t* row_segment,
+                                                   int64_t row, int32_t ratio, int32_t max_visible) {
+  const int32_t s = row_segment[row];
+  if (s < 0) return 0;  // a padding row of a fixed-size launch sees nothing
+  const SegmentRows& segment = segments[s];
   const int64_t position = segment.first_position + (row - segment.row_begin);
   const int64_t visible = (position + 1) / ratio;
   return static_cast<int32_t>(visible < max_visible ? visible : max_visible);
@@ -137,8 +140,7 @@ __global__ void index_scores_kernel(IndexerParams params, StoredRowLayout key_la
                                     float* __restrict__ scores) {
   extern __shared__ float4 shared_words[];
   const int64_t row = blockIdx.x;
-  const SegmentRows segment = segments[row_segment[row]];
-  const int32_t visible = visible_entries(segment, row, params.ratio, params.max_visible);
+  const int32_t visible = visible_entries(segments, row_segment, row, params.ratio, params.max_visible);
   const int32_t first_entry = static_cast<int32_t>(blockIdx.y) * kTileEntries;
   if (first_entry >= visible) return;
   const int32_t entries = min(kTileEntries, visible - first_entry);
@@ -155,6 +157,7 @@ __global__ void index_scores_kernel(IndexerParams params, StoredRowLayout key_la
   for (int32_t i = threadIdx.x; i < heads * d; i += blockDim.x) q_tile[(i / d) * tile.q_stride + i % d] = row_q[i];
   for (int32_t h = threadIdx.x; h < heads; h += blockDim.x)
     weights[h] = __fmul_rn(head_weights[row * heads + h], params.weight_scale);
+  const SegmentRows& segment = segments[row_segment[row]];  // visible > 0: a real row
   if (static_cast<int32_t>(threadIdx.x) < entries)
     key_rows[threadIdx.x] = entry_row(params.keys, segment.blocks, first_entry + static_cast<int32_t>(threadIdx.x));
   __syncthreads();
@@ -363,7 +366,7 @@ __global__ void candidate_blocks_kernel(CandidateParams params, const SegmentRow
                                         uint8_t* __restrict__ candidate_mask) {
   __shared__ SelectShared shared;
   const int64_t row = blockIdx.x;
-  const int32_t visible = visible_entries(segments[row_segment[row]], row, ratio, max_visible);
+  const int32_t visible = visible_entries(segments, row_segment, row, ratio, max_visible);
   const int32_t blocks = (visible + params.block_size - 1) / params.block_size;
   const BlockItems items{scores + row * max_visible, visible, params.block_size, blocks};
   const Threshold threshold = find_threshold(items, blocks, min(params.topk_blocks, blocks), blocks, shared);
@@ -379,7 +382,7 @@ __global__ void top_k_kernel(const SegmentRows* __restrict__ segments, const int
                              int32_t* __restrict__ picks, int32_t* __restrict__ pick_count) {
   __shared__ SelectShared shared;
   const int64_t row = blockIdx.x;
-  const int32_t visible = visible_entries(segments[row_segment[row]], row, ratio, max_visible);
+  const int32_t visible = visible_entries(segments, row_segment, row, ratio, max_visible);
   const uint8_t* row_mask = candidate_mask != nullptr ? candidate_mask + row * candidates.max_blocks : nullptr;
   const EntryItems items{scores + row * max_visible, row_mask, candidates.block_size};
   const int32_t allowed = count_allowed(items, visible);

@@ -45,6 +45,7 @@ __device__ RowKeys row_keys(const AttentionParams& params, const SegmentRows* se
                             int64_t t) {
   RowKeys keys;
   keys.t = t;
+  if (row_segment[t] < 0) return keys;  // a padding row: no keys, attended 0
   keys.segment = segments[row_segment[t]];
   keys.position = keys.segment.first_position + (t - keys.segment.row_begin);
   // The store starts no later than the window, except after a window replay restarted it.
