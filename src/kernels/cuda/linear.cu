@@ -3,10 +3,13 @@
 //
 // Work split: a block of 8 warps takes 8 output rows (one warp each) and loops over tiles of 8
 // tokens, so each weight row is streamed once per token tile while the tile's activations come
-// from L1 / L2. Inside a warp, lane l takes the chunks of 4 consecutive columns starting at
-// 4 l + 128 k, in increasing k, and accumulates each of its columns into one f32 sum per token
+// from L1 / L2. Inside a warp, lane l takes the chunks of N consecutive columns starting at
+// N l + 32 N k, in increasing k, and accumulates each of its columns into one f32 sum per token
 // with fmaf in increasing column order; the 32 lane sums are then combined by a butterfly
-// (xor 16, 8, 4, 2, 1). That order is fixed by `cols` alone: neither the number of tokens, nor the
+// (xor 16, 8, 4, 2, 1). N is the columns of 16 bytes of the weight's encoding (F32 4, BF16 8,
+// FP8 16, FP4 32), so each lane streams its weights in 16-byte loads, which keeps enough bytes in
+// flight to approach the copy bandwidth (4-column chunks were 2-byte loads for FP4 experts).
+// That order is fixed by `cols` and the encoding alone: neither the number of tokens, nor the
 // tile a token falls in, nor whether the loads were vectorised (alignment) changes a single
 // operation, so every y[t, r] has the same bits alone or in any batch (the batch-invariance
 // contract of cuda_kernels.h). linear_gathered reduces in exactly the same order, so a pair's
@@ -15,7 +18,7 @@
 // Split columns (linear with a workspace, the default outside --batch-invariant): a call whose
 // blocks would leave most SMs idle (decode at small batches: 1280 output rows are 160 blocks for
 // 132 SMs, each streaming 5120 columns alone) splits each row's columns into S ranges of whole
-// 128-column warp steps, one block per (rows, tile, range), each lane keeping its columns' order
+// warp steps (32 N columns), one block per (rows, tile, range), each lane keeping its columns' order
 // inside its range; the S partial sums land in the workspace and a second kernel adds them in
 // range order. S follows the call's row count, so the rounding does too: the figures stay within
 // f32 tolerance of the one-range order, not equal to it.
@@ -37,14 +40,21 @@ using namespace detail;
 constexpr int kTileTokens = 8;                    // tokens (pairs) a warp reduces per weight pass
 constexpr int kRowsPerBlock = 8;                  // one warp per output row
 constexpr int kThreads = kRowsPerBlock * kWarp;   // 256
-constexpr int kChunk = 4;                         // consecutive columns a lane takes per step
-constexpr int64_t kWarpStride = kChunk * kWarp;   // 128 columns per warp step
 constexpr int64_t kMaxGridY = 65535;
 // Splitting stops once a call has this many blocks (4 per SM of an H200), and a range keeps at
-// least 4 warp steps (512 columns).
+// least 2 warp steps.
 constexpr int64_t kTargetBlocks = 528;
-constexpr int64_t kMinRangeColumns = 4 * kWarpStride;
+constexpr int64_t kMinRangeSteps = 2;
 constexpr int64_t kMaxSplits = 16;
+
+// Consecutive columns a lane takes per step: 16 bytes of the encoding.
+template <WeightEncoding E>
+constexpr int kChunk = E == WeightEncoding::F32         ? 4
+                       : E == WeightEncoding::BF16      ? 8
+                       : E == WeightEncoding::FP8_E4M3 ? 16
+                                                         : 32;
+template <WeightEncoding E>
+constexpr int64_t kWarpStride = int64_t{kChunk<E>} * kWarp;
 
 // One weight row as a lane reads it.
 struct RowView {
@@ -55,7 +65,7 @@ struct RowView {
   bool vector;            // a chunk of 4 may be loaded as one aligned word
   bool element_aligned;   // F32 / BF16 data aligned to its element size
   bool scales_aligned;    // F32 scales 4-byte aligned
-  bool chunk_scale;       // block_cols % 4 == 0: the 4 columns of a chunk share one scale
+  bool chunk_scale;       // block_cols % N == 0: the N columns of a chunk share one scale
 };
 
 template <WeightEncoding E>
@@ -86,7 +96,7 @@ __device__ __forceinline__ RowView make_row(const WeightMatrix& w, int64_t row, 
     v.scales_aligned = reinterpret_cast<uintptr_t>(w.scales) % 4 == 0;
     v.block_cols = static_cast<uint32_t>(w.block_cols < (int64_t{1} << 31) ? w.block_cols : (int64_t{1} << 31));
     v.block_shift = (w.block_cols & (w.block_cols - 1)) == 0 ? __ffsll(w.block_cols) - 1 : -1;
-    v.chunk_scale = w.block_cols % kChunk == 0;
+    v.chunk_scale = w.block_cols % kChunk<E> == 0;
   }
   return v;
 }
@@ -129,79 +139,90 @@ __device__ __forceinline__ float element(const RowView& v, int64_t c) {
   return value;
 }
 
-// The decoded weights of columns c0 .. c0 + 3 (c0 a multiple of 4, all inside the row).
+// The byte of column c of a row (c a multiple of the chunk).
+template <WeightEncoding E>
+__device__ __forceinline__ int64_t byte_of(int64_t c) {
+  if constexpr (E == WeightEncoding::F32) return c * 4;
+  else if constexpr (E == WeightEncoding::BF16) return c * 2;
+  else if constexpr (E == WeightEncoding::FP8_E4M3) return c;
+  else return c / 2;
+}
+
+// The decoded weights of columns c0 .. c0 + N - 1 (c0 a multiple of N, all inside the row): one
+// 16-byte load when the row allows it.
 template <WeightEncoding E, ScaleEncoding S>
-__device__ __forceinline__ void chunk(const RowView& v, int64_t c0, float (&w)[kChunk]) {
+__device__ __forceinline__ void chunk(const RowView& v, int64_t c0, float (&w)[kChunk<E>]) {
+  constexpr int N = kChunk<E>;
   if (v.vector) {
-    if constexpr (E == WeightEncoding::F32) {
-      const float4 q = *reinterpret_cast<const float4*>(v.data + c0 * 4);
-      w[0] = q.x;
-      w[1] = q.y;
-      w[2] = q.z;
-      w[3] = q.w;
-    } else if constexpr (E == WeightEncoding::BF16) {
-      const uint2 q = *reinterpret_cast<const uint2*>(v.data + c0 * 2);
-      w[0] = bf16_value(q.x);
-      w[1] = bf16_value(q.x >> 16);
-      w[2] = bf16_value(q.y);
-      w[3] = bf16_value(q.y >> 16);
-    } else if constexpr (E == WeightEncoding::FP8_E4M3) {
-      const uint32_t q = *reinterpret_cast<const uint32_t*>(v.data + c0);
+    const uint4 q = *reinterpret_cast<const uint4*>(v.data + byte_of<E>(c0));
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) w[j] = e4m3_value((q >> (8 * j)) & 0xffu);
-    } else {
-      const uint32_t q = *reinterpret_cast<const uint16_t*>(v.data + c0 / 2);
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (E == WeightEncoding::F32) {
+        w[i] = __uint_as_float(words[i]);
+      } else if constexpr (E == WeightEncoding::BF16) {
+        w[2 * i] = bf16_value(words[i]);
+        w[2 * i + 1] = bf16_value(words[i] >> 16);
+      } else if constexpr (E == WeightEncoding::FP8_E4M3) {
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) w[j] = e2m1_value((q >> (4 * j)) & 0xfu);
+        for (int j = 0; j < 4; ++j) w[4 * i + j] = e4m3_value((words[i] >> (8 * j)) & 0xffu);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) w[8 * i + j] = e2m1_value((words[i] >> (4 * j)) & 0xfu);
+      }
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) w[j] = raw_element<E>(v, c0 + j);
+    for (int j = 0; j < N; ++j) w[j] = raw_element<E>(v, c0 + j);
   }
   if constexpr (kScaled<E> && S != ScaleEncoding::None) {
     if (v.chunk_scale) {
       const float s = scale_of<S>(v, c0);
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) w[j] = w[j] * s;
+      for (int j = 0; j < N; ++j) w[j] = w[j] * s;
     } else {
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) w[j] = w[j] * scale_of<S>(v, c0 + j);
+      for (int j = 0; j < N; ++j) w[j] = w[j] * scale_of<S>(v, c0 + j);
     }
   }
 }
 
 // This lane's partial sums of one weight row against up to kTileTokens activation rows
 // (xr[t] for t < count). The order is the one described at the top of the file.
-// Columns [begin, cols) only, begin a multiple of kWarpStride (a split range; 0 otherwise).
+// Columns [begin, cols) only, begin a multiple of the warp step (a split range; 0 otherwise).
 template <WeightEncoding E, ScaleEncoding S>
 __device__ __forceinline__ void dot_tile(const RowView& v, int64_t cols, const float* (&xr)[kTileTokens], int count,
                                          bool x_vector, float (&acc)[kTileTokens], int64_t begin = 0) {
+  constexpr int N = kChunk<E>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
 #pragma unroll
   for (int t = 0; t < kTileTokens; ++t) acc[t] = 0.0f;
-  int64_t c0 = begin + int64_t{kChunk} * lane;
-  // Unrolled so that several chunks' loads are in flight at once; the order of the fmaf chain
-  // of each accumulator is the same as without.
-#pragma unroll 4
-  for (; c0 + kChunk <= cols; c0 += kWarpStride) {
-    float w[kChunk];
+  int64_t c0 = begin + int64_t{N} * lane;
+  // Unrolled so that two chunks' loads are in flight at once; the order of the fmaf chain of each
+  // accumulator is the same as without.
+#pragma unroll 2
+  for (; c0 + N <= cols; c0 += kWarpStride<E>) {
+    float w[N];
     chunk<E, S>(v, c0, w);
 #pragma unroll
     for (int t = 0; t < kTileTokens; ++t) {
       if (t < count) {
-        float a[kChunk];
-        if (x_vector) {
-          const float4 q = *reinterpret_cast<const float4*>(xr[t] + c0);
-          a[0] = q.x;
-          a[1] = q.y;
-          a[2] = q.z;
-          a[3] = q.w;
-        } else {
 #pragma unroll
-          for (int j = 0; j < kChunk; ++j) a[j] = xr[t][c0 + j];
+        for (int j = 0; j < N; j += 4) {
+          float a[4];
+          if (x_vector) {
+            const float4 q = *reinterpret_cast<const float4*>(xr[t] + c0 + j);
+            a[0] = q.x;
+            a[1] = q.y;
+            a[2] = q.z;
+            a[3] = q.w;
+          } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) a[k] = xr[t][c0 + j + k];
+          }
+#pragma unroll
+          for (int k = 0; k < 4; ++k) acc[t] = fmaf(a[k], w[j + k], acc[t]);
         }
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) acc[t] = fmaf(a[j], w[j], acc[t]);
       }
     }
   }
@@ -228,8 +249,10 @@ __device__ __forceinline__ void store_tile(float (&acc)[kTileTokens], int count,
   }
 }
 
+// Every row's chunks are 16-byte aligned.
+template <WeightEncoding E>
 __device__ __forceinline__ bool vector_weights(const WeightMatrix& w) {
-  return w.cols % kChunk == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  return w.cols % kChunk<E> == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
 }
 
 // blockIdx.z: the column range (range_columns each; one range: the whole row, into y); with
@@ -244,7 +267,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_columns;
   const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
   y += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
-  const RowView v = make_row<E, S>(w, row, vector_weights(w));
+  const RowView v = make_row<E, S>(w, row, vector_weights<E>(w));
   const int64_t tiles = (tokens + kTileTokens - 1) / kTileTokens;
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
     const int64_t t0 = tile * kTileTokens;
@@ -272,41 +295,27 @@ __global__ void __launch_bounds__(kThreads)
 // The gathered kernel reads each descriptor on the device, so it picks the decoder there.
 __device__ void dot_any(const WeightMatrix& w, int64_t row, int64_t cols, const float* (&xr)[kTileTokens], int count,
                         bool x_vector, float (&acc)[kTileTokens]) {
-  const bool vector = vector_weights(w);
+#define DEEPINFER_DOT(E, S) \
+  return dot_tile<E, S>(make_row<E, S>(w, row, vector_weights<E>(w)), cols, xr, count, x_vector, acc)
   switch (w.encoding) {
-    case WeightEncoding::F32:
-      return dot_tile<WeightEncoding::F32, ScaleEncoding::None>(
-          make_row<WeightEncoding::F32, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
-    case WeightEncoding::BF16:
-      return dot_tile<WeightEncoding::BF16, ScaleEncoding::None>(
-          make_row<WeightEncoding::BF16, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
+    case WeightEncoding::F32: DEEPINFER_DOT(WeightEncoding::F32, ScaleEncoding::None);
+    case WeightEncoding::BF16: DEEPINFER_DOT(WeightEncoding::BF16, ScaleEncoding::None);
     case WeightEncoding::FP8_E4M3:
       switch (w.scale_encoding) {
-        case ScaleEncoding::None:
-          return dot_tile<WeightEncoding::FP8_E4M3, ScaleEncoding::None>(
-              make_row<WeightEncoding::FP8_E4M3, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
-        case ScaleEncoding::E8M0:
-          return dot_tile<WeightEncoding::FP8_E4M3, ScaleEncoding::E8M0>(
-              make_row<WeightEncoding::FP8_E4M3, ScaleEncoding::E8M0>(w, row, vector), cols, xr, count, x_vector, acc);
-        case ScaleEncoding::F32:
-          return dot_tile<WeightEncoding::FP8_E4M3, ScaleEncoding::F32>(
-              make_row<WeightEncoding::FP8_E4M3, ScaleEncoding::F32>(w, row, vector), cols, xr, count, x_vector, acc);
+        case ScaleEncoding::None: DEEPINFER_DOT(WeightEncoding::FP8_E4M3, ScaleEncoding::None);
+        case ScaleEncoding::E8M0: DEEPINFER_DOT(WeightEncoding::FP8_E4M3, ScaleEncoding::E8M0);
+        case ScaleEncoding::F32: DEEPINFER_DOT(WeightEncoding::FP8_E4M3, ScaleEncoding::F32);
       }
       break;
     case WeightEncoding::FP4_E2M1:
       switch (w.scale_encoding) {
-        case ScaleEncoding::None:
-          return dot_tile<WeightEncoding::FP4_E2M1, ScaleEncoding::None>(
-              make_row<WeightEncoding::FP4_E2M1, ScaleEncoding::None>(w, row, vector), cols, xr, count, x_vector, acc);
-        case ScaleEncoding::E8M0:
-          return dot_tile<WeightEncoding::FP4_E2M1, ScaleEncoding::E8M0>(
-              make_row<WeightEncoding::FP4_E2M1, ScaleEncoding::E8M0>(w, row, vector), cols, xr, count, x_vector, acc);
-        case ScaleEncoding::F32:
-          return dot_tile<WeightEncoding::FP4_E2M1, ScaleEncoding::F32>(
-              make_row<WeightEncoding::FP4_E2M1, ScaleEncoding::F32>(w, row, vector), cols, xr, count, x_vector, acc);
+        case ScaleEncoding::None: DEEPINFER_DOT(WeightEncoding::FP4_E2M1, ScaleEncoding::None);
+        case ScaleEncoding::E8M0: DEEPINFER_DOT(WeightEncoding::FP4_E2M1, ScaleEncoding::E8M0);
+        case ScaleEncoding::F32: DEEPINFER_DOT(WeightEncoding::FP4_E2M1, ScaleEncoding::F32);
       }
       break;
   }
+#undef DEEPINFER_DOT
   // An encoding this build does not know: NaN, so the mistake shows.
 #pragma unroll
   for (int t = 0; t < kTileTokens; ++t) acc[t] = quiet_nan();
@@ -360,26 +369,27 @@ dim3 grid_of(int64_t rows, int64_t tokens) {
 }
 
 bool vector_activations(const float* x, int64_t cols) {
-  return cols % kChunk == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;  // float4 loads
 }
 
-// The column ranges of a call (1: no split), and the columns of each (a multiple of kWarpStride).
+// The column ranges of a call (1: no split), and the columns of each (a multiple of the warp
+// step `stride`).
 struct Ranges {
   int64_t count = 1;
   int64_t columns = 0;
 };
 
-Ranges ranges_of(int64_t tokens, const WeightMatrix& w, bool may_split) {
+Ranges ranges_of(int64_t tokens, const WeightMatrix& w, int64_t stride, bool may_split) {
   const dim3 grid = grid_of(w.rows, tokens);
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
-  const int64_t steps = (w.cols + kWarpStride - 1) / kWarpStride;
-  Ranges ranges{1, steps * kWarpStride};
+  const int64_t steps = (w.cols + stride - 1) / stride;
+  Ranges ranges{1, steps * stride};
   if (!may_split || blocks * 2 > kTargetBlocks) return ranges;
   const int64_t wanted = std::min((kTargetBlocks + blocks - 1) / blocks, kMaxSplits);
-  const int64_t possible = std::max<int64_t>(1, w.cols / kMinRangeColumns);
+  const int64_t possible = std::max<int64_t>(1, steps / kMinRangeSteps);
   ranges.count = std::min(wanted, possible);
   if (ranges.count == 1) return ranges;
-  ranges.columns = (steps + ranges.count - 1) / ranges.count * kWarpStride;
+  ranges.columns = (steps + ranges.count - 1) / ranges.count * stride;
   ranges.count = (w.cols + ranges.columns - 1) / ranges.columns;  // no empty range
   return ranges;
 }
@@ -387,7 +397,7 @@ Ranges ranges_of(int64_t tokens, const WeightMatrix& w, bool may_split) {
 template <WeightEncoding E, ScaleEncoding S>
 void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float* y, float* workspace,
                    cudaStream_t stream) {
-  const Ranges ranges = ranges_of(tokens, w, workspace != nullptr);
+  const Ranges ranges = ranges_of(tokens, w, kWarpStride<E>, workspace != nullptr);
   dim3 grid = grid_of(w.rows, tokens);
   grid.z = static_cast<unsigned>(ranges.count);
   float* out = ranges.count > 1 ? workspace : y;
