@@ -1,10 +1,13 @@
 #pragma once
-// What the engine tests share besides the model: random prompts over the tiny vocabulary and a
-// bit-for-bit comparison of generated (or scored) tokens.
+// What the engine tests share besides the model: random prompts over the tiny vocabulary, a
+// bit-for-bit comparison of generated (or scored) tokens, and the check that an idle engine holds
+// no block.
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "engine/engine.h"
 
@@ -33,6 +36,24 @@ inline bool same_bits(const std::vector<GeneratedToken>& a, const std::vector<Ge
   for (std::size_t i = 0; i < a.size(); ++i)
     if (!same_bits(a[i], b[i])) return false;
   return true;
+}
+
+// After everything finished and the prefix cache is cleared, every block is free.
+inline void expect_everything_returned(Engine& engine) {
+  engine.clear_prefix_cache();
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+  EXPECT_EQ(stats.in_use_blocks, 0);
+  EXPECT_EQ(stats.snapshots, 0);
+  EXPECT_EQ(stats.snapshot_blocks, 0);
+  EXPECT_EQ(stats.running_tokens, 0);
+  EXPECT_EQ(stats.running_state_blocks, 0);
+  EXPECT_EQ(stats.cached_blocks, 0);
+  EXPECT_EQ(stats.free_blocks, stats.total_blocks);
+  if (stats.steps > 0) {
+    EXPECT_GT(stats.compute_seconds, 0);
+  }
 }
 
 }  // namespace deepinfer::engine::testing

@@ -18,6 +18,7 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
+using testing::expect_everything_returned;
 using testing::random_prompt;
 using testing::same_bits;
 using testing::tiny_v4;
@@ -80,24 +81,6 @@ EngineOptions small_options() {
   options.block_tokens = 8;
   options.max_batch_tokens = 32;
   return options;
-}
-
-// After everything finished and the prefix cache is cleared, every block is free.
-void expect_everything_returned(Engine& engine) {
-  engine.clear_prefix_cache();
-  const EngineStats stats = engine.stats();
-  EXPECT_EQ(stats.running, 0);
-  EXPECT_EQ(stats.waiting, 0);
-  EXPECT_EQ(stats.in_use_blocks, 0);
-  EXPECT_EQ(stats.snapshots, 0);
-  EXPECT_EQ(stats.snapshot_blocks, 0);
-  EXPECT_EQ(stats.running_tokens, 0);
-  EXPECT_EQ(stats.running_state_blocks, 0);
-  EXPECT_EQ(stats.cached_blocks, 0);
-  EXPECT_EQ(stats.free_blocks, stats.total_blocks);
-  if (stats.steps > 0) {
-    EXPECT_GT(stats.compute_seconds, 0);
-  }
 }
 
 TEST(EngineTest, ConcurrentRequestsGiveTheSoloGreedyTokens) {
