@@ -11,7 +11,7 @@
 namespace deepinfer::backend {
 namespace {
 
-std::string gib(int64_t bytes) {
+[[maybe_unused]] std::string gib(int64_t bytes) {  // CUDA builds only
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return text;
@@ -47,11 +47,12 @@ DeviceSpec parse_device(const std::string& text) {
   if (index >= count) fail("--device ", text, ": this machine has ", count, " CUDA device(s), cuda:0 .. cuda:", count - 1);
   return {DeviceSpec::Kind::Cuda, index};
 #else
+  (void)index;  // checked for its form, as with CUDA
   fail("--device ", text, ": this build has no CUDA backend (configure with -DDEEPINFER_CUDA=ON where nvcc exists)");
 #endif
 }
 
-std::string attach_device(model::Model& model, const DeviceSpec& spec, int64_t max_rows) {
+std::string attach_device(model::Model& model, const DeviceSpec& spec, [[maybe_unused]] int64_t max_rows) {
   if (spec.kind == DeviceSpec::Kind::Cpu) {
     model.set_backend(model::cpu_backend());
     return "device: cpu";
