@@ -578,7 +578,10 @@ class Compiler {
     const bool old = draft_ >= 3 && draft_ <= 7;
     if (key == "const" || key == "contains" || key == "propertyNames") return draft_ != 3 && draft_ != 4;
     if (key == "if" || key == "then" || key == "else") return !old || draft_ == 7;
-    if (key == "dependencies") return old;
+    // A schema that names no draft gets every reading (as for draft 4's boolean exclusiveMaximum
+    // below): draft 7 validators such as ajv's default enforce `dependencies`, later ones ignore
+    // it, so it is enforced.
+    if (key == "dependencies") return old || draft_ == 0;
     if (key == "dependentRequired" || key == "dependentSchemas" || key == "unevaluatedProperties" ||
         key == "unevaluatedItems")
       return !old;
