@@ -80,6 +80,16 @@ bool read_responses_format(const fields::Json& format, std::optional<ConstraintS
   return false;
 }
 
+void read_anthropic_format(const fields::Json& format, const std::string& where, std::optional<ConstraintSpec>& slot) {
+  const std::string& type = format_type(format, where);
+  if (type != "json_schema")
+    throw ApiError(400, str_cat(where, ".type: expected 'json_schema', got '", type, "'"), where + ".type");
+  for (const auto& [key, value] : format.items())
+    if (key != "type" && key != "schema")
+      throw ApiError(400, str_cat(where, ".", key, ": unknown field (a format has type and schema)"), where + "." + key);
+  set_constraint(slot, schema_spec(fields::require(format, "schema", where + "."), false, where + ".schema"));
+}
+
 void read_engine_constraints(const fields::Json& body, std::optional<ConstraintSpec>& slot) {
   for (const char* removed : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
                               "guided_whitespace_pattern"})

@@ -2,6 +2,7 @@
 #include "api/api_error.h"
 #include "api/prompt_json.h"
 #include "api/request.h"
+#include "api/request_constraint.h"
 #include "api/request_fields.h"
 #include "core/error.h"
 
@@ -180,6 +181,8 @@ ApiRequest parse_messages_request(const nlohmann::ordered_json& body) {
     }
   }
   if (const Json* config = fields::find(body, "output_config")) {
+    if (const Json* format = fields::find(fields::object(*config, "output_config"), "format"))
+      read_anthropic_format(*format, "output_config.format", options.constraint);
     if (const Json* effort = fields::find(fields::object(*config, "output_config"), "effort")) {
       const std::string& level = fields::string(*effort, "output_config.effort");
       if (level == "low") {
@@ -196,6 +199,8 @@ ApiRequest parse_messages_request(const nlohmann::ordered_json& body) {
     }
   }
   conversation.thinking = thinking.value_or(true);
+  // The structured-outputs beta's name for output_config.format, still accepted by Anthropic.
+  if (const Json* format = fields::find(body, "output_format")) read_anthropic_format(*format, "output_format", options.constraint);
 
   if (const Json* system = fields::find(body, "system")) {
     std::string text = join_blocks_text(*system, "system");

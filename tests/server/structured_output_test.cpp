@@ -77,6 +77,54 @@ TEST_F(StructuredOutput, AJsonSchemaAnswerIsAValidInstance) {
   }
 }
 
+// Anthropic's JSON outputs: output_config.format (and the beta's output_format); the JSON lands
+// in the text block.
+TEST_F(StructuredOutput, AnAnthropicJsonOutputIsAValidInstance) {
+  const Json schema = {{"type", "object"},
+                       {"properties", {{"city", {{"type", "string"}, {"maxLength", 12}}}, {"rank", {{"enum", {1, 2, 3}}}}}},
+                       {"required", {"city", "rank"}},
+                       {"additionalProperties", false}};
+  const auto messages = [](const Json& extra, int status) {
+    Json body = {{"model", "tiny"},
+                 {"max_tokens", 120},
+                 {"temperature", 1.0},
+                 {"thinking", {{"type", "disabled"}}},
+                 {"messages", {{{"role", "user"}, {"content", "A city, as json."}}}}};
+    body.update(extra);
+    const auto result = server().client().Post("/v1/messages", body.dump(), "application/json");
+    EXPECT_TRUE(result);
+    if (!result) return Json();
+    EXPECT_EQ(result->status, status) << result->body;
+    return Json::parse(result->body, nullptr, false);
+  };
+  int complete = 0;  // the schema is small: answers end well within max_tokens
+  for (const char* field : {"output_config", "output_format"}) {
+    const Json format = {{"type", "json_schema"}, {"schema", schema}};
+    const Json answer = messages(std::string(field) == "output_config" ? Json{{"output_config", {{"format", format}}}}
+                                                                        : Json{{"output_format", format}},
+                                 200);
+    const std::string stop = answer.value("stop_reason", "");
+    std::string text;
+    for (const Json& block : answer.at("content"))
+      if (block.at("type") == "text") text += block.at("text").get<std::string>();
+    if (stop != "end_turn") {
+      EXPECT_EQ(stop, "max_tokens") << text;
+      continue;
+    }
+    const Json parsed = Json::parse(text, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << field << ": " << text;
+    EXPECT_EQ(parsed.size(), 2u) << text;
+    EXPECT_TRUE(parsed.at("city").is_string()) << text;
+    EXPECT_TRUE(parsed.at("rank") == 1 || parsed.at("rank") == 2 || parsed.at("rank") == 3) << text;
+    ++complete;
+  }
+  EXPECT_GT(complete, 0);
+  const Json bad_type = messages({{"output_config", {{"format", {{"type", "json"}, {"schema", schema}}}}}}, 400);
+  EXPECT_EQ(bad_type.at("type"), "error") << bad_type.dump();  // Anthropic's error shape
+  messages({{"output_format", {{"type", "json_schema"}, {"schema", schema}, {"strict", true}}}}, 400);
+  messages({{"output_format", {{"type", "json_schema"}, {"schema", {{"type", "array"}, {"uniqueItems", true}}}}}}, 400);
+}
+
 TEST_F(StructuredOutput, WhatCannotBeEnforcedIsRefused) {
   const Json schema = {{"type", "array"}, {"uniqueItems", true}};
   const Json refused =
