@@ -388,8 +388,12 @@ Sequence Builder::repeat(Sequence item, int64_t min, int64_t max, std::size_t wh
     const auto key = std::make_pair(x.is_rule ? 1 : 0, x.index);
     auto found = stars_.find(key);
     if (found == stars_.end()) {
+      // Left recursive (star -> star x | ε): Earley keeps one item at the repetition's start for
+      // the whole run, where right recursion adds a waiting item per copy (each to complete at the
+      // end); so the chart inside a long string stays the same from byte to byte, and its masks
+      // are cache hits (matcher.cpp mask_key).
       const RuleId star = grammar_.add_rule("star");
-      alt(star, {x, Grammar::rule(star)}, where);
+      alt(star, {Grammar::rule(star), x}, where);
       alt(star, {}, where);
       found = stars_.emplace(key, Grammar::rule(star)).first;
     }

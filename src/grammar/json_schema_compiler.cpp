@@ -1721,6 +1721,16 @@ class Compiler {
       auto [a, b] = chain[i];
       RuleId rule = ids[i];
       if (!g_.alternatives(rule).empty()) continue;
+      if (a == 0 && b < 0) {
+        // Any number of characters, left recursive: Earley keeps one item at the string's start
+        // for the whole string, so the chart (and the mask) is the same after every character
+        // (right recursion would add a waiting item per character; matcher.cpp mask_key).
+        const RuleId chars = g_.add_rule("chars");
+        g_.add_alternative(chars, {});
+        g_.add_alternative(chars, {Grammar::rule(chars), c});
+        g_.add_alternative(rule, {Grammar::rule(chars), quote});
+        continue;
+      }
       if (a == 0) g_.add_alternative(rule, {quote});
       if (b != 0) {
         int64_t na = std::max<int64_t>(a - 1, 0), nb = b < 0 ? -1 : b - 1;
@@ -1739,9 +1749,9 @@ class Compiler {
 
   RuleId digits_rule() {  // [0-9]*
     if (digits_ >= 0) return digits_;
-    digits_ = g_.add_rule("digits");
+    digits_ = g_.add_rule("digits");  // left recursive, as a free string's characters
     g_.add_alternative(digits_, {});
-    g_.add_alternative(digits_, {g_.terminal(ByteSet::range('0', '9')), Grammar::rule(digits_)});
+    g_.add_alternative(digits_, {Grammar::rule(digits_), g_.terminal(ByteSet::range('0', '9'))});
     return digits_;
   }
 

@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -30,13 +31,55 @@ class CompiledGrammar {
   const ByteSet& terminal(int32_t index) const { return grammar_.terminal_set(index); }
   RuleId start() const { return grammar_.start(); }
 
+  // Masks already computed, by chart key (Matcher::State::mask_key), for one vocabulary: shared
+  // by every matcher of this grammar, so requests with the same schema share them too.
+  bool cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const;
+  Matcher::MaskCacheStats mask_cache_stats() const {
+    const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
+    return mask_cache_.stats;
+  }
+  void store_mask(const Vocabulary* vocabulary, const std::string& key, std::span<const uint64_t> mask) const;
+
  private:
+  // 2,020 words a mask for a 129,280-token vocabulary: 2 MiB at most per grammar.
+  static constexpr std::size_t kCachedMasks = 128;
+  struct MaskCache {
+    std::mutex mutex;
+    const Vocabulary* vocabulary = nullptr;
+    std::unordered_map<std::string, std::vector<uint64_t>> masks;
+    Matcher::MaskCacheStats stats;
+  };
+
   Grammar grammar_;
   std::vector<Next> slot_next_;
   std::vector<RuleId> slot_lhs_;
   std::vector<std::vector<uint32_t>> rule_productions_;  // first slot of each production
   std::vector<char> nullable_;
+  mutable MaskCache mask_cache_;
 };
+
+bool CompiledGrammar::cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const {
+  const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
+  const auto found = mask_cache_.vocabulary == vocabulary ? mask_cache_.masks.find(key) : mask_cache_.masks.end();
+  if (found == mask_cache_.masks.end() || found->second.size() != mask.size()) {
+    ++mask_cache_.stats.misses;
+    return false;
+  }
+  std::copy(found->second.begin(), found->second.end(), mask.begin());
+  ++mask_cache_.stats.hits;
+  return true;
+}
+
+void CompiledGrammar::store_mask(const Vocabulary* vocabulary, const std::string& key,
+                                 std::span<const uint64_t> mask) const {
+  const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
+  if (mask_cache_.vocabulary != vocabulary) {  // the first vocabulary keeps the cache
+    if (mask_cache_.vocabulary) return;
+    mask_cache_.vocabulary = vocabulary;
+  }
+  if (mask_cache_.masks.size() >= kCachedMasks) mask_cache_.masks.clear();  // the hot ones come back
+  mask_cache_.masks.emplace(key, std::vector<uint64_t>(mask.begin(), mask.end()));
+}
 
 CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar)) {
   grammar_.validate();
@@ -205,6 +248,42 @@ struct Matcher::State {
     return true;
   }
 
+  // The part of the chart later bytes can reach, as bytes: whether the last column accepts, its
+  // scanners, then the waiting items of the last column and of every column their origins lead
+  // to, transitively, with the columns renumbered in the order they are met. Which continuations
+  // the grammar accepts depends on nothing else (new columns start from the scanners; their
+  // closures predict afresh and complete through the origins' waiting items), so two charts with
+  // equal keys get the same mask wherever in the output they stand: at every position of a free
+  // string, in each string of the same property, in each element of an array.
+  void mask_key(std::string& key) const {
+    key.clear();
+    std::vector<std::pair<std::size_t, uint32_t>> renumbered;  // column -> number
+    const auto number = [&](std::size_t column) {
+      for (const auto& [seen, n] : renumbered)
+        if (seen == column) return n;
+      renumbered.emplace_back(column, static_cast<uint32_t>(renumbered.size()));
+      return renumbered.back().second;
+    };
+    const auto put = [&](uint32_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
+    const Column& last = columns.back();
+    number(columns.size() - 1);
+    put(last.accepting ? 1 : 0);
+    put(static_cast<uint32_t>(last.scanners.size()));
+    for (const Item& item : last.scanners) {
+      put(item.slot);
+      put(number(item.origin));
+    }
+    for (std::size_t i = 0; i < renumbered.size(); ++i) {  // grows while it runs
+      const Column& column = columns[renumbered[i].first];
+      put(static_cast<uint32_t>(column.waiting.size()));
+      for (const auto& [rule, parent] : column.waiting) {
+        put(static_cast<uint32_t>(rule));
+        put(parent.slot);
+        put(number(parent.origin));
+      }
+    }
+  }
+
   ByteSet next_bytes() const {
     ByteSet bytes;
     for (const Item& item : columns.back().scanners) bytes.add(grammar.terminal(grammar.next(item.slot).index));
@@ -310,12 +389,24 @@ void Matcher::rollback(int32_t tokens) {
 
 bool Matcher::accepting() const { return state_->columns.back().accepting; }
 
-void Matcher::fill_mask(std::span<uint64_t> mask) const {
+Matcher::MaskCacheStats Matcher::mask_cache_stats() const { return grammar_->mask_cache_stats(); }
+
+void Matcher::fill_mask(std::span<uint64_t> mask, bool cached) const {
   std::fill(mask.begin(), mask.end(), 0);
   if (!vocabulary_) return;
   if (static_cast<int64_t>(mask.size()) * 64 < vocabulary_->size())
     fail("grammar matcher: a mask of ", mask.size(), " words for ", vocabulary_->size(), " tokens");
   if (finished_) return;
+  std::string key;
+  if (cached) {
+    state_->mask_key(key);
+    if (grammar_->cached_mask(vocabulary_.get(), key, mask)) return;
+  }
+  walk_mask(mask);
+  if (cached) grammar_->store_mask(vocabulary_.get(), key, mask);
+}
+
+void Matcher::walk_mask(std::span<uint64_t> mask) const {
   const auto set = [&](int32_t id) { mask[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
   if (accepting() && vocabulary_->eos() >= 0) set(vocabulary_->eos());
   // Depth first over the trie, the parser advanced along the path; a node whose byte the

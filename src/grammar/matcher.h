@@ -7,7 +7,8 @@
 // the state after each accepted token kept so rollback is a pop. A mask walks the vocabulary's
 // token trie depth first, advancing a copy of the parser byte by byte along the trie's edges and
 // cutting every subtree whose first bytes the grammar rejects, so a step visits only the tokens
-// that can start where the output is.
+// that can start where the output is; the masks of parse states met before come from a cache the
+// grammar keeps (by the part of the chart later bytes can reach, matcher.cpp mask_key).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -81,14 +82,22 @@ class Matcher {
   bool accepting() const;
   bool finished() const { return finished_; }
   // mask bit id set (bit id % 64 of word id / 64) for every token that may come next; `mask`
-  // holds ceil(vocabulary size / 64) words.
-  void fill_mask(std::span<uint64_t> mask) const;
+  // holds ceil(vocabulary size / 64) words. A mask computed once for a parse state the grammar
+  // has met before (in any matcher of it) is copied from the grammar's cache; `cached` false
+  // always walks the vocabulary (the tests hold the two equal).
+  void fill_mask(std::span<uint64_t> mask, bool cached = true) const;
+  // The grammar's mask cache so far, over every matcher of it: masks copied, masks walked.
+  struct MaskCacheStats {
+    int64_t hits = 0, misses = 0;
+  };
+  MaskCacheStats mask_cache_stats() const;
   // The bytes every continuation starts with (jump-forward), as long as exactly one byte is
   // allowed at each step and the output is not yet accepting.
   std::string forced_bytes() const;
 
  private:
   struct State;
+  void walk_mask(std::span<uint64_t> mask) const;  // the trie walk, into a zeroed mask
   std::unique_ptr<State> state_;
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;

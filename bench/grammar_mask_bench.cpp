@@ -1,0 +1,154 @@
+// The cost of structured output per token, as llguidance's MaskBench measures it: every schema of
+// the JSONSchemaBench dev split compiled (time: compile + prepare), then each of its valid
+// instances (compact JSON) walked token by token with the DeepSeek tokenizer, timing the mask of
+// every step (Matcher::fill_mask over the 129,280-token vocabulary) and the final one that must
+// allow EOS. Prints the compile and mask percentiles. A plain main(): it takes data paths.
+//
+//   grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] [--limit N] [--json]
+//
+// Defaults: ../shared/structured/jsonschemabench_dev.jsonl.xz beside the checkout, the bundled
+// DeepSeek-V4.1 tokenizer, every schema.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/compile.h"
+#include "grammar/matcher.h"
+#include "grammar/tokenizer_vocabulary.h"
+#include "io/tokenizer/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ojson = nlohmann::ordered_json;
+
+struct Options {
+  std::string dev = std::string(DEEPINFER_ASSET_DIR) + "/../../shared/structured/jsonschemabench_dev.jsonl.xz";
+  std::string tokenizer = std::string(DEEPINFER_ASSET_DIR) + "/tokenizer/deepseek_v41_tokenizer.json";
+  int64_t limit = 0;  // 0: every schema
+  bool json = false;
+};
+
+[[noreturn]] void usage(const std::string& message) {
+  std::fprintf(stderr, "grammar_mask_bench: %s\nusage: grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] "
+                       "[--limit N] [--json]\n", message.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--dev") o.dev = value();
+    else if (flag == "--tokenizer") o.tokenizer = value();
+    else if (flag == "--limit") o.limit = std::atoll(value().c_str());
+    else if (flag == "--json") o.json = true;
+    else usage("unknown option " + flag);
+  }
+  return o;
+}
+
+double percentile(std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const auto index = static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(index, sorted.size() - 1)];
+}
+
+int run(const Options& o) {
+  const deepinfer::Tokenizer tokenizer = deepinfer::Tokenizer::from_file(o.tokenizer);
+  const auto vocabulary = deepinfer::grammar::vocabulary_for(tokenizer);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("xz -dc '" + o.dev + "'").c_str(), "r"), pclose);
+  if (!pipe) deepinfer::fail("cannot run xz on ", o.dev);
+  std::vector<double> compile_ms, mask_us;
+  int64_t schemas = 0, compiled = 0, instances = 0, accepted = 0;
+  std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary->size() + 63) / 64));
+  std::string line;
+  char buffer[1 << 16];
+  while (o.limit == 0 || schemas < o.limit) {
+    line.clear();
+    while (fgets(buffer, sizeof buffer, pipe.get())) {
+      line += buffer;
+      if (line.back() == '\n') break;
+    }
+    if (line.empty()) break;
+    const ojson record = ojson::parse(line);
+    ++schemas;
+    const auto start = Clock::now();
+    std::shared_ptr<const deepinfer::grammar::CompiledGrammar> grammar;
+    try {
+      grammar = deepinfer::grammar::prepare(deepinfer::grammar::compile_json_schema(record["schema"], {}));
+    } catch (const deepinfer::grammar::CompileError&) {
+      continue;  // refused: the test suite counts these
+    }
+    compile_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    ++compiled;
+    for (const ojson& test : record["tests"]) {
+      if (!test["valid"].get<bool>()) continue;
+      ++instances;
+      deepinfer::grammar::Matcher matcher(grammar, vocabulary);
+      const auto timed_mask = [&] {
+        const auto begin = Clock::now();
+        matcher.fill_mask(mask);
+        mask_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - begin).count());
+      };
+      bool ok = true;
+      for (const int32_t id : tokenizer.encode_plain(test["data"].dump())) {
+        timed_mask();
+        if (!((mask[static_cast<std::size_t>(id) / 64] >> (id % 64)) & 1) || !matcher.accept_token(id)) {
+          ok = false;
+          break;
+        }
+      }
+      if (ok) timed_mask();  // the step that must allow EOS
+      accepted += ok;
+    }
+  }
+  std::sort(compile_ms.begin(), compile_ms.end());
+  std::sort(mask_us.begin(), mask_us.end());
+  const nlohmann::json out = {
+      {"schemas", schemas},
+      {"compiled", compiled},
+      {"valid_instances", instances},
+      {"accepted", accepted},
+      {"masks", mask_us.size()},
+      {"compile_ms", {{"p50", percentile(compile_ms, 0.5)}, {"p99", percentile(compile_ms, 0.99)}}},
+      {"mask_us",
+       {{"p50", percentile(mask_us, 0.5)},
+        {"p99", percentile(mask_us, 0.99)},
+        {"p999", percentile(mask_us, 0.999)},
+        {"max", mask_us.empty() ? 0.0 : mask_us.back()}}}};
+  if (o.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("schemas %lld (compiled %lld), valid instances %lld (accepted %lld), masks %zu\n",
+                static_cast<long long>(schemas), static_cast<long long>(compiled), static_cast<long long>(instances),
+                static_cast<long long>(accepted), mask_us.size());
+    std::printf("compile ms: p50 %.3f  p99 %.3f\n", percentile(compile_ms, 0.5), percentile(compile_ms, 0.99));
+    std::printf("mask us:    p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", percentile(mask_us, 0.5),
+                percentile(mask_us, 0.99), percentile(mask_us, 0.999), mask_us.empty() ? 0.0 : mask_us.back());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "grammar_mask_bench: %s\n", error.what());
+    return 1;
+  }
+}

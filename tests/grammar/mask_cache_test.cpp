@@ -1,0 +1,87 @@
+// The grammar's mask cache (Matcher::fill_mask, keyed by the part of the chart later bytes can
+// reach) against the plain trie walk, over the DeepSeek-V4.1 vocabulary: random walks through
+// JSON schemas, each step's cached mask equal to the walked one, with several matchers of one
+// grammar sharing the cache (so a later walk meets states an earlier one stored), and the cache
+// actually hit.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/compile.h"
+#include "grammar/matcher.h"
+#include "grammar/tokenizer_vocabulary.h"
+#include "io/tokenizer/tokenizer.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+const std::shared_ptr<const Vocabulary>& deepseek_vocabulary() {
+  static const std::shared_ptr<const Vocabulary> vocabulary = vocabulary_for(
+      Tokenizer::from_file(std::string(DEEPINFER_ASSET_DIR) + "/tokenizer/deepseek_v41_tokenizer.json"));
+  return vocabulary;
+}
+
+// A token the mask allows, drawn uniformly (-1 when none is).
+int32_t draw(const std::vector<uint64_t>& mask, std::mt19937& rng) {
+  std::vector<int32_t> allowed;
+  for (std::size_t w = 0; w < mask.size(); ++w)
+    for (uint64_t bits = mask[w]; bits; bits &= bits - 1)
+      allowed.push_back(static_cast<int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))));
+  if (allowed.empty()) return -1;
+  return allowed[std::uniform_int_distribution<std::size_t>(0, allowed.size() - 1)(rng)];
+}
+
+TEST(MaskCache, CachedMasksEqualTheWalk) {
+  const std::vector<std::string> schemas = {
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+          "items": {"type": "string", "maxLength": 6}}, "n": {"type": "integer", "minimum": 3}},
+          "required": ["name", "tags"], "additionalProperties": false})",
+      R"({"type": "array", "items": {"enum": ["red", "green", 7, null]}, "maxItems": 5})",
+      R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-f0-9]{4}-[0-9]+$"},
+          "child": {"$ref": "#"}}, "additionalProperties": false})",
+  };
+  const auto& vocabulary = deepseek_vocabulary();
+  std::vector<uint64_t> cached(static_cast<std::size_t>((vocabulary->size() + 63) / 64)), walked(cached.size());
+  std::mt19937 rng(11);
+  int64_t steps = 0, hits = 0;
+  for (const std::string& text : schemas) {
+    const auto grammar = prepare(compile_json_schema(nlohmann::ordered_json::parse(text), {}));
+    for (int walk = 0; walk < 3; ++walk) {
+      Matcher matcher(grammar, vocabulary);
+      std::mt19937 path(static_cast<uint32_t>(walk) * 7 + 1);  // walks 1 and 2 repeat walk 0's start
+      for (int step = 0; step < 16 && !matcher.finished(); ++step) {
+        matcher.fill_mask(cached);
+        matcher.fill_mask(walked, /*cached=*/false);
+        ASSERT_EQ(cached, walked) << text << ": walk " << walk << ", step " << step;
+        ++steps;
+        const int32_t id = draw(walked, step < 4 ? path : rng);
+        if (id < 0) break;
+        ASSERT_TRUE(matcher.accept_token(id)) << "the mask allowed token " << id;
+      }
+      if (walk == 2) hits += matcher.mask_cache_stats().hits;
+    }
+  }
+  EXPECT_GT(steps, 60);
+  EXPECT_GT(hits, 0) << "the cache was never hit";
+  // A free string: every character after the first leaves the chart as it was (left-recursive
+  // characters), so its masks after the first are copies.
+  const auto grammar = prepare(compile_json_schema(nlohmann::ordered_json::parse(R"({"type": "string"})"), {}));
+  Matcher matcher(grammar, vocabulary);
+  ASSERT_TRUE(matcher.accept_bytes("\"a"));
+  matcher.fill_mask(cached);
+  for (const char* more : {"b", "cd", " e", "fgh"}) {
+    ASSERT_TRUE(matcher.accept_bytes(more));
+    matcher.fill_mask(cached);
+    matcher.fill_mask(walked, /*cached=*/false);
+    EXPECT_EQ(cached, walked);
+  }
+  EXPECT_EQ(matcher.mask_cache_stats().misses, 1);
+  EXPECT_EQ(matcher.mask_cache_stats().hits, 4);
+}
+
+}  // namespace
+}  // namespace deepinfer::grammar
