@@ -4,7 +4,10 @@
 // every step (Matcher::fill_mask over the 129,280-token vocabulary) and the final one that must
 // allow EOS. Prints the compile and mask percentiles. A plain main(): it takes data paths.
 //
-//   grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] [--limit N] [--json]
+//   grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] [--limit N] [--json] [--verify]
+//
+// --verify also walks the vocabulary at every step and fails on any cached mask that differs
+// (slow: every step costs a full walk).
 //
 // Defaults: ../shared/structured/jsonschemabench_dev.jsonl.xz beside the checkout, the bundled
 // DeepSeek-V4.1 tokenizer, every schema.
@@ -35,11 +38,12 @@ struct Options {
   std::string tokenizer = std::string(DEEPINFER_ASSET_DIR) + "/tokenizer/deepseek_v41_tokenizer.json";
   int64_t limit = 0;  // 0: every schema
   bool json = false;
+  bool verify = false;
 };
 
 [[noreturn]] void usage(const std::string& message) {
   std::fprintf(stderr, "grammar_mask_bench: %s\nusage: grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] "
-                       "[--limit N] [--json]\n", message.c_str());
+                       "[--limit N] [--json] [--verify]\n", message.c_str());
   std::exit(2);
 }
 
@@ -55,6 +59,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--tokenizer") o.tokenizer = value();
     else if (flag == "--limit") o.limit = std::atoll(value().c_str());
     else if (flag == "--json") o.json = true;
+    else if (flag == "--verify") o.verify = true;
     else usage("unknown option " + flag);
   }
   return o;
@@ -73,7 +78,8 @@ int run(const Options& o) {
   if (!pipe) deepinfer::fail("cannot run xz on ", o.dev);
   std::vector<double> compile_ms, mask_us;
   int64_t schemas = 0, compiled = 0, instances = 0, accepted = 0;
-  std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary->size() + 63) / 64));
+  std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary->size() + 63) / 64)), walked(mask.size());
+  int64_t hits = 0, misses = 0;
   std::string line;
   char buffer[1 << 16];
   while (o.limit == 0 || schemas < o.limit) {
@@ -102,6 +108,10 @@ int run(const Options& o) {
         const auto begin = Clock::now();
         matcher.fill_mask(mask);
         mask_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - begin).count());
+        if (o.verify) {
+          matcher.fill_mask(walked, /*cached=*/false);
+          if (walked != mask) deepinfer::fail("a cached mask differs from the walk (schema ", schemas, ")");
+        }
       };
       bool ok = true;
       for (const int32_t id : tokenizer.encode_plain(test["data"].dump())) {
@@ -114,6 +124,8 @@ int run(const Options& o) {
       if (ok) timed_mask();  // the step that must allow EOS
       accepted += ok;
     }
+    hits += deepinfer::grammar::Matcher(grammar, vocabulary).mask_cache_stats().hits;
+    misses += deepinfer::grammar::Matcher(grammar, vocabulary).mask_cache_stats().misses;
   }
   std::sort(compile_ms.begin(), compile_ms.end());
   std::sort(mask_us.begin(), mask_us.end());
@@ -123,6 +135,8 @@ int run(const Options& o) {
       {"valid_instances", instances},
       {"accepted", accepted},
       {"masks", mask_us.size()},
+      {"cache_hits", hits},
+      {"cache_misses", misses},
       {"compile_ms", {{"p50", percentile(compile_ms, 0.5)}, {"p99", percentile(compile_ms, 0.99)}}},
       {"mask_us",
        {{"p50", percentile(mask_us, 0.5)},
@@ -132,9 +146,11 @@ int run(const Options& o) {
   if (o.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("schemas %lld (compiled %lld), valid instances %lld (accepted %lld), masks %zu\n",
+    std::printf("schemas %lld (compiled %lld), valid instances %lld (accepted %lld), masks %zu (cache hits %lld, "
+                "misses %lld)\n",
                 static_cast<long long>(schemas), static_cast<long long>(compiled), static_cast<long long>(instances),
-                static_cast<long long>(accepted), mask_us.size());
+                static_cast<long long>(accepted), mask_us.size(), static_cast<long long>(hits),
+                static_cast<long long>(misses));
     std::printf("compile ms: p50 %.3f  p99 %.3f\n", percentile(compile_ms, 0.5), percentile(compile_ms, 0.99));
     std::printf("mask us:    p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", percentile(mask_us, 0.5),
                 percentile(mask_us, 0.99), percentile(mask_us, 0.999), mask_us.empty() ? 0.0 : mask_us.back());

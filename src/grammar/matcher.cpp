@@ -248,38 +248,66 @@ struct Matcher::State {
     return true;
   }
 
-  // The part of the chart later bytes can reach, as bytes: whether the last column accepts, its
-  // scanners, then the waiting items of the last column and of every column their origins lead
-  // to, transitively, with the columns renumbered in the order they are met. Which continuations
-  // the grammar accepts depends on nothing else (new columns start from the scanners; their
-  // closures predict afresh and complete through the origins' waiting items), so two charts with
-  // equal keys get the same mask wherever in the output they stand: at every position of a free
-  // string, in each string of the same property, in each element of an array.
+  // The part of the chart later bytes can reach, as bytes. New columns start from the last
+  // column's scanners; when an item completes, the items waiting for its rule in its origin
+  // column step over it. A waiting item whose rule is its last symbol (a tail: S -> "x" S in a
+  // right-linear rule, `string` at the end of `pair`) completes in turn at once, so what matters
+  // of it is where that chain of tails ends: the first waiting items that are not tails. So the
+  // key is: whether the last column accepts; each scanner's slot with the node (origin column,
+  // its rule); and for each node, the non-tail items its chains of tails end at, each with its
+  // own node, the nodes numbered in the order they are met. Which continuations the grammar
+  // accepts depends on nothing else (the tails' own completions only complete further, and
+  // whether a later column accepts does not change a mask), so two charts with equal keys get
+  // the same mask wherever in the output they stand: at every position of a string or a
+  // right-linear pattern, in each element of an array, in each string of the same property.
   void mask_key(std::string& key) const {
     key.clear();
-    std::vector<std::pair<std::size_t, uint32_t>> renumbered;  // column -> number
-    const auto number = [&](std::size_t column) {
-      for (const auto& [seen, n] : renumbered)
-        if (seen == column) return n;
-      renumbered.emplace_back(column, static_cast<uint32_t>(renumbered.size()));
-      return renumbered.back().second;
+    struct Node {
+      std::size_t column;
+      RuleId rule;
+    };
+    std::vector<Node> nodes;
+    const auto node = [&](std::size_t column, RuleId rule) {
+      for (std::size_t n = 0; n < nodes.size(); ++n)
+        if (nodes[n].column == column && nodes[n].rule == rule) return static_cast<uint32_t>(n);
+      nodes.push_back({column, rule});
+      return static_cast<uint32_t>(nodes.size() - 1);
     };
     const auto put = [&](uint32_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
     const Column& last = columns.back();
-    number(columns.size() - 1);
     put(last.accepting ? 1 : 0);
     put(static_cast<uint32_t>(last.scanners.size()));
     for (const Item& item : last.scanners) {
       put(item.slot);
-      put(number(item.origin));
+      put(node(item.origin, grammar.lhs(item.slot)));
     }
-    for (std::size_t i = 0; i < renumbered.size(); ++i) {  // grows while it runs
-      const Column& column = columns[renumbered[i].first];
-      put(static_cast<uint32_t>(column.waiting.size()));
-      for (const auto& [rule, parent] : column.waiting) {
-        put(static_cast<uint32_t>(rule));
-        put(parent.slot);
-        put(number(parent.origin));
+    std::vector<std::pair<uint32_t, uint32_t>> ends;  // (slot after the dot, node)
+    std::vector<Node> visiting;
+    // The non-tail items that completing `rule` in `column` reaches.
+    const auto chain_ends = [&](auto& self, std::size_t column, RuleId rule) -> void {
+      for (const Node& seen : visiting)
+        if (seen.column == column && seen.rule == rule) return;
+      visiting.push_back({column, rule});
+      for (const auto& [waits_for, parent] : columns[column].waiting) {
+        if (waits_for != rule) continue;
+        const uint32_t after = parent.slot + 1;
+        if (grammar.next(after).index == CompiledGrammar::kComplete) {
+          self(self, parent.origin, grammar.lhs(parent.slot));
+        } else {
+          ends.emplace_back(after, node(parent.origin, grammar.lhs(parent.slot)));
+        }
+      }
+    };
+    for (std::size_t n = 0; n < nodes.size(); ++n) {  // grows while it runs
+      ends.clear();
+      visiting.clear();
+      chain_ends(chain_ends, nodes[n].column, nodes[n].rule);
+      std::sort(ends.begin(), ends.end());
+      ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+      put(static_cast<uint32_t>(ends.size()));
+      for (const auto& [slot, child] : ends) {
+        put(slot);
+        put(child);
       }
     }
   }

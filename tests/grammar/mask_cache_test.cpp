@@ -1,6 +1,7 @@
 // The grammar's mask cache (Matcher::fill_mask, keyed by the part of the chart later bytes can
-// reach) against the plain trie walk, over the DeepSeek-V4.1 vocabulary: random walks through
-// JSON schemas, each step's cached mask equal to the walked one, with several matchers of one
+// reach, chains of tail items collapsed) against the plain trie walk, over the DeepSeek-V4.1
+// vocabulary: random walks through JSON schemas (free and pattern strings, free keys beside
+// patternProperties, arrays, recursion, anyOf), each step's cached mask equal to the walked one, with several matchers of one
 // grammar sharing the cache (so a later walk meets states an earlier one stored), and the cache
 // actually hit.
 #include <gtest/gtest.h>
@@ -43,6 +44,11 @@ TEST(MaskCache, CachedMasksEqualTheWalk) {
       R"({"type": "array", "items": {"enum": ["red", "green", 7, null]}, "maxItems": 5})",
       R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-f0-9]{4}-[0-9]+$"},
           "child": {"$ref": "#"}}, "additionalProperties": false})",
+      R"({"type": "object", "patternProperties": {"^x-[a-z]+$": {"type": "number"}},
+          "properties": {"kind": {"const": "a"}}, "additionalProperties": {"type": "array",
+          "items": {"type": "object", "properties": {"v": {"type": "string", "format": "date"}}}}})",
+      R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "string", "minLength": 2}}, "required": ["a"]},
+          {"type": "array", "items": {"type": "integer", "maximum": 40}}]})",
   };
   const auto& vocabulary = deepseek_vocabulary();
   std::vector<uint64_t> cached(static_cast<std::size_t>((vocabulary->size() + 63) / 64)), walked(cached.size());
