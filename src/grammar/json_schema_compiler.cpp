@@ -31,8 +31,10 @@
 // region of the other keys: the keys each combination of patternProperties regexes may match
 // and no listed name is, and the keys nothing matches (additionalProperties). Pairs come in any
 // order while 2^(required count) * pair kinds stays small (4096 alternatives); past that the
-// required properties come in schema order with the optional ones anywhere among them. A key may
-// repeat (every occurrence is validated, so whichever one a parser keeps is valid).
+// required properties come in schema order with the optional ones anywhere among them. A listed
+// property comes at most once while 2^(listed count) * pair kinds is as small; past that, and for
+// the keys of patternProperties / additionalProperties, a key may repeat (every occurrence is
+// validated, so whichever one a parser keeps is valid).
 //
 // Valid forms the grammar does not accept (over-constraint, by design):
 //   - whitespace runs longer than options.max_whitespace;
@@ -2155,8 +2157,17 @@ class Compiler {
     const bool any_order = required_count <= 12 && (int64_t{1} << required_count) * count_states * n_kinds <= kAnyOrderBudget;
     if (!any_order && (required_count + 1) * count_states * n_kinds > kObjectStateBudget)
       throw CompileError(where, "an object with too many property states for the grammar");
-    // State (seen, count): seen is a bitmask of required pairs seen (any order) or how many
-    // required pairs have come (schema order).
+    // Listed properties at most once, where the states allow: seen is then a bitmask over every
+    // listed kind (a parser keeping either copy of a repeated key would be valid, but no writer
+    // of JSON repeats one, and OpenAI's strict mode never does).
+    const auto n_listed = static_cast<int64_t>(listed_kinds);
+    const bool distinct = any_order && n_listed <= 12 && (int64_t{1} << n_listed) * count_states * n_kinds <= kAnyOrderBudget;
+    int64_t required_mask = 0;
+    if (distinct)
+      for (int64_t k = 0; k < n_listed; ++k)
+        if (kinds[static_cast<std::size_t>(k)].required_bit >= 0) required_mask |= int64_t{1} << k;
+    // State (seen, count): seen is a bitmask of the listed pairs seen (distinct), of the required
+    // pairs seen (any order), or how many required pairs have come (schema order).
     std::map<std::pair<int64_t, int64_t>, RuleId> states;
     std::vector<std::pair<int64_t, int64_t>> queue;
     auto state = [&](int64_t seen, int64_t c) {
@@ -2169,11 +2180,15 @@ class Compiler {
       return r;
     };
     const int64_t full = any_order ? (int64_t{1} << required_count) - 1 : required_count;
+    const auto complete = [&](int64_t seen) { return distinct ? (seen & required_mask) == required_mask : seen == full; };
     // The kinds that may come at state `seen`, and the state after each.
     auto moves = [&](int64_t seen, auto&& take) {
       for (int64_t k = 0; k < n_kinds; ++k) {
         const PairKind& kind = kinds[static_cast<std::size_t>(k)];
-        if (any_order) {
+        if (distinct) {
+          if (k >= n_listed) take(kind.pair, seen);
+          else if (!((seen >> k) & 1)) take(kind.pair, seen | (int64_t{1} << k));
+        } else if (any_order) {
           take(kind.pair, kind.required_bit >= 0 ? (seen | (int64_t{1} << kind.required_bit)) : seen);
         } else if (kind.required_bit < 0) {
           take(kind.pair, seen);
@@ -2188,7 +2203,7 @@ class Compiler {
       const auto seen = queue[head].first;
       const auto c = queue[head].second;
       RuleId r = states[queue[head]];
-      if (seen == full) g_.add_alternative(r, {close});
+      if (complete(seen)) g_.add_alternative(r, {close});
       if (counting && c + 1 > max_props) continue;
       moves(seen, [&](Symbol pair, int64_t next) {
         g_.add_alternative(r, {comma, ws(), pair, ws(), Grammar::rule(state(next, c + 1))});

@@ -332,6 +332,18 @@ TEST(JsonSchemaCompiler, PropertiesComeInAnyOrder) {
         {"{\"a\":1,\"b\":2}", "{\"c\":3}", "{\"a\":1,\"b\":2,\"c\":4}"});
 }
 
+// A listed property comes at most once (a parser would keep one copy, valid either way, but no
+// writer of JSON repeats a key), required or not, with additional keys or without.
+TEST(JsonSchemaCompiler, ListedPropertiesDoNotRepeat) {
+  check(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"],
+            "additionalProperties": false})",
+        {"{\"a\":1}", "{\"b\":2,\"a\":1}", "{\"a\":1,\"b\":2}"},
+        {"{\"a\":1,\"a\":2}", "{\"b\":2,\"a\":1,\"b\":3}", "{\"a\":1,\"b\":2,\"a\":1}"});
+  check(R"({"properties": {"a": {"type": "integer"}}, "required": ["a"]})",
+        {"{\"a\":1,\"x\":true}", "{\"x\":true,\"a\":1}"},
+        {"{\"a\":1,\"x\":true,\"a\":2}"});
+}
+
 TEST(JsonSchemaCompiler, ManyRequiredPropertiesComeInSchemaOrder) {
   // 2^14 subsets is past the any-order budget: the required ones keep the schema's order.
   std::string props, required, in_order, reversed;
