@@ -73,7 +73,10 @@ TEST_F(StructuredOutput, AJsonSchemaAnswerIsAValidInstance) {
     ASSERT_TRUE(parsed.is_object()) << text;
     EXPECT_EQ(parsed.size(), 2u) << text;
     EXPECT_TRUE(parsed.at("ok").is_boolean()) << text;
-    EXPECT_TRUE(parsed.at("n").is_number_integer()) << text;
+    // An integer of any length (nlohmann reads one past 64 bits as a double, so look at the text).
+    EXPECT_TRUE(parsed.at("n").is_number_integer() ||
+                (parsed.at("n").is_number() && std::regex_search(text, std::regex(R"re("n"\s*:\s*-?[0-9]+\s*[,}])re"))))
+        << text;
   }
 }
 
