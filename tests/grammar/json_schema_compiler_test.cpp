@@ -19,6 +19,7 @@
 #include "grammar/json_schema_dfa.h"
 #include "grammar/json_schema_internal.h"
 #include "grammar/matcher.h"
+#include "json_text_checks.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -52,14 +53,7 @@ std::string minified(const std::string& text) {
   return out;
 }
 
-std::size_t longest_whitespace_run(const std::string& text) {
-  std::size_t best = 0, run = 0;
-  for (char c : text) {
-    run = (c == ' ' || c == '\n' || c == '\t' || c == '\r') ? run + 1 : 0;
-    best = std::max(best, run);
-  }
-  return best;
-}
+using testing::longest_whitespace_run;
 
 // Each `yes` text is accepted, and so are its compact and pretty-printed forms where those
 // re-serialise the same value the same way (and the indentation fits max_whitespace); each `no`

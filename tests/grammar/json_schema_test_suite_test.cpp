@@ -19,6 +19,7 @@
 #include "grammar/compile.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "json_text_checks.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -30,14 +31,7 @@ std::filesystem::path suite_dir() {
          "draft4";
 }
 
-std::size_t longest_whitespace_run(const std::string& text) {
-  std::size_t best = 0, run = 0;
-  for (char c : text) {
-    run = (c == ' ' || c == '\n' || c == '\t' || c == '\r') ? run + 1 : 0;
-    best = std::max(best, run);
-  }
-  return best;
-}
+using testing::longest_whitespace_run;
 
 struct Tally {
   int groups = 0, compiled = 0, tests = 0, passed = 0;

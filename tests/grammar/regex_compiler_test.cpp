@@ -48,6 +48,18 @@ void refused(std::string_view pattern, std::size_t offset, std::string_view reas
   }
 }
 
+// Every string over `alphabet` of at most `max_length` characters, shortest first.
+std::vector<std::string> strings_over(const std::string& alphabet, std::size_t max_length) {
+  std::vector<std::string> out = {""};
+  for (std::size_t begin = 0, length = 0; length < max_length; ++length) {
+    const std::size_t end = out.size();
+    for (std::size_t i = begin; i < end; ++i)
+      for (char c : alphabet) out.push_back(out[i] + c);
+    begin = end;
+  }
+  return out;
+}
+
 TEST(Utf8Ranges, SequencesOfEveryScalarValueAreExact) {
   // Each code point's encoding matches exactly one sequence, and the sequences match no more
   // byte strings than there are code points: the union is exactly the UTF-8 of the set.
@@ -252,13 +264,7 @@ TEST(RegexCompiler, MatchesStdRegexOnShortStrings) {
       "(?:a|bc){1,2}", "[\\s\\w]*", "\\W?a\\D", "a|", "(|a)b", "[^\\n]{0,2}c", "a.{2}", "(a|ab)(c|bcd)",
       "-?[ab]+(-[ab]+)?", "\\-\\.", "[b-c]?a+?"};
   const std::string alphabet = "abc-\n ";
-  std::vector<std::string> inputs = {""};
-  for (std::size_t begin = 0, length = 0; length < 4; ++length) {
-    const std::size_t end = inputs.size();
-    for (std::size_t i = begin; i < end; ++i)
-      for (char c : alphabet) inputs.push_back(inputs[i] + c);
-    begin = end;
-  }
+  const std::vector<std::string> inputs = strings_over(alphabet, 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
     const std::regex reference(pattern, std::regex::ECMAScript);
@@ -296,13 +302,7 @@ std::string random_regex(std::mt19937& rng, int depth) {
 TEST(RegexCompiler, MatchesStdRegexOnRandomPatterns) {
   std::mt19937 rng(2024);
   const std::string alphabet = "ab1\n";
-  std::vector<std::string> inputs = {""};
-  for (std::size_t begin = 0, length = 0; length < 4; ++length) {
-    const std::size_t end = inputs.size();
-    for (std::size_t i = begin; i < end; ++i)
-      for (char c : alphabet) inputs.push_back(inputs[i] + c);
-    begin = end;
-  }
+  const std::vector<std::string> inputs = strings_over(alphabet, 4);
   for (int n = 0; n < 100; ++n) {
     const std::string pattern = random_regex(rng, 2);
     SCOPED_TRACE(pattern);

@@ -16,20 +16,26 @@ using Json = nlohmann::json;
 
 class StructuredOutput : public SharedServerTest {
  protected:
-  // A chat completion with `extra` merged into the body; returns the parsed answer.
-  static Json chat(const Json& extra, int status = 200) {
-    Json body = {{"model", "tiny"},
-                 {"max_tokens", 40},
-                 {"temperature", 1.0},
-                 {"seed", 5},
-                 {"thinking", {{"type", "disabled"}}},
-                 {"messages", {{{"role", "user"}, {"content", "Answer in json, please."}}}}};
+  // `body` with `extra` merged in, posted to `path`; returns the parsed answer.
+  static Json post(const std::string& path, Json body, const Json& extra, int status) {
     body.update(extra);
-    const auto result = server().client().Post("/v1/chat/completions", body.dump(), "application/json");
+    const auto result = server().client().Post(path, body.dump(), "application/json");
     EXPECT_TRUE(result);
     if (!result) return {};
     EXPECT_EQ(result->status, status) << result->body;
     return Json::parse(result->body, nullptr, false);
+  }
+
+  // A chat completion with `extra` merged into the body.
+  static Json chat(const Json& extra, int status = 200) {
+    return post("/v1/chat/completions",
+                {{"model", "tiny"},
+                 {"max_tokens", 40},
+                 {"temperature", 1.0},
+                 {"seed", 5},
+                 {"thinking", {{"type", "disabled"}}},
+                 {"messages", {{{"role", "user"}, {"content", "Answer in json, please."}}}}},
+                extra, status);
   }
 
   static std::pair<std::string, std::string> answer(const Json& body) {
@@ -88,17 +94,13 @@ TEST_F(StructuredOutput, AnAnthropicJsonOutputIsAValidInstance) {
                        {"required", {"city", "rank"}},
                        {"additionalProperties", false}};
   const auto messages = [](const Json& extra, int status) {
-    Json body = {{"model", "tiny"},
+    return post("/v1/messages",
+                {{"model", "tiny"},
                  {"max_tokens", 120},
                  {"temperature", 1.0},
                  {"thinking", {{"type", "disabled"}}},
-                 {"messages", {{{"role", "user"}, {"content", "A city, as json."}}}}};
-    body.update(extra);
-    const auto result = server().client().Post("/v1/messages", body.dump(), "application/json");
-    EXPECT_TRUE(result);
-    if (!result) return Json();
-    EXPECT_EQ(result->status, status) << result->body;
-    return Json::parse(result->body, nullptr, false);
+                 {"messages", {{{"role", "user"}, {"content", "A city, as json."}}}}},
+                extra, status);
   };
   int complete = 0;  // the schema is small: answers end well within max_tokens
   for (const char* field : {"output_config", "output_format"}) {
