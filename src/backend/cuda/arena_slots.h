@@ -43,6 +43,9 @@ enum Slot : int {
   kPositionOf,
   kSortedOut,
   kSortedScale,
+  kExpertTiles,
+  kExpertTileCount,
+  kSplitInput,
   kLowRankByGroup,
   kLinearSplit,
   // Attention's middle (device_attention.cpp).

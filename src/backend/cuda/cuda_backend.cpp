@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 
 #include "backend/cuda/arena_slots.h"
 #include "backend/cuda/cache_memory.h"
@@ -181,6 +183,18 @@ class CudaBackend final : public model::Backend {
     return options_.batch_invariant ? nullptr
                                     : arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
   }
+  // The layer's routed experts all fit expert_mma.cu's kernels (decided once per layer, on the
+  // device descriptors); DEEPINFER_CUDA_SIMT_EXPERTS=1 keeps them on linear_gathered (for
+  // side-by-side benchmarks).
+  bool experts_on_tensor_cores(const model::MoeWeights& moe) {
+    if (simt_experts_ || moe.experts.empty()) return false;
+    const auto [found, inserted] = tensor_core_experts_.try_emplace(&moe, true);
+    if (inserted)
+      for (const model::ExpertWeights& expert : moe.experts)
+        for (const kernels::WeightMatrix* w : {&expert.w1, &expert.w2, &expert.w3})
+          found->second = found->second && k::expert_mma_supports(weights_.matrix(*w));
+    return found->second;
+  }
   StepGraphs& graphs() { return *graphs_; }
   GraphCounts& graph_counts() { return graph_counts_; }
   GraphCounts graph_counts() const {
@@ -208,6 +222,8 @@ class CudaBackend final : public model::Backend {
   std::optional<CudaCacheMemory> cache_memory_;
   std::mutex mutex_;
   OpProfile profile_;
+  const bool simt_experts_ = std::getenv("DEEPINFER_CUDA_SIMT_EXPERTS") && *std::getenv("DEEPINFER_CUDA_SIMT_EXPERTS") == '1';
+  std::unordered_map<const model::MoeWeights*, bool> tensor_core_experts_;
 };
 
 CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call)
@@ -501,18 +517,32 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const kernels::WeightMatrix* w3_device = experts_array(&weights.experts.front().w3, &model::ExpertWeights::w3);
   const int64_t inner = weights.experts.front().w1.rows;
   float* gate = arena.get<float>(kGate, static_cast<std::size_t>(pairs * inner));
-  float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
   float* sorted_out = arena.get<float>(kSortedOut, static_cast<std::size_t>(pairs * d));
   float* contributions = arena.get<float>(kContributions, static_cast<std::size_t>(pairs * d));
-  k::linear_gathered(sublayer_in_, sorted_token, pairs, w1_device, sorted_expert, inner, d, gate, stream);
-  k::linear_gathered(sublayer_in_, sorted_token, pairs, w3_device, sorted_expert, inner, d, up, stream);
   float* sorted_scale = nullptr;
   if (weights.weight_before_down) {
     sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
     k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
   }
-  k::swiglu(gate, up, pairs, inner, weights.swiglu_limit, sorted_scale, stream);
-  k::linear_gathered(gate, identity_device, pairs, w2_device, sorted_expert, d, inner, sorted_out, stream);
+  if (backend_.experts_on_tensor_cores(weights)) {
+    // Tiles of an expert's sorted pairs; h (split BF16, in gate's buffer) between the two kernels.
+    const int64_t bound = k::expert_tile_bound(pairs, experts);
+    auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
+    auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
+    auto* x_split = arena.get<uint32_t>(kSplitInput, r * static_cast<std::size_t>(d));
+    auto* h_split = reinterpret_cast<uint32_t*>(gate);
+    k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream);
+    k::split_rows(sublayer_in_, rows_, d, x_split, stream);
+    k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
+                      weights.swiglu_limit, sorted_scale, h_split, stream);
+    k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream);
+  } else {
+    float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
+    k::linear_gathered(sublayer_in_, sorted_token, pairs, w1_device, sorted_expert, inner, d, gate, stream);
+    k::linear_gathered(sublayer_in_, sorted_token, pairs, w3_device, sorted_expert, inner, d, up, stream);
+    k::swiglu(gate, up, pairs, inner, weights.swiglu_limit, sorted_scale, stream);
+    k::linear_gathered(gate, identity_device, pairs, w2_device, sorted_expert, d, inner, sorted_out, stream);
+  }
   k::gather_rows(sorted_out, position_of, pairs, d, contributions, stream);
 
   float* shared = nullptr;
@@ -724,6 +754,10 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   arena_.get<int64_t>(kSortedPair, expert_pairs);
   arena_.get<int64_t>(kPositionOf, expert_pairs);
   arena_.get<std::byte>(kSortScratch, k::moe_sort_scratch_bytes(static_cast<int64_t>(expert_pairs)));
+  arena_.get<int32_t>(kExpertTiles, 4 * static_cast<std::size_t>(k::expert_tile_bound(
+                                            static_cast<int64_t>(expert_pairs), static_cast<int64_t>(experts))));
+  arena_.get<int32_t>(kExpertTileCount, 1);
+  arena_.get<uint32_t>(kSplitInput, r * d);
 }
 
 // Every tensor the GPU part of the forward pass reads, in one walk over the model, so that what is

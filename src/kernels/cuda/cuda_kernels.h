@@ -100,6 +100,30 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
               int32_t* sorted_expert, int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of,
               Stream stream);
 
+// The routed experts on the tensor cores (expert_mma.cu), for experts in the FP4 release encoding:
+// after moe_sort, expert_tiles cuts each expert's run of sorted pairs into tiles of at most
+// kExpertTilePairs pairs ([tile_bound][4] int32: expert, first sorted position, pairs, unused;
+// the count at tile_count); split_rows stores f32 rows as BF16 hi + lo planes in the kernels'
+// operand order ([rows][2][cols / 2] words); expert_gate_up writes, split the same way, for each
+// sorted position p, h[p] = swiglu(w1 x, w3 x) * pair_scale[p] (pair_scale may be null), x the
+// split row x_row[p] of x_split; expert_down writes y[p] = w2 h[p] ([pairs, rows] f32).
+// Results are within 2^-16 sum |x w| of the f32 linear (activations keep 16 significant bits)
+// and batch-invariant. Grids are sized by tile_bound (expert_tile_bound), so a CUDA graph
+// replays them whatever the routing.
+inline constexpr int kExpertTilePairs = 4;
+// The device descriptor (device pointers) fits these kernels: FP4 e2m1 with E8M0 scales per 32
+// columns, rows a multiple of 16, columns of 128, data 16-byte aligned.
+bool expert_mma_supports(const WeightMatrix& device_weight);
+int64_t expert_tile_bound(int64_t pairs, int64_t experts);
+void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream);
+void split_rows(const float* x, int64_t rows, int64_t cols, uint32_t* out, Stream stream);
+void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
+                    const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
+                    int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
+                    Stream stream);
+void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
+                 int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream);
+
 // Clamped SwiGLU in place: gate[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp
 // when limit <= 0), times row_scale[r] when row_scale is non-null. gate and up [rows, inner].
 void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float limit, const float* row_scale,

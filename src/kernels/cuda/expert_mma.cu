@@ -1,0 +1,457 @@
+// The routed experts of a MoE layer on the tensor cores, for experts in DeepSeek's FP4 release
+// encoding (e2m1 codes, one E8M0 scale per 32 columns): w1 and w3 with the clamped SwiGLU in one
+// kernel, w2 in another, over the pairs moe_sort ordered by expert.
+//
+// Why tensor cores at decode, where the FLOPs are few: the SIMT kernel (linear.cu) reduces one
+// weight row per warp against each pair's f32 activations, so every output row re-reads the
+// pairs' activations from L1 / L2, ten times the weight bytes at batch 64 (docs/BENCHMARKS.md).
+// Here a warp holds a 16-row weight tile in registers and multiplies it with up to 4 pairs at
+// once (m16n8k16 mma.sync), so activations are read once per 16 rows and weights once per tile.
+//
+// Exactness. e2m1 x 2^k is exact in BF16, so weights lose nothing. Activations are f32 and are
+// not: each is split into hi = bf16(x) and lo = bf16(x - hi) (16 significant bits, |error| <=
+// 2^-16 |x|), and the two are separate columns of the MMA (column 2t: pair t's hi, 2t + 1: its
+// lo), so 8 columns are 4 pairs and a pair's result is D[r][2t] + D[r][2t + 1], both products
+// exact and accumulated in f32. Within 2^-16 sum |x w| of the CPU's f32 (the tests' bound).
+//
+// Batch invariance: a pair's column of D depends on its own activations and the weights only,
+// reduced over the columns in one fixed order (128-column chunks in order, 8 MMAs each), whatever
+// else shares its tile; so its result has the same bits alone or in any batch.
+//
+// Layouts. A lane (group g = lane / 4, q = lane % 4) of a warp loads 16 bytes of weight row g and
+// of row g + 8 per 128-column chunk: columns 32 q .. 32 q + 31 of the chunk, one scale group. The
+// MMA's k order is free as long as both operands share it, so the lane's 32 columns are its k
+// slots: bf16x2 register (i, n) (i the 32-bit word of the 16 bytes, n < 4) holds columns 8 i + n
+// and 8 i + n + 4, the two nibbles a shift and a mask turn into BF16 together. Activations are
+// stored split in the same order ("split rows": per 32-column segment 16 words, word 4 i + n =
+// (x[8 i + n], x[8 i + n + 4]) as bf16x2), hi and lo planes per row, so a lane's operand is four
+// 16-byte loads.
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMmaThreads = kWarpsPerBlock * kWarp;
+constexpr int kChunkColumns = 128;    // 4 lanes x 32 columns
+constexpr int kSegmentColumns = 32;   // one lane's columns of a chunk; one scale group
+constexpr int kSegmentWords = 16;     // bf16x2 words of a split segment
+constexpr int kTileRowsGateUp = 16;   // per warp: 16 rows of w1 and the same 16 of w3
+constexpr int kTileRowsDown = 32;     // per warp: two 16-row tiles of w2
+constexpr int kTileThreads = 1024;
+constexpr int64_t kMaxGridY = 65535;
+
+// ---------------------------------------------------------------------------------------------
+// Tiles: runs of at most kExpertTilePairs consecutive sorted pairs of one expert.
+
+__device__ int first_of(const int32_t* sorted, int end, int32_t value) {  // lower bound in [0, end)
+  int lo = 0, hi = end;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (sorted[mid] < value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+__device__ int past_of(const int32_t* sorted, int begin, int end, int32_t value) {  // upper bound
+  int lo = begin, hi = end;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (sorted[mid] <= value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// One block: each pair whose place in its expert's run is a multiple of the capacity starts a
+// tile; a block scan numbers the starts in pair order.
+__global__ void __launch_bounds__(kTileThreads)
+    expert_tiles_kernel(const int32_t* __restrict__ sorted_expert, int pairs, int4* __restrict__ tiles,
+                        int32_t* __restrict__ tile_count) {
+  using Scan = cub::BlockScan<int, kTileThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int carry;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < pairs; base += kTileThreads) {
+    const int i = base + tid;
+    int starts = 0;
+    int32_t expert = 0;
+    if (i < pairs) {
+      expert = sorted_expert[i];
+      starts = (i - first_of(sorted_expert, i, expert)) % kExpertTilePairs == 0;
+    }
+    int offset = 0, total = 0;
+    Scan(temp).ExclusiveSum(starts, offset, total);
+    if (starts) {
+      const int run_end = past_of(sorted_expert, i, pairs, expert);
+      const int count = run_end - i < kExpertTilePairs ? run_end - i : kExpertTilePairs;
+      tiles[carry + offset] = make_int4(expert, i, count, 0);
+    }
+    __syncthreads();
+    if (tid == 0) carry += total;
+    __syncthreads();
+  }
+  if (tid == 0) *tile_count = carry;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split rows.
+
+__device__ __forceinline__ uint32_t bf16_bits_rn(float x) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(x)));
+}
+
+// hi = bf16(x), lo = bf16(x - hi); lo is 0 where hi is not finite (so infinities stay infinite).
+__device__ __forceinline__ void split_value(float x, uint32_t& hi, uint32_t& lo) {
+  hi = bf16_bits_rn(x);
+  const float rest = x - __uint_as_float(hi << 16);
+  lo = isfinite(rest) ? bf16_bits_rn(rest) : 0u;
+}
+
+// The u16 index, inside a split plane, of column c.
+__device__ __forceinline__ int64_t split_half_index(int64_t c) {
+  const int64_t segment = c / kSegmentColumns;
+  const int within = static_cast<int>(c % kSegmentColumns);
+  const int word = 4 * (within / 8) + (within % 8) % 4;
+  return (segment * kSegmentWords + word) * 2 + (within % 8) / 4;
+}
+
+__global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, uint32_t* __restrict__ out) {
+  const int64_t words = cols / 2;
+  const int64_t total = rows * words;
+  for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < total;
+       index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r, w;
+    split_index(index, words, r, w);
+    const int64_t segment = w / kSegmentWords;
+    const int word = static_cast<int>(w % kSegmentWords);
+    const int64_t c = segment * kSegmentColumns + 8 * (word / 4) + word % 4;
+    uint32_t hi0, lo0, hi1, lo1;
+    split_value(x[r * cols + c], hi0, lo0);
+    split_value(x[r * cols + c + 4], hi1, lo1);
+    out[(2 * r) * words + w] = hi0 | (hi1 << 16);
+    out[(2 * r + 1) * words + w] = lo0 | (lo1 << 16);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MMA kernels.
+
+__device__ __forceinline__ uint4 load_streaming(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  // a * b + (-0): exact for the powers of two it is used with, and -0 keeps a zero's sign.
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// Nibbles n and n + 4 of `word` as a bf16x2 (low half: nibble n) of value e2m1 x 2^-126: the
+// sign to bit 15, the three magnitude bits to bits 8..6, where exponent 0 makes the code 1 (0.5)
+// a BF16 subnormal of the right value.
+template <int N>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t word) {
+  const uint32_t magnitude = N == 0 ? word << 6 : N == 1 ? word << 2 : N == 2 ? word >> 2 : word >> 6;
+  const uint32_t sign = N == 3 ? word : word << (12 - 4 * N);
+  return (magnitude & 0x01C001C0u) | (sign & 0x80008000u);
+}
+
+// The decoded pair times 2^126 times the E8M0 scale 2^(s - 127), in two exact steps (one factor
+// 2^(s - 1) overflows BF16 for s > 128); s = 255 is NaN, as e8m0_value.
+struct PairScale {
+  uint32_t factor;
+};
+
+__device__ __forceinline__ PairScale scale_factor(uint32_t s) {
+  // 2^(s - 127) as BF16: s = 0 is the subnormal 2^-127.
+  const uint32_t bits = s == 255u ? 0x7FC0u : s == 0u ? 0x0040u : (s << 7);
+  return {bits | (bits << 16)};
+}
+
+__device__ __forceinline__ uint32_t scaled(uint32_t pair, PairScale scale) {
+  return bf16x2_mul(bf16x2_mul(pair, 0x7E807E80u), scale.factor);
+}
+
+// One 128-column chunk as a lane holds it: 16 bytes of rows g and g + 8 of each of the two row
+// tiles, their scales, and the lane's activation words (zero for an empty column).
+struct Chunk {
+  uint4 weights[2][2];
+  uint32_t scales[2][2];
+  uint4 x[4];
+};
+
+struct RowTile {
+  const uint8_t* rows[2];    // rows g and g + 8 of the tile, first byte
+  const uint8_t* scales[2];  // their first scale byte
+};
+
+__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint32_t* x_words, int64_t segment,
+                                           Chunk& chunk) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + segment * 16);
+      chunk.scales[m][h] = tiles[m].scales[h][segment];
+    }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    chunk.x[i] = x_words ? __ldg(reinterpret_cast<const uint4*>(x_words + segment * kSegmentWords) + i)
+                         : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, float (&acc)[2][4]) {
+  PairScale scale[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) scale[m][h] = scale_factor(chunk.scales[m][h]);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int i = j / 2;
+    const uint32_t b0 = word_of(chunk.x[i], (j % 2) * 2);
+    const uint32_t b1 = word_of(chunk.x[i], (j % 2) * 2 + 1);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const uint32_t low = word_of(chunk.weights[m][0], i);
+      const uint32_t high = word_of(chunk.weights[m][1], i);
+      uint32_t a0, a1, a2, a3;
+      if (j % 2 == 0) {
+        a0 = scaled(e2m1_pair<0>(low), scale[m][0]);
+        a1 = scaled(e2m1_pair<0>(high), scale[m][1]);
+        a2 = scaled(e2m1_pair<1>(low), scale[m][0]);
+        a3 = scaled(e2m1_pair<1>(high), scale[m][1]);
+      } else {
+        a0 = scaled(e2m1_pair<2>(low), scale[m][0]);
+        a1 = scaled(e2m1_pair<2>(high), scale[m][1]);
+        a2 = scaled(e2m1_pair<3>(low), scale[m][0]);
+        a3 = scaled(e2m1_pair<3>(high), scale[m][1]);
+      }
+      mma_bf16(acc[m], a0, a1, a2, a3, b0, b1);
+    }
+  }
+}
+
+// acc[m] += the two row tiles times the lane's activation column, over all chunks, with the next
+// chunk's loads in flight while one is multiplied.
+__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* x_words, int64_t cols,
+                                              float (&acc)[2][4]) {
+  const int q = static_cast<int>(threadIdx.x) % 4;
+  const int64_t chunks = cols / kChunkColumns;
+  Chunk current, next;
+  load_chunk(tiles, x_words, q, current);
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) load_chunk(tiles, x_words, 4 * (c + 1) + q, next);
+    multiply_chunk(current, acc);
+    current = next;
+  }
+}
+
+RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first_row) {
+  const int g = static_cast<int>(threadIdx.x) % kWarp / 4;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const uint8_t*>(w.scales);
+  const int64_t row_bytes = w.cols / 2, scale_columns = w.cols / kSegmentColumns;
+  RowTile t;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = first_row + g + 8 * h;
+    t.rows[h] = data + row * row_bytes;
+    t.scales[h] = scales + row * scale_columns;
+  }
+  return t;
+}
+
+// The split activation words of this lane's column: pair slot t = g / 2, plane g % 2 (hi, lo);
+// null where the slot is past the tile's pairs.
+__device__ __forceinline__ const uint32_t* column_words(const uint32_t* x_split, const int32_t* x_row, int4 tile,
+                                                        int64_t cols) {
+  const int g = static_cast<int>(threadIdx.x) % kWarp / 4;
+  const int slot = g / 2;
+  if (tile.x < 0 || slot >= tile.z) return nullptr;
+  const int64_t pair = tile.y + slot;
+  const int64_t row = x_row ? x_row[pair] : pair;
+  return x_split + (2 * row + g % 2) * (cols / 2);
+}
+
+__device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
+  if (limit > 0) {
+    g = fminf(g, limit);                                // std::fmin
+    u = u < -limit ? -limit : (limit < u ? limit : u);  // std::clamp (NaN passes through)
+  }
+  return silu(g) * u;
+}
+
+// grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
+__global__ void __launch_bounds__(kMmaThreads)
+    gate_up_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
+                   const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
+                   const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3, int64_t inner,
+                   int64_t cols, float limit, const float* __restrict__ pair_scale_of, uint32_t* __restrict__ h_split) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t first_row =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kTileRowsGateUp;
+  if (first_row >= inner) return;
+  const int count = *tile_count;
+  for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
+    const int4 tile = tiles[index];
+    float acc[2][4] = {};
+    if (tile.x >= 0) {
+      const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
+      multiply_rows(rows, column_words(x_split, x_row, tile, cols), cols, acc);
+    }
+    if (q >= tile.z) continue;
+    const int64_t pair = tile.y + q;
+    const float scale = pair_scale_of ? pair_scale_of[pair] : 1.0f;
+    auto* halves = reinterpret_cast<uint16_t*>(h_split);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float value = swiglu_value(acc[0][2 * h] + acc[0][2 * h + 1], acc[1][2 * h] + acc[1][2 * h + 1], limit);
+      if (pair_scale_of) value = value * scale;
+      uint32_t hi, lo;
+      split_value(value, hi, lo);
+      const int64_t at = split_half_index(first_row + g + 8 * h);
+      halves[(2 * pair) * inner + at] = static_cast<uint16_t>(hi);
+      halves[(2 * pair + 1) * inner + at] = static_cast<uint16_t>(lo);
+    }
+  }
+}
+
+// grid: (row blocks of 128 output rows, tiles). y[pair, r] = (w2 h)[r].
+__global__ void __launch_bounds__(kMmaThreads)
+    down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
+                const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
+                int64_t inner, float* __restrict__ y) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t first_row =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kTileRowsDown;
+  if (first_row >= rows) return;
+  const bool second = first_row + 16 < rows;  // warp-uniform: rows is a multiple of 16
+  const int count = *tile_count;
+  for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
+    const int4 tile = tiles[index];
+    float acc[2][4] = {};
+    if (tile.x >= 0) {
+      const WeightMatrix& w = w2[tile.x];
+      // Without a second tile the first is loaded twice and its copy dropped: one code path.
+      const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
+      multiply_rows(tiles2, column_words(h_split, nullptr, tile, inner), inner, acc);
+    }
+    if (q >= tile.z) continue;
+    float* out = y + (tile.y + q) * rows;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      if (m == 1 && !second) break;
+      out[first_row + 16 * m + g] = acc[m][0] + acc[m][1];
+      out[first_row + 16 * m + g + 8] = acc[m][2] + acc[m][3];
+    }
+  }
+}
+
+unsigned grid_y(int64_t tile_bound) { return static_cast<unsigned>(tile_bound < kMaxGridY ? tile_bound : kMaxGridY); }
+
+void check_sizes(const char* who, int64_t pairs, int64_t rows, int64_t cols, int64_t tile_bound) {
+  if (pairs < 0 || rows < 0 || cols < 0 || tile_bound < 0)
+    fail(who, ": negative size (pairs ", pairs, ", rows ", rows, ", cols ", cols, ", tiles ", tile_bound, ")");
+  if (rows % 16 != 0 || cols % kChunkColumns != 0)
+    fail(who, ": ", rows, " x ", cols, " experts; this kernel needs rows a multiple of 16 and columns of ",
+         kChunkColumns);
+  if (pairs >= (int64_t{1} << 31)) fail(who, ": ", pairs, " pairs, over 2^31");
+}
+
+}  // namespace
+
+bool expert_mma_supports(const WeightMatrix& device_weight) {
+  const WeightMatrix& w = device_weight;
+  return w.encoding == WeightEncoding::FP4_E2M1 && w.scale_encoding == ScaleEncoding::E8M0 && w.block_cols == 32 &&
+         w.block_rows == 1 && w.rows % 16 == 0 && w.cols % kChunkColumns == 0 && w.data && w.scales &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+int64_t expert_tile_bound(int64_t pairs, int64_t experts) {
+  if (pairs <= 0) return 0;
+  // Each expert's run (the negative "no expert" id included) ends at most one partial tile.
+  const int64_t bound = (pairs + kExpertTilePairs - 1) / kExpertTilePairs + experts + 1;
+  return bound < pairs ? bound : pairs;
+}
+
+void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream) {
+  if (launches_skipped()) return;
+  if (pairs < 0) fail("cuda::expert_tiles: negative pair count ", pairs);
+  if (pairs >= (int64_t{1} << 31)) fail("cuda::expert_tiles: ", pairs, " pairs, over 2^31");
+  expert_tiles_kernel<<<1, kTileThreads, 0, native(stream)>>>(sorted_expert, static_cast<int>(pairs),
+                                                             reinterpret_cast<int4*>(tiles), tile_count);
+  check_launch("cuda::expert_tiles");
+}
+
+void split_rows(const float* x, int64_t rows, int64_t cols, uint32_t* out, Stream stream) {
+  if (launches_skipped()) return;
+  if (rows < 0 || cols < 0 || cols % kSegmentColumns != 0)
+    fail("cuda::split_rows: ", rows, " x ", cols, " (columns must be a multiple of ", kSegmentColumns, ")");
+  if (rows * cols == 0) return;
+  split_rows_kernel<<<grid_for(rows * cols / 2, 256), 256, 0, native(stream)>>>(x, rows, cols, out);
+  check_launch("cuda::split_rows");
+}
+
+void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
+                    const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
+                    int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
+                    Stream stream) {
+  if (launches_skipped()) return;
+  check_sizes("cuda::expert_gate_up", pairs, inner, cols, tile_bound);
+  if (pairs == 0 || inner == 0 || tile_bound == 0) return;
+  const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
+  const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
+  gate_up_kernel<<<grid, kMmaThreads, 0, native(stream)>>>(x_split, x_row, reinterpret_cast<const int4*>(tiles),
+                                                          tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
+  check_launch("cuda::expert_gate_up");
+}
+
+void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
+                 int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream) {
+  if (launches_skipped()) return;
+  check_sizes("cuda::expert_down", pairs, rows, inner, tile_bound);
+  if (pairs == 0 || rows == 0 || tile_bound == 0) return;
+  const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
+  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
+  down_kernel<<<grid, kMmaThreads, 0, native(stream)>>>(h_split, reinterpret_cast<const int4*>(tiles), tile_count,
+                                                       w2, rows, inner, y);
+  check_launch("cuda::expert_down");
+}
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,292 @@
+// The tensor-core expert kernels (kernels/cuda/expert_mma.cu) against the CPU: expert_tiles cuts
+// each expert's sorted run into tiles of at most kExpertTilePairs; expert_gate_up gives the
+// clamped SwiGLU of the CPU's w1 x and w3 x within the split's bound; expert_down gives the CPU's
+// w2 h of the h it was given within f32 rounding; a pair's result has the same bits whatever
+// shares its tile; and the descriptors the kernels cannot run are told apart.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_test_support.h"
+#include "cuda/kernel_test_support.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using cuda_testing::DeviceBytes;
+using cuda_testing::from_device;
+using cuda_testing::synchronize;
+using cuda_testing::to_device;
+using namespace cuda_testing_weights;
+
+constexpr Stream kDefaultStream = nullptr;
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+float swiglu(float g, float u, float limit) {
+  if (limit > 0) {
+    g = std::fmin(g, limit);
+    u = std::clamp(u, -limit, limit);
+  }
+  return silu(g) * u;
+}
+
+// A BF16 bit pattern's value.
+float bf16_float(uint16_t bits) {
+  const uint32_t word = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+// Column c of a split row (hi + lo) read back: the kernels' documented operand order.
+float split_value_at(const std::vector<uint16_t>& halves, int64_t row, int64_t cols, int64_t c) {
+  const int64_t segment = c / 32;
+  const int64_t within = c % 32;
+  const int64_t word = 4 * (within / 8) + (within % 8) % 4;
+  const int64_t half = (within % 8) / 4;
+  const int64_t at = (segment * 16 + word) * 2 + half;
+  return bf16_float(halves[static_cast<std::size_t>(2 * row * cols + at)]) +
+         bf16_float(halves[static_cast<std::size_t>((2 * row + 1) * cols + at)]);
+}
+
+struct Experts {
+  std::vector<HostWeight> w1, w2, w3, w1_abs, w3_abs;
+  std::vector<DeviceWeight> device;  // w1, w2, w3 of expert 0, then of 1, ...
+  DeviceBytes w1_array, w2_array, w3_array;
+};
+
+Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng) {
+  Experts e;
+  std::vector<WeightMatrix> d1, d2, d3;
+  for (int i = 0; i < count; ++i) {
+    e.w1.push_back(make_weight(WeightEncoding::FP4_E2M1, inner, hidden, rng, ScaleEncoding::E8M0, 1, 32));
+    e.w2.push_back(make_weight(WeightEncoding::FP4_E2M1, hidden, inner, rng, ScaleEncoding::E8M0, 1, 32));
+    e.w3.push_back(make_weight(WeightEncoding::FP4_E2M1, inner, hidden, rng, ScaleEncoding::E8M0, 1, 32));
+    e.w1_abs.push_back(absolute(e.w1.back()));
+    e.w3_abs.push_back(absolute(e.w3.back()));
+    e.device.push_back(upload(e.w1.back()));
+    d1.push_back(e.device.back().matrix);
+    e.device.push_back(upload(e.w2.back()));
+    d2.push_back(e.device.back().matrix);
+    e.device.push_back(upload(e.w3.back()));
+    d3.push_back(e.device.back().matrix);
+  }
+  e.w1_array = to_device(d1);
+  e.w2_array = to_device(d2);
+  e.w3_array = to_device(d3);
+  return e;
+}
+
+// One MoE call through the kernels, as the backend makes it: sort, tiles, split, gate-up, down.
+struct ExpertRun {
+  std::vector<int64_t> sorted_pair;      // position -> pair
+  std::vector<uint16_t> h;               // split h, [pairs][2][inner] halves
+  std::vector<float> y;                  // [pairs (sorted), hidden]
+};
+
+ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x, int64_t tokens, int64_t top_k,
+                const std::vector<int32_t>& choice, int64_t inner, int64_t hidden, float limit,
+                const std::vector<float>* pair_scale) {
+  const auto pairs = static_cast<int64_t>(choice.size());
+  const DeviceBytes dchoice = to_device(choice), dx = to_device(x);
+  DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
+      sorted_pair(pairs * 8), position_of(pairs * 8);
+  moe_sort(dchoice.at<int32_t>(), pairs, top_k, scratch.get(), moe_sort_scratch_bytes(pairs),
+           sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(), position_of.at<int64_t>(),
+           kDefaultStream);
+  const int64_t bound = expert_tile_bound(pairs, experts);
+  DeviceBytes tiles(static_cast<std::size_t>(bound) * 16 + 16), tile_count(4);
+  DeviceBytes x_split(static_cast<std::size_t>(tokens * hidden) * 4), h_split(static_cast<std::size_t>(pairs * inner) * 4),
+      y(static_cast<std::size_t>(pairs * hidden) * 4);
+  DeviceBytes dscale;
+  std::vector<float> sorted_scale;
+  ExpertRun run;
+  run.sorted_pair = from_device(sorted_pair.at<int64_t>(), static_cast<std::size_t>(pairs));
+  if (pair_scale) {
+    for (const int64_t p : run.sorted_pair) sorted_scale.push_back((*pair_scale)[static_cast<std::size_t>(p)]);
+    dscale = to_device(sorted_scale);
+  }
+  expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream);
+  split_rows(dx.at<float>(), tokens, hidden, x_split.at<uint32_t>(), kDefaultStream);
+  expert_gate_up(x_split.at<uint32_t>(), sorted_token.at<int32_t>(), pairs, tiles.at<int32_t>(),
+                 tile_count.at<int32_t>(), bound, e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner,
+                 hidden, limit, pair_scale ? dscale.at<float>() : nullptr, h_split.at<uint32_t>(), kDefaultStream);
+  expert_down(h_split.at<uint32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), bound,
+              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream);
+  synchronize();
+  run.h = from_device(reinterpret_cast<const uint16_t*>(h_split.at<uint32_t>()), static_cast<std::size_t>(2 * pairs * inner));
+  run.y = from_device(y.at<float>(), static_cast<std::size_t>(pairs * hidden));
+  return run;
+}
+
+TEST(CudaExpertMma, TilesCutEachExpertsRun) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(3);
+  for (const int64_t pairs : {int64_t{1}, int64_t{6}, int64_t{37}, int64_t{1500}, int64_t{3072}}) {
+    std::uniform_int_distribution<int32_t> pick(-1, 40);
+    std::vector<int32_t> sorted(static_cast<std::size_t>(pairs));
+    for (auto& v : sorted) v = pick(rng);
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < pairs;) {
+      int64_t end = i;
+      while (end < pairs && sorted[end] == sorted[i]) ++end;
+      for (int64_t first = i; first < end; first += kExpertTilePairs)
+        want.insert(want.end(), {sorted[i], static_cast<int32_t>(first),
+                                 static_cast<int32_t>(std::min<int64_t>(kExpertTilePairs, end - first)), 0});
+      i = end;
+    }
+    const int64_t bound = expert_tile_bound(pairs, 41);
+    ASSERT_LE(static_cast<int64_t>(want.size() / 4), bound) << pairs << " pairs";
+    const DeviceBytes dsorted = to_device(sorted);
+    DeviceBytes tiles(static_cast<std::size_t>(bound) * 16), count(4);
+    expert_tiles(dsorted.at<int32_t>(), pairs, tiles.at<int32_t>(), count.at<int32_t>(), kDefaultStream);
+    synchronize();
+    const int32_t got_count = from_device(count.at<int32_t>(), 1)[0];
+    ASSERT_EQ(got_count, static_cast<int32_t>(want.size() / 4)) << pairs << " pairs";
+    std::vector<int32_t> got = from_device(tiles.at<int32_t>(), want.size());
+    for (std::size_t i = 3; i < got.size(); i += 4) got[i] = 0;  // the unused word
+    EXPECT_EQ(got, want) << pairs << " pairs";
+  }
+}
+
+// Every pair's h against the CPU's SwiGLU of its w1 x and w3 x: the kernels' activations keep 16
+// significant bits, so gate and up may each be off by 2^-16 sum |x w| (2^-15 allowed, with the
+// accumulation's rounding), and h by what that moves the SwiGLU (silu' <= 1.1) plus its own
+// split. Then y against the CPU's w2 of the h the kernel wrote (exact in its split form): f32
+// rounding only, 1e-5 of sum |h w|.
+TEST(CudaExpertMma, MatchesCpuExperts) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(11);
+  constexpr int kExperts = 6;
+  constexpr int64_t kTokens = 7, kTopK = 3, kInner = 384, kHidden = 256;
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kHidden), rng);
+  std::vector<float> x_abs = x;
+  for (auto& v : x_abs) v = std::fabs(v);
+  // Expert 2 takes six tokens (two tiles), 4 one, 5 none, and one slot is skipped (-1).
+  const std::vector<int32_t> choice = {2, 0, 1, 2, 3, 4, 2, 0, 1, 2, 3, -1, 2, 1, 3, 2, 0, 1, 0, 3, 1};
+  std::uniform_real_distribution<float> weight(0.1f, 1.5f);
+  std::vector<float> pair_scale(choice.size());
+  for (auto& s : pair_scale) s = weight(rng);
+  for (const float limit : {0.0f, 7.0f}) {
+    for (const bool scaled : {false, true}) {
+      const ExpertRun run = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, limit,
+                                  scaled ? &pair_scale : nullptr);
+      const auto pairs = static_cast<int64_t>(choice.size());
+      int failures = 0;
+      for (int64_t position = 0; position < pairs; ++position) {
+        const int64_t pair = run.sorted_pair[static_cast<std::size_t>(position)];
+        const int32_t expert = choice[static_cast<std::size_t>(pair)];
+        std::vector<float> h(static_cast<std::size_t>(kInner));
+        for (int64_t r = 0; r < kInner; ++r) h[static_cast<std::size_t>(r)] = split_value_at(run.h, position, kInner, r);
+        const std::vector<float> y(run.y.begin() + position * kHidden, run.y.begin() + (position + 1) * kHidden);
+        if (expert < 0) {
+          EXPECT_EQ(h, std::vector<float>(h.size(), 0.0f)) << "skipped pair " << pair;
+          EXPECT_EQ(y, std::vector<float>(y.size(), 0.0f)) << "skipped pair " << pair;
+          continue;
+        }
+        const int64_t token = pair / kTopK;
+        const std::vector<float> xt(x.begin() + token * kHidden, x.begin() + (token + 1) * kHidden);
+        const std::vector<float> xt_abs(x_abs.begin() + token * kHidden, x_abs.begin() + (token + 1) * kHidden);
+        const std::vector<float> gate = cpu_linear(xt, 1, e.w1[expert].matrix);
+        const std::vector<float> up = cpu_linear(xt, 1, e.w3[expert].matrix);
+        const std::vector<float> gate_size = cpu_linear(xt_abs, 1, e.w1_abs[expert].matrix);
+        const std::vector<float> up_size = cpu_linear(xt_abs, 1, e.w3_abs[expert].matrix);
+        const float s = scaled ? pair_scale[static_cast<std::size_t>(pair)] : 1.0f;
+        for (int64_t r = 0; r < kInner; ++r) {
+          const auto i = static_cast<std::size_t>(r);
+          const float want = swiglu(gate[i], up[i], limit) * s;
+          const double eg = std::ldexp(gate_size[i], -15), eu = std::ldexp(up_size[i], -15);
+          const double bound =
+              s * (1.1 * eg * (std::fabs(up[i]) + eu) + (std::fabs(silu(gate[i])) + 1.1 * eg) * eu) +
+              std::ldexp(std::fabs(want), -15) + 1e-30;
+          if (!(std::fabs(h[i] - want) <= bound) && failures++ < 5)
+            ADD_FAILURE() << "limit " << limit << " scaled " << scaled << " pair " << pair << " expert " << expert
+                          << " h[" << r << "] = " << h[i] << ", cpu " << want << ", bound " << bound;
+        }
+        std::vector<float> h_abs = h;
+        for (auto& v : h_abs) v = std::fabs(v);
+        const std::vector<float> want_y = cpu_linear(h, 1, e.w2[expert].matrix);
+        const std::vector<float> size_y = cpu_linear(h_abs, 1, absolute(e.w2[expert]).matrix);
+        for (int64_t c = 0; c < kHidden; ++c) {
+          const auto i = static_cast<std::size_t>(c);
+          const double bound = 1e-5 * size_y[i] + 1e-30;
+          if (!(std::fabs(y[i] - want_y[i]) <= bound) && failures++ < 5)
+            ADD_FAILURE() << "limit " << limit << " scaled " << scaled << " pair " << pair << " expert " << expert
+                          << " y[" << c << "] = " << y[i] << ", cpu " << want_y[i] << ", bound " << bound;
+        }
+      }
+      EXPECT_EQ(failures, 0);
+    }
+  }
+}
+
+// Token 0 alone on expert 1, then with others before and after it on the same expert (so it sits
+// in another slot of a tile, or in a second tile), then in a batch where other experts run too:
+// its h and y keep their bits.
+TEST(CudaExpertMma, BatchInvariantBitForBit) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(5);
+  constexpr int kExperts = 3;
+  constexpr int64_t kInner = 128, kHidden = 384;
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng);
+  const std::vector<float> pool = random_floats(static_cast<std::size_t>(9 * kHidden), rng, 3.0f);
+  const auto token = [&](int64_t t) { return std::vector<float>(pool.begin() + t * kHidden, pool.begin() + (t + 1) * kHidden); };
+  std::vector<float> want_y;
+  for (const std::vector<int64_t>& batch : {std::vector<int64_t>{0}, std::vector<int64_t>{3, 4, 0},
+                                            std::vector<int64_t>{5, 6, 7, 8, 1, 0, 2},
+                                            std::vector<int64_t>{2, 0, 1, 3}}) {
+    std::vector<float> x;
+    std::vector<int32_t> choice;
+    int64_t subject = -1;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<float> row = token(batch[i]);
+      x.insert(x.end(), row.begin(), row.end());
+      if (batch[i] == 0) subject = static_cast<int64_t>(i);
+      // In the last batch only token 0 is on expert 1.
+      choice.push_back(batch.size() == 4 ? (batch[i] == 0 ? 1 : static_cast<int32_t>(i % 2 == 0 ? 0 : 2)) : 1);
+    }
+    const ExpertRun run = run_experts(e, kExperts, x, static_cast<int64_t>(batch.size()), 1, choice, kInner, kHidden, 0.0f,
+                                nullptr);
+    const auto position = static_cast<int64_t>(
+        std::find(run.sorted_pair.begin(), run.sorted_pair.end(), subject) - run.sorted_pair.begin());
+    const std::vector<float> y(run.y.begin() + position * kHidden, run.y.begin() + (position + 1) * kHidden);
+    if (want_y.empty()) {
+      want_y = y;
+      continue;
+    }
+    EXPECT_TRUE(same_bits(y, want_y)) << "batch of " << batch.size();
+  }
+}
+
+TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
+  std::mt19937 rng(1);
+  const HostWeight fp4 = make_weight(WeightEncoding::FP4_E2M1, 32, 256, rng, ScaleEncoding::E8M0, 1, 32);
+  const HostWeight fp8 = make_weight(WeightEncoding::FP8_E4M3, 32, 256, rng, ScaleEncoding::E8M0, 32, 32);
+  const HostWeight wide_groups = make_weight(WeightEncoding::FP4_E2M1, 32, 256, rng, ScaleEncoding::E8M0, 1, 64);
+  const HostWeight narrow = make_weight(WeightEncoding::FP4_E2M1, 32, 192, rng, ScaleEncoding::E8M0, 1, 32);
+  const HostWeight short_rows = make_weight(WeightEncoding::FP4_E2M1, 24, 256, rng, ScaleEncoding::E8M0, 1, 32);
+  WeightMatrix aligned = fp4.matrix, misaligned = fp4.matrix;
+  aligned.data = reinterpret_cast<const void*>(uintptr_t{4096});
+  misaligned.data = reinterpret_cast<const void*>(uintptr_t{4096 + 8});
+  EXPECT_TRUE(expert_mma_supports(aligned));
+  EXPECT_FALSE(expert_mma_supports(misaligned));
+  for (const HostWeight* w : {&fp8, &wide_groups, &narrow, &short_rows}) {
+    WeightMatrix m = w->matrix;
+    m.data = aligned.data;
+    EXPECT_FALSE(expert_mma_supports(m)) << "encoding " << static_cast<int>(m.encoding) << " " << m.rows << " x "
+                                         << m.cols << " groups of " << m.block_cols;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels::cuda
