@@ -46,6 +46,7 @@ enum Slot : int {
   kExpertTiles,
   kExpertTileCount,
   kSplitInput,
+  kMmaPartials,
   kLowRankByGroup,
   kLinearSplit,
   // Attention's middle (device_attention.cpp).

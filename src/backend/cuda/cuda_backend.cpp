@@ -43,6 +43,9 @@ void check(cudaError_t status, const char* what) {
 
 class CudaBackend;
 
+// The most columns of any weight matrix the device holds (for_each_device_tensor's walk).
+int64_t widest_matrix(const model::Model& model);
+
 class CudaForwardPass final : public model::ForwardPass {
  public:
   CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call);
@@ -102,7 +105,7 @@ class CudaForwardPass final : public model::ForwardPass {
   int64_t rows_;
   int64_t live_rows_;
   int64_t first_ = 0;  // rows dropped from the front
-  float* split_;       // linear's split workspace; null: --batch-invariant
+  k::LinearWorkspace linear_workspace_;
   float* streams_ = nullptr;
   float* sublayer_in_ = nullptr;
   float* sublayer_out_ = nullptr;
@@ -179,15 +182,25 @@ class CudaBackend final : public model::Backend {
   Arena& arena() { return arena_; }
   Arena& sampler_arena() { return sampler_arena_; }
   Staging& staging() { return staging_; }
-  float* split_workspace() {
-    return options_.batch_invariant ? nullptr
-                                    : arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
+  // linear's workspace: the SIMT kernel's split columns (none under --batch-invariant) and the
+  // tensor-core kernels' buffers, sized at reserve for its rows and the widest matrix.
+  k::LinearWorkspace linear_workspace() {
+    k::LinearWorkspace w;
+    if (!options_.batch_invariant)
+      w.split = arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
+    if (!simt_ && reserved_rows_ > 0) {
+      w.x_split_words = reserved_rows_ * widest_matrix_;
+      w.x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(w.x_split_words));
+      w.partial_floats = reserved_rows_ * k::kLinearMmaPartialFloatsPerToken;
+      w.partials = arena_.get<float>(kMmaPartials, static_cast<std::size_t>(w.partial_floats));
+    }
+    return w;
   }
   // The layer's routed experts all fit expert_mma.cu's kernels (decided once per layer, on the
-  // device descriptors); DEEPINFER_CUDA_SIMT_EXPERTS=1 keeps them on linear_gathered (for
-  // side-by-side benchmarks).
+  // device descriptors); DEEPINFER_CUDA_SIMT=1 keeps them, and every linear, on part 1's SIMT
+  // kernels (for side-by-side benchmarks).
   bool experts_on_tensor_cores(const model::MoeWeights& moe) {
-    if (simt_experts_ || moe.experts.empty()) return false;
+    if (simt_ || moe.experts.empty()) return false;
     const auto [found, inserted] = tensor_core_experts_.try_emplace(&moe, true);
     if (inserted)
       for (const model::ExpertWeights& expert : moe.experts)
@@ -222,7 +235,9 @@ class CudaBackend final : public model::Backend {
   std::optional<CudaCacheMemory> cache_memory_;
   std::mutex mutex_;
   OpProfile profile_;
-  const bool simt_experts_ = std::getenv("DEEPINFER_CUDA_SIMT_EXPERTS") && *std::getenv("DEEPINFER_CUDA_SIMT_EXPERTS") == '1';
+  const bool simt_ = std::getenv("DEEPINFER_CUDA_SIMT") && *std::getenv("DEEPINFER_CUDA_SIMT") == '1';
+  int64_t reserved_rows_ = 0;
+  int64_t widest_matrix_ = 0;  // the most columns of any weight the device holds
   std::unordered_map<const model::MoeWeights*, bool> tensor_core_experts_;
 };
 
@@ -233,9 +248,9 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       mode_(backend.mode_for(call, key_)),
       rows_(mode_ == PassMode::Eager ? call.rows : key_.rows),
       live_rows_(call.rows),
-      split_(backend.split_workspace()),
+      linear_workspace_(backend.linear_workspace()),
       attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
-                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, split_) {
+                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_workspace_) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);
@@ -337,7 +352,7 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
   const float* rows = backend_.staging().put(
       std::span<const float>(embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width)), stream);
   float* kv = arena.get<float>(kEngramKv, static_cast<std::size_t>(rows_ * layer.wkv.rows));
-  k::linear(rows, rows_, store.matrix(layer.wkv), kv, stream, split_);
+  k::linear(rows, rows_, store.matrix(layer.wkv), kv, stream, linear_workspace_);
   k::engram_gate(streams(), kv, store.floats(engram.gate_weight(index)), rows_, shape_.hc.streams, shape_.hc.hidden,
                  engram.eps(), stream);
 }
@@ -346,7 +361,7 @@ void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* 
                           float* logits) {
   const int64_t width = shape_.hc.streams * shape_.hc.hidden;
   k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
-  k::linear(flat, rows, backend_.weights().matrix(hc.fn), logits, backend_.stream(), split_);
+  k::linear(flat, rows, backend_.weights().matrix(hc.fn), logits, backend_.stream(), linear_workspace_);
 }
 
 void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) {
@@ -396,12 +411,12 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
   const float* inv_freq = store.floats(weights.rope.inv_freq());
   const int64_t rope_dims = weights.rope.rope_dims();
-  k::linear(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual, stream, split_);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual, stream, linear_workspace_);
   k::rms_norm(q_residual, rows_, rank, store.floats(weights.q_norm), weights.eps, q_residual, stream);
-  k::linear(q_residual, rows_, store.matrix(weights.wq_b), q, stream, split_);
+  k::linear(q_residual, rows_, store.matrix(weights.wq_b), q, stream, linear_workspace_);
   if (weights.q_head_norm) k::rms_norm(q, rows_ * heads, d, nullptr, weights.eps, q, stream);
   k::rope(q, rows_, heads, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
-  k::linear(sublayer_in_, rows_, store.matrix(weights.wkv), kv, stream, split_);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.wkv), kv, stream, linear_workspace_);
   k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
   k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
 
@@ -445,7 +460,7 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   k::linear_gathered(attended, put(input_row), pairs, groups_device, put(group_of), group_out, group_in, by_group,
                      stream);
   k::gather_rows(by_group, put(pair_of), pairs, group_out, low_rank, stream);
-  k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream, split_);
+  k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream, linear_workspace_);
 }
 
 void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit,
@@ -456,10 +471,10 @@ void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float
   const auto size = static_cast<std::size_t>(rows * inner);
   float* gate = backend_.arena().get<float>(kSharedGate, size);
   float* up = backend_.arena().get<float>(kSharedUp, size);
-  k::linear(x, rows, weights.matrix(expert.w1), gate, stream, split_);
-  k::linear(x, rows, weights.matrix(expert.w3), up, stream, split_);
+  k::linear(x, rows, weights.matrix(expert.w1), gate, stream, linear_workspace_);
+  k::linear(x, rows, weights.matrix(expert.w3), up, stream, linear_workspace_);
   k::swiglu(gate, up, rows, inner, limit, nullptr, stream);
-  k::linear(gate, rows, weights.matrix(expert.w2), out, stream, split_);
+  k::linear(gate, rows, weights.matrix(expert.w2), out, stream, linear_workspace_);
 }
 
 void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
@@ -476,7 +491,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 
   const int32_t* ids = put(padded(token_ids.first(static_cast<std::size_t>(live_rows_)), int32_t{0}));
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
-  k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream, split_);
+  k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream, linear_workspace_);
   k::RouterParams params;
   params.scoring = static_cast<int32_t>(weights.scoring);
   params.experts = experts;
@@ -612,7 +627,7 @@ float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span
   k::rms_norm(hidden, count, d, store.floats(weights.norm), shape_.norm_eps, hidden, stream);
   const kernels::WeightMatrix& head = store.matrix(*weights.head);
   float* device_logits = arena.get<float>(kLogits, c * static_cast<std::size_t>(head.rows));
-  k::linear(hidden, count, head, device_logits, stream, split_);
+  k::linear(hidden, count, head, device_logits, stream, linear_workspace_);
   if (hidden_out) {
     hidden_out->resize(c * static_cast<std::size_t>(d));
     check(cudaMemcpyAsync(hidden_out->data(), hidden, hidden_out->size() * 4, cudaMemcpyDeviceToHost, stream),
@@ -757,7 +772,10 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   arena_.get<int32_t>(kExpertTiles, 4 * static_cast<std::size_t>(k::expert_tile_bound(
                                             static_cast<int64_t>(expert_pairs), static_cast<int64_t>(experts))));
   arena_.get<int32_t>(kExpertTileCount, 1);
-  arena_.get<uint32_t>(kSplitInput, r * d);
+  reserved_rows_ = rows;
+  widest_matrix_ = widest_matrix(model);
+  arena_.get<uint32_t>(kSplitInput, r * std::max(d, static_cast<std::size_t>(widest_matrix_)));
+  if (!simt_) arena_.get<float>(kMmaPartials, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
 }
 
 // Every tensor the GPU part of the forward pass reads, in one walk over the model, so that what is
@@ -862,6 +880,22 @@ struct UploadWeights {
     store.descriptor_array(key, matrices);
   }
 };
+
+struct WidestMatrix {
+  int64_t cols = 0;
+  void matrix(const kernels::WeightMatrix& w) { cols = std::max(cols, w.cols); }
+  void floats(std::span<const float>) {}
+  void ints(std::span<const int32_t>) {}
+  void descriptors(const void*, const std::vector<kernels::WeightMatrix>& matrices) {
+    for (const kernels::WeightMatrix& w : matrices) matrix(w);
+  }
+};
+
+int64_t widest_matrix(const model::Model& model) {
+  WidestMatrix widest;
+  for_each_device_tensor(model, widest);
+  return widest.cols;
+}
 
 std::string gib(std::size_t bytes) {
   char text[32];

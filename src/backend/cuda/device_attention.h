@@ -13,6 +13,7 @@
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/staging.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "model/attention.h"
 
 namespace deepinfer::backend::cuda {
@@ -41,10 +42,10 @@ struct AttentionInputs {
 // step of its key. 0: sizes exact.
 class DeviceAttention {
  public:
-  // split: the workspace of linear's split columns (kernels/cuda/cuda_kernels.h), null under
-  // --batch-invariant.
+  // linear_workspace: linear's (kernels/cuda/cuda_kernels.h), the pass's.
   DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
-                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, float* split)
+                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound,
+                  const kernels::cuda::LinearWorkspace& linear_workspace)
       : weights_(weights),
         arena_(arena),
         staging_(staging),
@@ -52,7 +53,7 @@ class DeviceAttention {
         setup_stream_(setup_stream),
         call_rows_(call_rows),
         context_bound_(context_bound),
-        split_(split) {}
+        linear_workspace_(linear_workspace) {}
 
   // attended [rows, heads, d], rotated back; the segments' states move past their rows.
   void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
@@ -83,7 +84,7 @@ class DeviceAttention {
   cudaStream_t setup_stream_;  // new layer states are made on it (never captured)
   int64_t call_rows_;
   int64_t context_bound_;
-  float* split_;
+  kernels::cuda::LinearWorkspace linear_workspace_;
   bool tables_ready_ = false;
   std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
   int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows

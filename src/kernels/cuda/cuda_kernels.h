@@ -25,14 +25,36 @@ using Stream = CUstream_st*;
 void check_launch(const char* what);
 
 // y[t, r] = sum_c x[t, c] * W[r, c]; x [tokens, cols], y [tokens, rows]. W in device memory.
-// split_workspace null: the batch-invariant order above. Else device memory of
-// kLinearSplitFloats floats, which lets a call whose blocks would leave the device mostly idle
-// split each row's columns into ranges and add the ranges' sums in order (faster at small
-// batches; the order, so the rounding, then follows the call's row count).
+// With a workspace whose tensor-core buffers are set, the weights linear_mma_supports runs on the
+// tensor cores (linear_mma.cu: within 2^-16 sum |x w| of the f32 sum, batch invariant), needing
+// linear_mma_split_words and linear_mma_partial_floats of them (an Error when they are short);
+// the rest run the SIMT kernel, whose order is the batch-invariant one above unless `split` is
+// set: device memory of kLinearSplitFloats floats, which lets a call whose blocks would leave the
+// device mostly idle split each row's columns into ranges and add the ranges' sums in order
+// (faster at small batches; the order, so the rounding, then follows the call's row count).
 // (At most 264 blocks of 8 rows x 8 tokens split, into at most 16 ranges.)
 inline constexpr int64_t kLinearSplitFloats = 264 * 8 * 8 * 16;
+// Per token of a call, the most partial sums any linear_mma call needs (its column ranges only
+// split matrices of fewer than 264 blocks of 128 rows).
+inline constexpr int64_t kLinearMmaPartialFloatsPerToken = 2 * 264 * 128;
+struct LinearWorkspace {
+  float* split = nullptr;  // null: the SIMT kernel's batch-invariant order
+  uint32_t* x_split = nullptr;  // null: no tensor cores
+  int64_t x_split_words = 0;
+  float* partials = nullptr;
+  int64_t partial_floats = 0;
+};
 void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream,
-            float* split_workspace = nullptr);
+            const LinearWorkspace& workspace = {});
+
+// The tensor-core linear itself (linear_mma.cu): FP8 e4m3 with E8M0 scales over blocks of a
+// multiple of 32 columns, or BF16; rows a multiple of 16, columns of 128, data 16-byte aligned.
+// x_split: linear_mma_split_words words; partials: linear_mma_partial_floats floats (0: none).
+bool linear_mma_supports(const WeightMatrix& device_weight);
+int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& weight);
+int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& weight);
+void linear_mma(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, uint32_t* x_split,
+                float* partials, Stream stream);
 
 // One weight per output row of the call (mixture-of-experts): for pair p < pairs,
 // y[p, r] = sum_c x[x_row[p], c] * W_{weights[weight_of[p]]}[r, c], with y [pairs, rows].

@@ -8,24 +8,12 @@
 // Here a warp holds a 16-row weight tile in registers and multiplies it with up to 4 pairs at
 // once (m16n8k16 mma.sync), so activations are read once per 16 rows and weights once per tile.
 //
-// Exactness. e2m1 x 2^k is exact in BF16, so weights lose nothing. Activations are f32 and are
-// not: each is split into hi = bf16(x) and lo = bf16(x - hi) (16 significant bits, |error| <=
-// 2^-16 |x|), and the two are separate columns of the MMA (column 2t: pair t's hi, 2t + 1: its
-// lo), so 8 columns are 4 pairs and a pair's result is D[r][2t] + D[r][2t + 1], both products
-// exact and accumulated in f32. Within 2^-16 sum |x w| of the CPU's f32 (the tests' bound).
+// Exactness and the operand layouts: kernels/cuda/mma_common.cuh. The bound is 2^-16 sum |x w|
+// of the CPU's f32 (the tests' bound).
 //
 // Batch invariance: a pair's column of D depends on its own activations and the weights only,
 // reduced over the columns in one fixed order (128-column chunks in order, 8 MMAs each), whatever
 // else shares its tile; so its result has the same bits alone or in any batch.
-//
-// Layouts. A lane (group g = lane / 4, q = lane % 4) of a warp loads 16 bytes of weight row g and
-// of row g + 8 per 128-column chunk: columns 32 q .. 32 q + 31 of the chunk, one scale group. The
-// MMA's k order is free as long as both operands share it, so the lane's 32 columns are its k
-// slots: bf16x2 register (i, n) (i the 32-bit word of the 16 bytes, n < 4) holds columns 8 i + n
-// and 8 i + n + 4, the two nibbles a shift and a mask turn into BF16 together. Activations are
-// stored split in the same order ("split rows": per 32-column segment 16 words, word 4 i + n =
-// (x[8 i + n], x[8 i + n + 4]) as bf16x2), hi and lo planes per row, so a lane's operand is four
-// 16-byte loads.
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
@@ -37,17 +25,16 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_gate.h"
+#include "kernels/cuda/mma_common.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
 
 using namespace detail;
+using namespace mma;
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMmaThreads = kWarpsPerBlock * kWarp;
-constexpr int kChunkColumns = 128;    // 4 lanes x 32 columns
-constexpr int kSegmentColumns = 32;   // one lane's columns of a chunk; one scale group
-constexpr int kSegmentWords = 16;     // bf16x2 words of a split segment
 constexpr int kTileRowsGateUp = 16;   // per warp: 16 rows of w1 and the same 16 of w3
 constexpr int kTileRowsDown = 32;     // per warp: two 16-row tiles of w2
 constexpr int kTileThreads = 1024;
@@ -112,25 +99,6 @@ __global__ void __launch_bounds__(kTileThreads)
 // ---------------------------------------------------------------------------------------------
 // Split rows.
 
-__device__ __forceinline__ uint32_t bf16_bits_rn(float x) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(x)));
-}
-
-// hi = bf16(x), lo = bf16(x - hi); lo is 0 where hi is not finite (so infinities stay infinite).
-__device__ __forceinline__ void split_value(float x, uint32_t& hi, uint32_t& lo) {
-  hi = bf16_bits_rn(x);
-  const float rest = x - __uint_as_float(hi << 16);
-  lo = isfinite(rest) ? bf16_bits_rn(rest) : 0u;
-}
-
-// The u16 index, inside a split plane, of column c.
-__device__ __forceinline__ int64_t split_half_index(int64_t c) {
-  const int64_t segment = c / kSegmentColumns;
-  const int within = static_cast<int>(c % kSegmentColumns);
-  const int word = 4 * (within / 8) + (within % 8) % 4;
-  return (segment * kSegmentWords + word) * 2 + (within % 8) / 4;
-}
-
 __global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, uint32_t* __restrict__ out) {
   const int64_t words = cols / 2;
   const int64_t total = rows * words;
@@ -138,9 +106,7 @@ __global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int
        index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t r, w;
     split_index(index, words, r, w);
-    const int64_t segment = w / kSegmentWords;
-    const int word = static_cast<int>(w % kSegmentWords);
-    const int64_t c = segment * kSegmentColumns + 8 * (word / 4) + word % 4;
+    const int64_t c = split_word_column(w);
     uint32_t hi0, lo0, hi1, lo1;
     split_value(x[r * cols + c], hi0, lo0);
     split_value(x[r * cols + c + 4], hi1, lo1);
@@ -152,53 +118,10 @@ __global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int
 // ---------------------------------------------------------------------------------------------
 // The MMA kernels.
 
-__device__ __forceinline__ uint4 load_streaming(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  // a * b + (-0): exact for the powers of two it is used with, and -0 keeps a zero's sign.
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-
-// Nibbles n and n + 4 of `word` as a bf16x2 (low half: nibble n) of value e2m1 x 2^-126: the
-// sign to bit 15, the three magnitude bits to bits 8..6, where exponent 0 makes the code 1 (0.5)
-// a BF16 subnormal of the right value.
-template <int N>
-__device__ __forceinline__ uint32_t e2m1_pair(uint32_t word) {
-  const uint32_t magnitude = N == 0 ? word << 6 : N == 1 ? word << 2 : N == 2 ? word >> 2 : word >> 6;
-  const uint32_t sign = N == 3 ? word : word << (12 - 4 * N);
-  return (magnitude & 0x01C001C0u) | (sign & 0x80008000u);
-}
-
-// The decoded pair times 2^126 times the E8M0 scale 2^(s - 127), in two exact steps (one factor
-// 2^(s - 1) overflows BF16 for s > 128); s = 255 is NaN, as e8m0_value.
-struct PairScale {
-  uint32_t factor;
-};
-
-__device__ __forceinline__ PairScale scale_factor(uint32_t s) {
-  // 2^(s - 127) as BF16: s = 0 is the subnormal 2^-127.
-  const uint32_t bits = s == 255u ? 0x7FC0u : s == 0u ? 0x0040u : (s << 7);
-  return {bits | (bits << 16)};
-}
-
-__device__ __forceinline__ uint32_t scaled(uint32_t pair, PairScale scale) {
-  return bf16x2_mul(bf16x2_mul(pair, 0x7E807E80u), scale.factor);
+// The decoded pair times 2^126 times the E8M0 scale, in two exact steps (one factor 2^(s - 1)
+// would overflow BF16 for s > 128).
+__device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t scale) {
+  return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), scale);
 }
 
 // One 128-column chunk as a lane holds it: 16 bytes of rows g and g + 8 of each of the two row
@@ -229,16 +152,12 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint
                          : make_uint4(0, 0, 0, 0);
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, float (&acc)[2][4]) {
-  PairScale scale[2][2];
+  uint32_t scale[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) scale[m][h] = scale_factor(chunk.scales[m][h]);
+    for (int h = 0; h < 2; ++h) scale[m][h] = e8m0_pair(chunk.scales[m][h]);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int i = j / 2;

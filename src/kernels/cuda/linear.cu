@@ -421,13 +421,22 @@ void launch_scaled(const float* x, int64_t tokens, const WeightMatrix& w, float*
 
 }  // namespace
 
-void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream, float* split_workspace) {
+void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream,
+            const LinearWorkspace& workspace) {
   if (launches_skipped()) return;
   check_weight(weight);
   if (tokens < 0) fail("cuda::linear: negative token count ", tokens);
   if (tokens == 0 || weight.rows == 0) return;
+  if (workspace.x_split && linear_mma_supports(weight)) {
+    const int64_t words = linear_mma_split_words(tokens, weight), partials = linear_mma_partial_floats(tokens, weight);
+    if (words > workspace.x_split_words || partials > workspace.partial_floats)
+      fail("cuda::linear: the tensor-core workspace holds ", workspace.x_split_words, " split words and ",
+           workspace.partial_floats, " partial sums; ", tokens, " tokens of a ", weight.rows, " x ", weight.cols,
+           " weight need ", words, " and ", partials);
+    return linear_mma(x, tokens, weight, y, workspace.x_split, workspace.partials, stream);
+  }
   const cudaStream_t s = native(stream);
-  float* ws = split_workspace;
+  float* ws = workspace.split;
   switch (weight.encoding) {
     case WeightEncoding::F32: launch_linear<WeightEncoding::F32, ScaleEncoding::None>(x, tokens, weight, y, ws, s); break;
     case WeightEncoding::BF16: launch_linear<WeightEncoding::BF16, ScaleEncoding::None>(x, tokens, weight, y, ws, s); break;

@@ -1,0 +1,264 @@
+// linear on the tensor cores, for the dense weights of DeepSeek's releases: FP8 e4m3 with E8M0
+// block scales (32 x 32 in V4.1, 128 x 128 in V4) and BF16 (the LM head). y[t, r] = sum_c x[t, c]
+// W[r, c] with x split into BF16 hi + lo planes (split_rows) and W decoded exactly in registers
+// (mma_common.cuh: the operand order, why it is exact, and the 2^-16 bound on the activations).
+//
+// Why: the SIMT linear (linear.cu) reduces a weight row per warp against each token's f32
+// activations, so activations are re-read from L1 / L2 once per output row, and at batch 64
+// that traffic, not the weights' bytes, sets its time. Here a warp holds 32 weight rows (two
+// m16 tiles) and multiplies each 128-column chunk with up to 16 tokens (4 MMA column groups of
+// 4 tokens x (hi, lo)): activations are read once per 32 rows, weights once per 16 tokens.
+//
+// Work split: blockIdx.x = 16-token blocks (fastest, so the blocks that read the same weight
+// rows run together and share them through L2), blockIdx.y = 128-row blocks (4 warps),
+// blockIdx.z = column ranges. The ranges follow the weight's shape alone (enough blocks for the
+// SMs when a matrix has few rows, as wq_a's 1280 rows are 10 blocks), never the token count, and
+// each range's partial sums land in a workspace added in range order: so a token's result is
+// the same bits alone or in any batch (batch invariance, with no mode of its own).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch_gate.h"
+#include "kernels/cuda/mma_common.cuh"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using namespace detail;
+using namespace mma;
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kThreads = kWarpsPerBlock * kWarp;
+constexpr int kRowsPerWarp = 32;
+constexpr int64_t kRowsPerBlock = int64_t{kWarpsPerBlock} * kRowsPerWarp;
+constexpr int kGroups = 4;                    // MMA column groups per warp
+constexpr int64_t kTokensPerBlock = 4 * kGroups;
+constexpr int64_t kTargetBlocks = 264;        // 2 per SM of an H200
+constexpr int64_t kMinRangeChunks = 2;
+constexpr int64_t kMaxRanges = 32;
+constexpr int64_t kMaxGrid = 65535;
+
+struct Plan {
+  int64_t row_blocks = 0, token_blocks = 0, chunks = 0, ranges = 1, range_chunks = 0;
+};
+
+Plan plan_of(int64_t tokens, const WeightMatrix& w) {
+  Plan p;
+  p.row_blocks = (w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  p.token_blocks = (tokens + kTokensPerBlock - 1) / kTokensPerBlock;
+  p.chunks = w.cols / kChunkColumns;
+  if (p.row_blocks < kTargetBlocks)
+    p.ranges = std::clamp<int64_t>(std::min((kTargetBlocks + p.row_blocks - 1) / p.row_blocks,
+                                            p.chunks / kMinRangeChunks),
+                                   1, kMaxRanges);
+  p.range_chunks = (p.chunks + p.ranges - 1) / p.ranges;
+  p.ranges = (p.chunks + p.range_chunks - 1) / p.range_chunks;  // no empty range
+  return p;
+}
+
+// The lane's operand words of one half chunk (words 4 h .. 4 h + 3 of its 16: i = 2 h, 2 h + 1)
+// of rows g and g + 8 of both row tiles, decoded.
+struct HalfA {
+  uint32_t words[2][2][2][4];  // [tile][row g / g + 8][i - 2 h][n]
+};
+
+template <WeightEncoding E>
+struct RowPointers {
+  const uint8_t* data[2][2];    // [tile][row]: the row's first byte of this lane's columns
+  uint32_t scale[2][2];         // the current chunk's scale (FP8) as a bf16x2
+};
+
+// Bytes of one row per chunk, and the lane's offset in them.
+template <WeightEncoding E>
+constexpr int kChunkBytes = E == WeightEncoding::BF16 ? 256 : 128;
+
+template <WeightEncoding E>
+__device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t chunk, int h, HalfA& a) {
+  const int q = static_cast<int>(threadIdx.x) % 4;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* p = rows.data[m][r] + chunk * kChunkBytes<E> + q * (kChunkBytes<E> / 4);
+      if constexpr (E == WeightEncoding::BF16) {
+        // Columns 8 i .. 8 i + 7 are words 4 i .. 4 i + 3: 16 bytes per i.
+#pragma unroll
+        for (int ii = 0; ii < 2; ++ii) {
+          const uint4 v = load_streaming(p + (2 * h + ii) * 16);
+          a.words[m][r][ii][0] = bf16_pair<0>(v.x, v.z);
+          a.words[m][r][ii][1] = bf16_pair<1>(v.x, v.z);
+          a.words[m][r][ii][2] = bf16_pair<2>(v.y, v.w);
+          a.words[m][r][ii][3] = bf16_pair<3>(v.y, v.w);
+        }
+      } else {
+        // Columns 8 i .. 8 i + 7 are words 2 i, 2 i + 1 (bytes): the half's 16 bytes.
+        const uint4 v = load_streaming(p + h * 16);
+        const uint32_t scale = rows.scale[m][r];
+#pragma unroll
+        for (int ii = 0; ii < 2; ++ii) {
+          const uint32_t low = ii == 0 ? v.x : v.z, high = ii == 0 ? v.y : v.w;
+          uint32_t pairs[4] = {e4m3_pair<0>(low, high), e4m3_pair<1>(low, high), e4m3_pair<2>(low, high),
+                               e4m3_pair<3>(low, high)};
+          if (e4m3_has_nan(low) || e4m3_has_nan(high)) {  // not in any released checkpoint: slow is fine
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+              if (((low >> (8 * n)) & 0x7Fu) == 0x7Fu) pairs[n] = (pairs[n] & 0xFFFF0000u) | 0x7FC0u;
+              if (((high >> (8 * n)) & 0x7Fu) == 0x7Fu) pairs[n] = (pairs[n] & 0x0000FFFFu) | 0x7FC00000u;
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < 4; ++n) a.words[m][r][ii][n] = bf16x2_mul(bf16x2_mul(pairs[n], kE4m3Unit), scale);
+        }
+      }
+    }
+}
+
+template <WeightEncoding E>
+__global__ void __launch_bounds__(kThreads)
+    linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, int64_t range_chunks,
+                      float* __restrict__ out) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t first_row =
+      (static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kRowsPerWarp;
+  if (first_row >= w.rows) return;
+  const bool second = first_row + 16 < w.rows;  // warp-uniform: rows is a multiple of 16
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
+  const int64_t live_groups = (tokens - t0 + 3) / 4;
+  const int groups = static_cast<int>(live_groups < kGroups ? live_groups : kGroups);
+  const int64_t chunks = w.cols / kChunkColumns;
+  const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_chunks;
+  const int64_t end = begin + range_chunks < chunks ? begin + range_chunks : chunks;
+
+  RowPointers<E> rows;
+  const int64_t row_bytes = E == WeightEncoding::BF16 ? w.cols * 2 : w.cols;
+  const int64_t scale_columns = (w.cols + w.block_cols - 1) / w.block_cols;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // Without a second tile the first is read twice and its copy dropped: one code path.
+      const int64_t row = first_row + (second ? 16 * m : 0) + g + 8 * r;
+      rows.data[m][r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+    }
+  const uint32_t* x_words[kGroups];
+#pragma unroll
+  for (int u = 0; u < kGroups; ++u) {
+    const int64_t t = t0 + 4 * u + g / 2;
+    x_words[u] = t < tokens ? x_split + (2 * t + g % 2) * (w.cols / 2) : nullptr;
+  }
+
+  float acc[2][kGroups][4] = {};
+  for (int64_t c = begin; c < end; ++c) {
+    if constexpr (E == WeightEncoding::FP8_E4M3) {
+      const auto* scales = static_cast<const uint8_t*>(w.scales);
+      const int64_t scale_column = (c * kChunkColumns + q * kSegmentColumns) / w.block_cols;
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t row = first_row + (second ? 16 * m : 0) + g + 8 * r;
+          rows.scale[m][r] = e8m0_pair(scales[(row / w.block_rows) * scale_columns + scale_column]);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      HalfA a;
+      decode_half<E>(rows, c, h, a);
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        if (u >= groups) break;  // warp-uniform
+        uint4 b[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        if (x_words[u]) {
+          const auto* p = reinterpret_cast<const uint4*>(x_words[u] + (4 * c + q) * kSegmentWords);
+          b[0] = __ldg(p + 2 * h);
+          b[1] = __ldg(p + 2 * h + 1);
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {  // MMA j = 4 h + jj: words (2 j, 2 j + 1), i = j / 2
+          const int ii = jj / 2, n0 = (jj % 2) * 2;
+          const uint32_t b0 = word_of(b[ii], n0), b1 = word_of(b[ii], n0 + 1);
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+            mma_bf16(acc[m][u], a.words[m][0][ii][n0], a.words[m][1][ii][n0], a.words[m][0][ii][n0 + 1],
+                     a.words[m][1][ii][n0 + 1], b0, b1);
+        }
+      }
+    }
+  }
+  out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
+#pragma unroll
+  for (int u = 0; u < kGroups; ++u) {
+    const int64_t t = t0 + 4 * u + q;
+    if (u >= groups || t >= tokens) break;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      if (m == 1 && !second) break;
+      float* row_out = out + t * w.rows + first_row + 16 * m + g;
+      row_out[0] = acc[m][u][0] + acc[m][u][1];
+      row_out[8] = acc[m][u][2] + acc[m][u][3];
+    }
+  }
+}
+
+// y[i] = sum over ranges z in order of partials[z * count + i].
+__global__ void add_ranges_kernel(const float* __restrict__ partials, int64_t count, int64_t ranges,
+                                  float* __restrict__ y) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = partials[i];
+    for (int64_t z = 1; z < ranges; ++z) sum += partials[z * count + i];
+    y[i] = sum;
+  }
+}
+
+}  // namespace
+
+bool linear_mma_supports(const WeightMatrix& w) {
+  if (w.rows % 16 != 0 || w.cols % kChunkColumns != 0 || !w.data || w.rows == 0) return false;
+  if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return false;
+  if (w.encoding == WeightEncoding::BF16) return true;
+  return w.encoding == WeightEncoding::FP8_E4M3 && w.scale_encoding == ScaleEncoding::E8M0 && w.scales &&
+         w.block_cols % kSegmentColumns == 0 && w.block_rows >= 1;
+}
+
+int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& w) { return tokens * w.cols; }
+
+int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& w) {
+  const Plan p = plan_of(tokens, w);
+  return p.ranges > 1 ? p.ranges * tokens * w.rows : 0;
+}
+
+void linear_mma(const float* x, int64_t tokens, const WeightMatrix& w, float* y, uint32_t* x_split, float* partials,
+                Stream stream) {
+  if (launches_skipped()) return;
+  if (!linear_mma_supports(w))
+    fail("cuda::linear_mma: a ", encoding_name(w.encoding), " ", w.rows, " x ", w.cols,
+         " weight this kernel does not run (linear_mma_supports)");
+  if (tokens < 0) fail("cuda::linear_mma: negative token count ", tokens);
+  if (tokens == 0) return;
+  const Plan p = plan_of(tokens, w);
+  if (p.token_blocks > kMaxGrid || p.row_blocks > kMaxGrid)
+    fail("cuda::linear_mma: ", tokens, " tokens x ", w.rows, " rows is past the grid's limits");
+  const cudaStream_t s = native(stream);
+  split_rows(x, tokens, w.cols, x_split, stream);
+  float* out = p.ranges > 1 ? partials : y;
+  const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
+                  static_cast<unsigned>(p.ranges));
+  if (w.encoding == WeightEncoding::BF16)
+    linear_mma_kernel<WeightEncoding::BF16><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out);
+  else
+    linear_mma_kernel<WeightEncoding::FP8_E4M3><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out);
+  if (p.ranges > 1) {
+    const int64_t count = tokens * w.rows;
+    add_ranges_kernel<<<grid_for(count, 256), 256, 0, s>>>(partials, count, p.ranges, y);
+  }
+  check_launch("cuda::linear_mma");
+}
+
+}  // namespace deepinfer::kernels::cuda

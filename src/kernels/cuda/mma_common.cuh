@@ -1,0 +1,126 @@
+#pragma once
+// What the tensor-core kernels share (expert_mma.cu, linear_mma.cu): the BF16 m16n8k16 MMA, the
+// split of f32 activations into BF16 hi + lo planes in the operand order those kernels use, and
+// the exact BF16 decoders of the checkpoint encodings.
+//
+// Operand order. A lane (g = lane / 4, q = lane % 4) covers 32 columns per 128-column chunk:
+// columns 32 q .. 32 q + 31, which it holds as 16 bf16x2 words, word 4 i + n (i, n < 4) being
+// columns 8 i + n and 8 i + n + 4. The MMA's k order is free as long as both operands share it,
+// so the eight MMAs of a chunk take words (2 j, 2 j + 1) of every lane: one order for every
+// encoding, chosen for FP4, whose nibbles n and n + 4 of a 32-bit word become that bf16x2 with
+// one shift and one mask. Activations are stored in the same order ("split rows": per 32-column
+// segment 16 words, a hi plane and a lo plane per row), so a lane's B operand is four 16-byte
+// loads.
+//
+// Exactness. Every weight code times its power-of-two scale is exact in BF16 (e2m1, e4m3 and BF16
+// itself); activations are split into hi = bf16(x) and lo = bf16(x - hi), two MMA columns of one
+// token (column 2 t: hi, 2 t + 1: lo), whose f32 sum keeps 16 significant bits of x (|error| <=
+// 2^-16 |x|). Products are exact and accumulate in f32.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer::kernels::cuda::mma {
+
+constexpr int kChunkColumns = 128;   // 4 lanes x 32 columns
+constexpr int kSegmentColumns = 32;  // one lane's columns of a chunk
+constexpr int kSegmentWords = 16;    // bf16x2 words of a split segment
+
+__device__ __forceinline__ uint32_t bf16_bits_rn(float x) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(x)));
+}
+
+// hi = bf16(x), lo = bf16(x - hi); lo is 0 where the rest is not finite (infinities stay so).
+__device__ __forceinline__ void split_value(float x, uint32_t& hi, uint32_t& lo) {
+  hi = bf16_bits_rn(x);
+  const float rest = x - __uint_as_float(hi << 16);
+  lo = isfinite(rest) ? bf16_bits_rn(rest) : 0u;
+}
+
+// The u16 index, inside a split plane, of column c.
+__device__ __forceinline__ int64_t split_half_index(int64_t c) {
+  const int64_t segment = c / kSegmentColumns;
+  const int within = static_cast<int>(c % kSegmentColumns);
+  const int word = 4 * (within / 8) + (within % 8) % 4;
+  return (segment * kSegmentWords + word) * 2 + (within % 8) / 4;
+}
+
+// The first column of split word w (of a plane): word 4 i + n of its segment holds it and the
+// column 4 past it.
+__device__ __forceinline__ int64_t split_word_column(int64_t w) {
+  const int64_t segment = w / kSegmentWords;
+  const int word = static_cast<int>(w % kSegmentWords);
+  return segment * kSegmentColumns + 8 * (word / 4) + word % 4;
+}
+
+// 16 bytes the kernels read once: not kept in L1, where the activations they reuse live.
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// a * b + (-0): exact for the powers of two it is used with; -0 keeps a zero's sign.
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// The E8M0 scale 2^(s - 127) as a bf16x2 (0: the subnormal 2^-127; 255: NaN, as e8m0_value).
+__device__ __forceinline__ uint32_t e8m0_pair(uint32_t s) {
+  const uint32_t bits = s == 255u ? 0x7FC0u : s == 0u ? 0x0040u : (s << 7);
+  return bits | (bits << 16);
+}
+
+// Nibbles n and n + 4 of `word` as a bf16x2 (low half: nibble n) of value e2m1 x 2^-126: the sign
+// to bit 15, the three magnitude bits to bits 8..6, where exponent 0 makes the code 1 (0.5) a
+// BF16 subnormal of the right value. Times 2^126 (kE2m1Unit) it is the code's value.
+template <int N>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t word) {
+  const uint32_t magnitude = N == 0 ? word << 6 : N == 1 ? word << 2 : N == 2 ? word >> 2 : word >> 6;
+  const uint32_t sign = N == 3 ? word : word << (12 - 4 * N);
+  return (magnitude & 0x01C001C0u) | (sign & 0x80008000u);
+}
+constexpr uint32_t kE2m1Unit = 0x7E807E80u;  // 2^126, twice
+
+// Bytes n of `low` and of `high` (e4m3 codes) as a bf16x2 of value e4m3 x 2^-120: the four
+// exponent bits become the low four of BF16's, so exponent 0 is a BF16 subnormal of the right
+// value. NaN codes (S.1111.111) are not told apart here (e4m3_has_nan). Times 2^120
+// (kE4m3Unit) it is the code's value.
+template <int N>
+__device__ __forceinline__ uint32_t e4m3_pair(uint32_t low, uint32_t high) {
+  // byte n of low to bits 7..0, byte n of high to bits 23..16
+  const uint32_t t = __byte_perm(low, high, N | (N << 4) | ((4 + N) << 8) | ((4 + N) << 12));
+  return ((t << 4) & 0x07F007F0u) | ((t << 8) & 0x80008000u);
+}
+constexpr uint32_t kE4m3Unit = 0x7B807B80u;  // 2^120, twice
+
+// Any byte of the word is an e4m3 NaN code.
+__device__ __forceinline__ bool e4m3_has_nan(uint32_t word) {
+  return (((word & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0;
+}
+
+// Half n % 2 of words (4 i + n / 2) and (4 i + 2 + n / 2): columns 8 i + n and 8 i + n + 4 of BF16
+// weights, as one bf16x2.
+template <int N>
+__device__ __forceinline__ uint32_t bf16_pair(uint32_t low, uint32_t high) {
+  return __byte_perm(low, high, N % 2 == 0 ? 0x5410 : 0x7632);
+}
+
+}  // namespace deepinfer::kernels::cuda::mma

@@ -1,0 +1,157 @@
+// The tensor-core linear (kernels/cuda/linear_mma.cu, through linear with a workspace) against the
+// CPU's kernels::linear: FP8 with E8M0 block scales of V4.1's 32 x 32 and V4's 128 x 128, BF16,
+// at token counts that fill none, one and several MMA column groups and token blocks, on
+// matrices that split their columns into ranges and ones that do not; NaN codes; a row's bits
+// alone and batched; a workspace too small is an Error; what it does not run goes to SIMT.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/cuda_test_support.h"
+#include "cuda/kernel_test_support.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::kernels::cuda {
+namespace {
+
+using cuda_testing::DeviceBytes;
+using cuda_testing::from_device;
+using cuda_testing::synchronize;
+using cuda_testing::to_device;
+using namespace cuda_testing_weights;
+
+constexpr Stream kDefaultStream = nullptr;
+
+// A workspace with room for `tokens` tokens of `w`.
+struct MmaWorkspace {
+  DeviceBytes x_split, partials;
+  LinearWorkspace workspace;
+  MmaWorkspace(int64_t tokens, const WeightMatrix& w)
+      : x_split(static_cast<std::size_t>(linear_mma_split_words(tokens, w)) * 4 + 16),
+        partials(static_cast<std::size_t>(linear_mma_partial_floats(tokens, w)) * 4 + 16) {
+    workspace.x_split = x_split.at<uint32_t>();
+    workspace.x_split_words = linear_mma_split_words(tokens, w);
+    workspace.partials = partials.at<float>();
+    workspace.partial_floats = linear_mma_partial_floats(tokens, w);
+  }
+};
+
+std::vector<float> gpu_linear_mma(const std::vector<float>& x, int64_t tokens, const WeightMatrix& device_weight) {
+  const DeviceBytes dx = to_device(x);
+  DeviceBytes dy(static_cast<std::size_t>(tokens * device_weight.rows) * sizeof(float) + 4);
+  MmaWorkspace ws(tokens, device_weight);
+  linear(dx.at<float>(), tokens, device_weight, dy.at<float>(), kDefaultStream, ws.workspace);
+  synchronize();
+  return from_device(dy.at<float>(), static_cast<std::size_t>(tokens * device_weight.rows));
+}
+
+struct Shape {
+  WeightEncoding encoding;
+  int64_t block_rows, block_cols, rows, cols;
+};
+
+const Shape kShapes[] = {
+    {WeightEncoding::FP8_E4M3, 32, 32, 48, 384},      // V4.1 blocks; a half row block
+    {WeightEncoding::FP8_E4M3, 128, 128, 1280, 512},  // V4 blocks; 10 row blocks: column ranges
+    {WeightEncoding::FP8_E4M3, 32, 32, 16, 128},      // one tile, one chunk
+    {WeightEncoding::BF16, 1, 1, 272, 256},           // the head's encoding
+};
+
+// Within 2^-15 sum |x w| (mma_common.cuh: activations keep 16 bits; twice that for the sums).
+TEST(CudaLinearMma, MatchesCpu) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(17);
+  for (const Shape& shape : kShapes) {
+    const HostWeight w = make_weight(shape.encoding, shape.rows, shape.cols, rng, ScaleEncoding::E8M0,
+                                     shape.block_rows, shape.block_cols);
+    const HostWeight w_abs = absolute(w);
+    const DeviceWeight d = upload(w);
+    ASSERT_TRUE(linear_mma_supports(d.matrix));
+    for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{17}, int64_t{40}}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * shape.cols), rng);
+      std::vector<float> x_abs = x;
+      for (auto& v : x_abs) v = std::fabs(v);
+      const std::vector<float> want = cpu_linear(x, tokens, w.matrix);
+      const std::vector<float> size = cpu_linear(x_abs, tokens, w_abs.matrix);
+      const std::vector<float> got = gpu_linear_mma(x, tokens, d.matrix);
+      int failures = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        const double bound = std::ldexp(static_cast<double>(size[i]), -15) + 1e-30;
+        if (!(std::fabs(got[i] - want[i]) <= bound) && failures++ < 5)
+          ADD_FAILURE() << "encoding " << static_cast<int>(shape.encoding) << " " << shape.rows << " x " << shape.cols
+                        << ", " << tokens << " tokens: [" << i << "] " << got[i] << " vs cpu " << want[i]
+                        << " (bound " << bound << ")";
+      }
+    }
+  }
+}
+
+TEST(CudaLinearMma, BatchInvariantBitForBit) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(23);
+  for (const Shape& shape : kShapes) {
+    const HostWeight w = make_weight(shape.encoding, shape.rows, shape.cols, rng, ScaleEncoding::E8M0,
+                                     shape.block_rows, shape.block_cols);
+    const DeviceWeight d = upload(w);
+    constexpr int64_t kTokens = 37;
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * shape.cols), rng, 2.0f);
+    const std::vector<float> batched = gpu_linear_mma(x, kTokens, d.matrix);
+    for (const int64_t t : {int64_t{0}, int64_t{5}, int64_t{18}, int64_t{36}}) {
+      const std::vector<float> row(x.begin() + t * shape.cols, x.begin() + (t + 1) * shape.cols);
+      const std::vector<float> alone = gpu_linear_mma(row, 1, d.matrix);
+      const std::vector<float> in_batch(batched.begin() + t * shape.rows, batched.begin() + (t + 1) * shape.rows);
+      EXPECT_TRUE(same_bits(alone, in_batch)) << "encoding " << static_cast<int>(shape.encoding) << " token " << t;
+    }
+  }
+}
+
+TEST(CudaLinearMma, NanCodesGiveNan) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(29);
+  HostWeight w = make_weight(WeightEncoding::FP8_E4M3, 32, 256, rng, ScaleEncoding::E8M0, 32, 32);
+  w.data[3 * 256 + 77] = 0x7F;   // row 3
+  w.data[20 * 256 + 130] = 0xFF;  // row 20
+  w.matrix.data = w.data.data();
+  const DeviceWeight d = upload(w);
+  const std::vector<float> x = random_floats(2 * 256, rng);
+  const std::vector<float> got = gpu_linear_mma(x, 2, d.matrix);
+  for (int64_t t = 0; t < 2; ++t)
+    for (int64_t r = 0; r < 32; ++r)
+      EXPECT_EQ(std::isnan(got[static_cast<std::size_t>(t * 32 + r)]), r == 3 || r == 20) << "token " << t << " row " << r;
+}
+
+TEST(CudaLinearMma, ShortWorkspaceIsAnError) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(31);
+  const HostWeight w = make_weight(WeightEncoding::BF16, 64, 256, rng);
+  const DeviceWeight d = upload(w);
+  const DeviceBytes dx = to_device(random_floats(4 * 256, rng));
+  DeviceBytes dy(4 * 64 * 4);
+  MmaWorkspace ws(2, d.matrix);  // room for 2 tokens, not 4
+  EXPECT_THROW(linear(dx.at<float>(), 4, d.matrix, dy.at<float>(), kDefaultStream, ws.workspace), Error);
+}
+
+TEST(CudaLinearMma, SupportsTheReleasedDenseEncodingsOnly) {
+  std::mt19937 rng(37);
+  const auto aligned = [](WeightMatrix m) {
+    m.data = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+    return m;
+  };
+  EXPECT_TRUE(linear_mma_supports(aligned(make_weight(WeightEncoding::FP8_E4M3, 32, 256, rng, ScaleEncoding::E8M0, 128, 128).matrix)));
+  EXPECT_TRUE(linear_mma_supports(aligned(make_weight(WeightEncoding::BF16, 32, 256, rng).matrix)));
+  EXPECT_FALSE(linear_mma_supports(aligned(make_weight(WeightEncoding::FP8_E4M3, 32, 256, rng, ScaleEncoding::F32, 128, 128).matrix)));
+  EXPECT_FALSE(linear_mma_supports(aligned(make_weight(WeightEncoding::FP8_E4M3, 32, 256, rng, ScaleEncoding::E8M0, 16, 16).matrix)));
+  EXPECT_FALSE(linear_mma_supports(aligned(make_weight(WeightEncoding::F32, 32, 256, rng).matrix)));
+  EXPECT_FALSE(linear_mma_supports(aligned(make_weight(WeightEncoding::BF16, 24, 256, rng).matrix)));   // mHC fn's 24 rows
+  EXPECT_FALSE(linear_mma_supports(aligned(make_weight(WeightEncoding::BF16, 32, 200, rng).matrix)));
+  WeightMatrix misaligned = aligned(make_weight(WeightEncoding::BF16, 32, 256, rng).matrix);
+  misaligned.data = static_cast<const uint8_t*>(misaligned.data) + 2;
+  EXPECT_FALSE(linear_mma_supports(misaligned));
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels::cuda
