@@ -115,7 +115,7 @@ ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x
     dscale = to_device(sorted_scale);
   }
   expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream);
-  split_rows(dx.at<float>(), tokens, hidden, x_split.at<uint32_t>(), kDefaultStream);
+  split_rows(dx.at<float>(), tokens, hidden, hidden, x_split.at<uint32_t>(), kDefaultStream);
   expert_gate_up(x_split.at<uint32_t>(), sorted_token.at<int32_t>(), pairs, tiles.at<int32_t>(),
                  tile_count.at<int32_t>(), bound, e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner,
                  hidden, limit, pair_scale ? dscale.at<float>() : nullptr, h_split.at<uint32_t>(), kDefaultStream);

@@ -22,6 +22,7 @@
 #include "backend/cuda/device_attention.h"
 #include "backend/cuda/device_layer_state.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/linear_runner.h"
 #include "backend/cuda/op_profile.h"
 #include "backend/cuda/staging.h"
 #include "backend/cuda/step_graphs.h"
@@ -105,7 +106,7 @@ class CudaForwardPass final : public model::ForwardPass {
   int64_t rows_;
   int64_t live_rows_;
   int64_t first_ = 0;  // rows dropped from the front
-  k::LinearWorkspace linear_workspace_;
+  LinearRunner linear_;
   float* streams_ = nullptr;
   float* sublayer_in_ = nullptr;
   float* sublayer_out_ = nullptr;
@@ -182,19 +183,13 @@ class CudaBackend final : public model::Backend {
   Arena& arena() { return arena_; }
   Arena& sampler_arena() { return sampler_arena_; }
   Staging& staging() { return staging_; }
-  // linear's workspace: the SIMT kernel's split columns (none under --batch-invariant) and the
-  // tensor-core kernels' buffers, sized at reserve for its rows and the widest matrix.
-  k::LinearWorkspace linear_workspace() {
-    k::LinearWorkspace w;
-    if (!options_.batch_invariant)
-      w.split = arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
-    if (!simt_ && reserved_rows_ > 0) {
-      w.x_split_words = reserved_rows_ * widest_matrix_;
-      w.x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(w.x_split_words));
-      w.partial_floats = reserved_rows_ * k::kLinearMmaPartialFloatsPerToken;
-      w.partials = arena_.get<float>(kMmaPartials, static_cast<std::size_t>(w.partial_floats));
-    }
-    return w;
+  // How the pass runs linear: the SIMT kernel's split columns unless --batch-invariant, the
+  // tensor cores unless DEEPINFER_CUDA_SIMT=1.
+  LinearRunner linear_runner() {
+    float* split = options_.batch_invariant
+                       ? nullptr
+                       : arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
+    return LinearRunner(arena_, stream_, split, !simt_);
   }
   // The layer's routed experts all fit expert_mma.cu's kernels (decided once per layer, on the
   // device descriptors); DEEPINFER_CUDA_SIMT=1 keeps them, and every linear, on part 1's SIMT
@@ -236,8 +231,6 @@ class CudaBackend final : public model::Backend {
   std::mutex mutex_;
   OpProfile profile_;
   const bool simt_ = std::getenv("DEEPINFER_CUDA_SIMT") && *std::getenv("DEEPINFER_CUDA_SIMT") == '1';
-  int64_t reserved_rows_ = 0;
-  int64_t widest_matrix_ = 0;  // the most columns of any weight the device holds
   std::unordered_map<const model::MoeWeights*, bool> tensor_core_experts_;
 };
 
@@ -248,9 +241,9 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       mode_(backend.mode_for(call, key_)),
       rows_(mode_ == PassMode::Eager ? call.rows : key_.rows),
       live_rows_(call.rows),
-      linear_workspace_(backend.linear_workspace()),
+      linear_(backend.linear_runner()),
       attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
-                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_workspace_) {
+                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);
@@ -352,7 +345,7 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
   const float* rows = backend_.staging().put(
       std::span<const float>(embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width)), stream);
   float* kv = arena.get<float>(kEngramKv, static_cast<std::size_t>(rows_ * layer.wkv.rows));
-  k::linear(rows, rows_, store.matrix(layer.wkv), kv, stream, linear_workspace_);
+  linear_(rows, rows_, store.matrix(layer.wkv), kv);
   k::engram_gate(streams(), kv, store.floats(engram.gate_weight(index)), rows_, shape_.hc.streams, shape_.hc.hidden,
                  engram.eps(), stream);
 }
@@ -361,7 +354,7 @@ void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* 
                           float* logits) {
   const int64_t width = shape_.hc.streams * shape_.hc.hidden;
   k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
-  k::linear(flat, rows, backend_.weights().matrix(hc.fn), logits, backend_.stream(), linear_workspace_);
+  linear_(flat, rows, backend_.weights().matrix(hc.fn), logits);
 }
 
 void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) {
@@ -411,12 +404,12 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
   const float* inv_freq = store.floats(weights.rope.inv_freq());
   const int64_t rope_dims = weights.rope.rope_dims();
-  k::linear(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual, stream, linear_workspace_);
+  linear_(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual);
   k::rms_norm(q_residual, rows_, rank, store.floats(weights.q_norm), weights.eps, q_residual, stream);
-  k::linear(q_residual, rows_, store.matrix(weights.wq_b), q, stream, linear_workspace_);
+  linear_(q_residual, rows_, store.matrix(weights.wq_b), q);
   if (weights.q_head_norm) k::rms_norm(q, rows_ * heads, d, nullptr, weights.eps, q, stream);
   k::rope(q, rows_, heads, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
-  k::linear(sublayer_in_, rows_, store.matrix(weights.wkv), kv, stream, linear_workspace_);
+  linear_(sublayer_in_, rows_, store.matrix(weights.wkv), kv);
   k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
   k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
 
@@ -436,14 +429,26 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   timed.reset();
   timed.emplace(backend_.profile(), "attention.output", stream);
 
-  // Grouped output on the device: attended as [rows * groups, group_in] rows; row t * groups + g
-  // goes through group g's slice of wo_a. The pairs run group by group (pair g * rows + t), so
-  // linear_gathered reads each group's slice once per tile of rows instead of once per row, and a
-  // gather puts the results back as low_rank [rows, groups, group_out] for wo_b.
+  // Grouped output: attended as [rows, groups, group_in]; group g's slice of wo_a takes slice g of
+  // every row into low_rank [rows, groups, group_out], for wo_b.
   const auto groups = static_cast<int64_t>(weights.wo_a_groups.size());
   const int64_t group_in = heads * d / groups;
   const int64_t group_out = weights.wo_a_groups.front().rows;
   const int64_t pairs = rows_ * groups;
+  float* low_rank = arena.get<float>(kLowRank, static_cast<std::size_t>(pairs * group_out));
+  bool tensor_cores = true;
+  for (const kernels::WeightMatrix& group : weights.wo_a_groups)
+    tensor_cores = tensor_cores && linear_.runs_on_tensor_cores(store.matrix(group));
+  if (tensor_cores) {
+    for (int64_t g = 0; g < groups; ++g)
+      linear_.strided(attended + g * group_in, heads * d, rows_, store.matrix(weights.wo_a_groups[g]),
+                      low_rank + g * group_out, groups * group_out);
+    linear_(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_);
+    return;
+  }
+  // Else linear_gathered over pairs run group by group (pair g * rows + t), which reads each
+  // group's slice once per tile of rows instead of once per row, and a gather puts the results
+  // back in row order.
   std::vector<int32_t> group_of(static_cast<std::size_t>(pairs)), input_row(static_cast<std::size_t>(pairs));
   std::vector<int64_t> pair_of(static_cast<std::size_t>(pairs));
   for (int64_t g = 0; g < groups; ++g)
@@ -454,13 +459,12 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
       pair_of[static_cast<std::size_t>(t * groups + g)] = static_cast<int64_t>(p);
     }
   float* by_group = arena.get<float>(kLowRankByGroup, static_cast<std::size_t>(pairs * group_out));
-  float* low_rank = arena.get<float>(kLowRank, static_cast<std::size_t>(pairs * group_out));
   const kernels::WeightMatrix* groups_device = store.find_descriptor_array(&weights.wo_a_groups);
   if (!groups_device) groups_device = store.descriptor_array(&weights.wo_a_groups, weights.wo_a_groups);
   k::linear_gathered(attended, put(input_row), pairs, groups_device, put(group_of), group_out, group_in, by_group,
                      stream);
   k::gather_rows(by_group, put(pair_of), pairs, group_out, low_rank, stream);
-  k::linear(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_, stream, linear_workspace_);
+  linear_(low_rank, rows_, store.matrix(weights.wo_b), sublayer_out_);
 }
 
 void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit,
@@ -471,10 +475,10 @@ void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float
   const auto size = static_cast<std::size_t>(rows * inner);
   float* gate = backend_.arena().get<float>(kSharedGate, size);
   float* up = backend_.arena().get<float>(kSharedUp, size);
-  k::linear(x, rows, weights.matrix(expert.w1), gate, stream, linear_workspace_);
-  k::linear(x, rows, weights.matrix(expert.w3), up, stream, linear_workspace_);
+  linear_(x, rows, weights.matrix(expert.w1), gate);
+  linear_(x, rows, weights.matrix(expert.w3), up);
   k::swiglu(gate, up, rows, inner, limit, nullptr, stream);
-  k::linear(gate, rows, weights.matrix(expert.w2), out, stream, linear_workspace_);
+  linear_(gate, rows, weights.matrix(expert.w2), out);
 }
 
 void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
@@ -491,7 +495,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 
   const int32_t* ids = put(padded(token_ids.first(static_cast<std::size_t>(live_rows_)), int32_t{0}));
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
-  k::linear(sublayer_in_, rows_, store.matrix(weights.gate), router, stream, linear_workspace_);
+  linear_(sublayer_in_, rows_, store.matrix(weights.gate), router);
   k::RouterParams params;
   params.scoring = static_cast<int32_t>(weights.scoring);
   params.experts = experts;
@@ -547,7 +551,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     auto* x_split = arena.get<uint32_t>(kSplitInput, r * static_cast<std::size_t>(d));
     auto* h_split = reinterpret_cast<uint32_t*>(gate);
     k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream);
-    k::split_rows(sublayer_in_, rows_, d, x_split, stream);
+    k::split_rows(sublayer_in_, rows_, d, d, x_split, stream);
     k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
                       weights.swiglu_limit, sorted_scale, h_split, stream);
     k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream);
@@ -627,7 +631,7 @@ float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span
   k::rms_norm(hidden, count, d, store.floats(weights.norm), shape_.norm_eps, hidden, stream);
   const kernels::WeightMatrix& head = store.matrix(*weights.head);
   float* device_logits = arena.get<float>(kLogits, c * static_cast<std::size_t>(head.rows));
-  k::linear(hidden, count, head, device_logits, stream, linear_workspace_);
+  linear_(hidden, count, head, device_logits);
   if (hidden_out) {
     hidden_out->resize(c * static_cast<std::size_t>(d));
     check(cudaMemcpyAsync(hidden_out->data(), hidden, hidden_out->size() * 4, cudaMemcpyDeviceToHost, stream),
@@ -772,9 +776,7 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   arena_.get<int32_t>(kExpertTiles, 4 * static_cast<std::size_t>(k::expert_tile_bound(
                                             static_cast<int64_t>(expert_pairs), static_cast<int64_t>(experts))));
   arena_.get<int32_t>(kExpertTileCount, 1);
-  reserved_rows_ = rows;
-  widest_matrix_ = widest_matrix(model);
-  arena_.get<uint32_t>(kSplitInput, r * std::max(d, static_cast<std::size_t>(widest_matrix_)));
+  arena_.get<uint32_t>(kSplitInput, r * std::max(d, static_cast<std::size_t>(widest_matrix(model))));
   if (!simt_) arena_.get<float>(kMmaPartials, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
 }
 

@@ -110,8 +110,8 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
   const int64_t ratio = compressor.ratio;
   float* kv = arena_.get<float>(kCompressorKv, static_cast<std::size_t>(rows * width));
   float* gate = arena_.get<float>(kCompressorGate, static_cast<std::size_t>(rows * width));
-  k::linear(layer.in.x, rows, weights_.matrix(compressor.wkv), kv, stream_, linear_workspace_);
-  k::linear(layer.in.x, rows, weights_.matrix(compressor.wgate), gate, stream_, linear_workspace_);
+  linear_(layer.in.x, rows, weights_.matrix(compressor.wkv), kv);
+  linear_(layer.in.x, rows, weights_.matrix(compressor.wgate), gate);
 
   std::vector<int32_t> entry_segment, entry_index, entry_position;
   std::vector<std::byte*> destinations;
@@ -168,11 +168,11 @@ void DeviceAttention::publish_latents(Layer& layer) {
   const int64_t d = latent.head_dim;
   const int64_t ratio = latent.ratio;
   float* kv = arena_.get<float>(kCompressorKv, static_cast<std::size_t>(rows * d));
-  k::linear(layer.in.x, rows, weights_.matrix(latent.wkv), kv, stream_, linear_workspace_);
+  linear_(layer.in.x, rows, weights_.matrix(latent.wkv), kv);
   float* gate = nullptr;
   if (latent.wgate) {
     gate = arena_.get<float>(kCompressorGate, static_cast<std::size_t>(rows * d));
-    k::linear(layer.in.x, rows, weights_.matrix(*latent.wgate), gate, stream_, linear_workspace_);
+    linear_(layer.in.x, rows, weights_.matrix(*latent.wgate), gate);
   }
   std::vector<int32_t> entry_segment, entry_index, entry_position;
   std::vector<std::byte*> entry_destinations, key_destinations;
@@ -229,7 +229,7 @@ void DeviceAttention::publish_latents(Layer& layer) {
   const int64_t index_d = keys.wk.rows;
   const int32_t* positions = staging_.put(entry_position, stream_);
   float* key_rows = arena_.get<float>(kLatentKeys, static_cast<std::size_t>(count * index_d));
-  k::linear(latents, count, weights_.matrix(keys.wk), key_rows, stream_, linear_workspace_);
+  linear_(latents, count, weights_.matrix(keys.wk), key_rows);
   k::rms_norm(key_rows, count, index_d, weights_.floats(keys.k_norm), layer.weights.eps, key_rows, stream_);
   k::rope(key_rows, count, 1, index_d, layer.rope_dims, layer.inv_freq, positions, /*inverse=*/false, stream_);
   k::store_rows(key_rows, count, index_d, k::RowFormat::Fp4Ue8m0x32,
@@ -257,8 +257,8 @@ void DeviceAttention::index_v4(Layer& layer) {
   const int64_t d = indexer.head_dim;
   float* q = arena_.get<float>(kIndexQuery, static_cast<std::size_t>(rows * heads * d));
   float* head_weights = arena_.get<float>(kIndexWeights, static_cast<std::size_t>(rows * heads));
-  k::linear(layer.in.q_residual, rows, weights_.matrix(indexer.wq_b), q, stream_, linear_workspace_);
-  k::linear(layer.in.x, rows, weights_.matrix(indexer.weights_proj), head_weights, stream_, linear_workspace_);
+  linear_(layer.in.q_residual, rows, weights_.matrix(indexer.wq_b), q);
+  linear_(layer.in.x, rows, weights_.matrix(indexer.weights_proj), head_weights);
   compress(layer, indexer.compressor, /*indexer_keys=*/true);
   k::rope(q, rows, heads, d, layer.rope_dims, layer.inv_freq, layer.in.positions, /*inverse=*/false, stream_);
   select(layer);
@@ -468,8 +468,8 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
       const int64_t q_count = rows * queries.heads;
       float* q = arena_.get<float>(kIndexQuery, static_cast<std::size_t>(q_count * queries.head_dim));
       float* head_weights = arena_.get<float>(kIndexWeights, static_cast<std::size_t>(rows * queries.heads));
-      k::linear(in.q_residual, rows, weights_.matrix(queries.wq_b), q, stream_, linear_workspace_);
-      k::linear(in.x, rows, weights_.matrix(queries.weights_proj), head_weights, stream_, linear_workspace_);
+      linear_(in.q_residual, rows, weights_.matrix(queries.wq_b), q);
+      linear_(in.x, rows, weights_.matrix(queries.weights_proj), head_weights);
       k::rope(q, rows, queries.heads, queries.head_dim, layer.rope_dims, layer.inv_freq, in.positions,
               /*inverse=*/false, stream_);
       k::fake_quantize_rows(q, q_count, queries.head_dim, k::RowFormat::Fp4Ue8m0x32, stream_);

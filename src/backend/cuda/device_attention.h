@@ -13,7 +13,7 @@
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/staging.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "backend/cuda/linear_runner.h"
 #include "model/attention.h"
 
 namespace deepinfer::backend::cuda {
@@ -42,10 +42,9 @@ struct AttentionInputs {
 // step of its key. 0: sizes exact.
 class DeviceAttention {
  public:
-  // linear_workspace: linear's (kernels/cuda/cuda_kernels.h), the pass's.
+  // linear: how the pass runs linear (linear_runner.h).
   DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
-                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound,
-                  const kernels::cuda::LinearWorkspace& linear_workspace)
+                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, const LinearRunner& linear)
       : weights_(weights),
         arena_(arena),
         staging_(staging),
@@ -53,7 +52,7 @@ class DeviceAttention {
         setup_stream_(setup_stream),
         call_rows_(call_rows),
         context_bound_(context_bound),
-        linear_workspace_(linear_workspace) {}
+        linear_(linear) {}
 
   // attended [rows, heads, d], rotated back; the segments' states move past their rows.
   void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
@@ -84,7 +83,7 @@ class DeviceAttention {
   cudaStream_t setup_stream_;  // new layer states are made on it (never captured)
   int64_t call_rows_;
   int64_t context_bound_;
-  kernels::cuda::LinearWorkspace linear_workspace_;
+  LinearRunner linear_;
   bool tables_ready_ = false;
   std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
   int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows

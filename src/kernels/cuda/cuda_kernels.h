@@ -53,8 +53,13 @@ void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y
 bool linear_mma_supports(const WeightMatrix& device_weight);
 int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& weight);
 int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& weight);
-void linear_mma(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, uint32_t* x_split,
-                float* partials, Stream stream);
+// x and y rows may be strided (x_stride >= cols, y_stride >= rows floats apart: one group's
+// slice of a grouped projection).
+void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& weight, float* y,
+                int64_t y_stride, uint32_t* x_split, float* partials, Stream stream);
+// Rows of x (x_stride floats apart) as BF16 hi + lo planes in the tensor-core kernels' operand
+// order (mma_common.cuh): out [rows][2][cols / 2] words.
+void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, uint32_t* out, Stream stream);
 
 // One weight per output row of the call (mixture-of-experts): for pair p < pairs,
 // y[p, r] = sum_c x[x_row[p], c] * W_{weights[weight_of[p]]}[r, c], with y [pairs, rows].
@@ -125,8 +130,8 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
 // The routed experts on the tensor cores (expert_mma.cu), for experts in the FP4 release encoding:
 // after moe_sort, expert_tiles cuts each expert's run of sorted pairs into tiles of at most
 // kExpertTilePairs pairs ([tile_bound][4] int32: expert, first sorted position, pairs, unused;
-// the count at tile_count); split_rows stores f32 rows as BF16 hi + lo planes in the kernels'
-// operand order ([rows][2][cols / 2] words); expert_gate_up writes, split the same way, for each
+// the count at tile_count); the activations go in split (split_rows); expert_gate_up writes,
+// split the same way, for each
 // sorted position p, h[p] = swiglu(w1 x, w3 x) * pair_scale[p] (pair_scale may be null), x the
 // split row x_row[p] of x_split; expert_down writes y[p] = w2 h[p] ([pairs, rows] f32).
 // Results are within 2^-16 sum |x w| of the f32 linear (activations keep 16 significant bits)
@@ -138,7 +143,6 @@ inline constexpr int kExpertTilePairs = 4;
 bool expert_mma_supports(const WeightMatrix& device_weight);
 int64_t expert_tile_bound(int64_t pairs, int64_t experts);
 void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream);
-void split_rows(const float* x, int64_t rows, int64_t cols, uint32_t* out, Stream stream);
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,

@@ -99,22 +99,6 @@ __global__ void __launch_bounds__(kTileThreads)
 // ---------------------------------------------------------------------------------------------
 // Split rows.
 
-__global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, uint32_t* __restrict__ out) {
-  const int64_t words = cols / 2;
-  const int64_t total = rows * words;
-  for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < total;
-       index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t r, w;
-    split_index(index, words, r, w);
-    const int64_t c = split_word_column(w);
-    uint32_t hi0, lo0, hi1, lo1;
-    split_value(x[r * cols + c], hi0, lo0);
-    split_value(x[r * cols + c + 4], hi1, lo1);
-    out[(2 * r) * words + w] = hi0 | (hi1 << 16);
-    out[(2 * r + 1) * words + w] = lo0 | (lo1 << 16);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The MMA kernels.
 
@@ -336,15 +320,6 @@ void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, i
   expert_tiles_kernel<<<1, kTileThreads, 0, native(stream)>>>(sorted_expert, static_cast<int>(pairs),
                                                              reinterpret_cast<int4*>(tiles), tile_count);
   check_launch("cuda::expert_tiles");
-}
-
-void split_rows(const float* x, int64_t rows, int64_t cols, uint32_t* out, Stream stream) {
-  if (launches_skipped()) return;
-  if (rows < 0 || cols < 0 || cols % kSegmentColumns != 0)
-    fail("cuda::split_rows: ", rows, " x ", cols, " (columns must be a multiple of ", kSegmentColumns, ")");
-  if (rows * cols == 0) return;
-  split_rows_kernel<<<grid_for(rows * cols / 2, 256), 256, 0, native(stream)>>>(x, rows, cols, out);
-  check_launch("cuda::split_rows");
 }
 
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,

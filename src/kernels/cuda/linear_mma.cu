@@ -121,7 +121,7 @@ __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t 
 template <WeightEncoding E>
 __global__ void __launch_bounds__(kThreads)
     linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, int64_t range_chunks,
-                      float* __restrict__ out) {
+                      float* __restrict__ out, int64_t out_stride) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
+  out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;  // a range's partial sums (out_stride = rows)
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
     const int64_t t = t0 + 4 * u + q;
@@ -199,21 +199,42 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       if (m == 1 && !second) break;
-      float* row_out = out + t * w.rows + first_row + 16 * m + g;
+      float* row_out = out + t * out_stride + first_row + 16 * m + g;
       row_out[0] = acc[m][u][0] + acc[m][u][1];
       row_out[8] = acc[m][u][2] + acc[m][u][3];
     }
   }
 }
 
-// y[i] = sum over ranges z in order of partials[z * count + i].
-__global__ void add_ranges_kernel(const float* __restrict__ partials, int64_t count, int64_t ranges,
-                                  float* __restrict__ y) {
+// y[t, r] (row stride y_stride) = sum over ranges z in order of partials[z][t][r].
+__global__ void add_ranges_kernel(const float* __restrict__ partials, int64_t tokens, int64_t rows, int64_t ranges,
+                                  float* __restrict__ y, int64_t y_stride) {
+  const int64_t count = tokens * rows;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = partials[i];
     for (int64_t z = 1; z < ranges; ++z) sum += partials[z * count + i];
-    y[i] = sum;
+    int64_t t, r;
+    split_index(i, rows, t, r);
+    y[t * y_stride + r] = sum;
+  }
+}
+
+// Row r of x (stride x_stride) as split words: for each word w of a plane, its two columns.
+__global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, int64_t x_stride,
+                                  uint32_t* __restrict__ out) {
+  const int64_t words = cols / 2;
+  const int64_t total = rows * words;
+  for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < total;
+       index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r, w;
+    split_index(index, words, r, w);
+    const int64_t c = split_word_column(w);
+    uint32_t hi0, lo0, hi1, lo1;
+    split_value(x[r * x_stride + c], hi0, lo0);
+    split_value(x[r * x_stride + c + 4], hi1, lo1);
+    out[(2 * r) * words + w] = hi0 | (hi1 << 16);
+    out[(2 * r + 1) * words + w] = lo0 | (lo1 << 16);
   }
 }
 
@@ -234,8 +255,18 @@ int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& w) {
   return p.ranges > 1 ? p.ranges * tokens * w.rows : 0;
 }
 
-void linear_mma(const float* x, int64_t tokens, const WeightMatrix& w, float* y, uint32_t* x_split, float* partials,
-                Stream stream) {
+void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, uint32_t* out, Stream stream) {
+  if (launches_skipped()) return;
+  if (rows < 0 || cols < 0 || cols % kSegmentColumns != 0 || x_stride < cols)
+    fail("cuda::split_rows: ", rows, " x ", cols, " with row stride ", x_stride, " (columns must be a multiple of ",
+         kSegmentColumns, ", the stride at least the columns)");
+  if (rows * cols == 0) return;
+  split_rows_kernel<<<grid_for(rows * cols / 2, 256), 256, 0, native(stream)>>>(x, rows, cols, x_stride, out);
+  check_launch("cuda::split_rows");
+}
+
+void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, float* y, int64_t y_stride,
+                uint32_t* x_split, float* partials, Stream stream) {
   if (launches_skipped()) return;
   if (!linear_mma_supports(w))
     fail("cuda::linear_mma: a ", encoding_name(w.encoding), " ", w.rows, " x ", w.cols,
@@ -246,17 +277,20 @@ void linear_mma(const float* x, int64_t tokens, const WeightMatrix& w, float* y,
   if (p.token_blocks > kMaxGrid || p.row_blocks > kMaxGrid)
     fail("cuda::linear_mma: ", tokens, " tokens x ", w.rows, " rows is past the grid's limits");
   const cudaStream_t s = native(stream);
-  split_rows(x, tokens, w.cols, x_split, stream);
+  if (x_stride < w.cols || y_stride < w.rows)
+    fail("cuda::linear_mma: row strides ", x_stride, " (x) and ", y_stride, " (y) under a ", w.rows, " x ", w.cols,
+         " weight");
+  split_rows(x, tokens, w.cols, x_stride, x_split, stream);
   float* out = p.ranges > 1 ? partials : y;
+  const int64_t out_stride = p.ranges > 1 ? w.rows : y_stride;
   const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
                   static_cast<unsigned>(p.ranges));
   if (w.encoding == WeightEncoding::BF16)
-    linear_mma_kernel<WeightEncoding::BF16><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out);
+    linear_mma_kernel<WeightEncoding::BF16><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out, out_stride);
   else
-    linear_mma_kernel<WeightEncoding::FP8_E4M3><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out);
+    linear_mma_kernel<WeightEncoding::FP8_E4M3><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out, out_stride);
   if (p.ranges > 1) {
-    const int64_t count = tokens * w.rows;
-    add_ranges_kernel<<<grid_for(count, 256), 256, 0, s>>>(partials, count, p.ranges, y);
+    add_ranges_kernel<<<grid_for(tokens * w.rows, 256), 256, 0, s>>>(partials, tokens, w.rows, p.ranges, y, y_stride);
   }
   check_launch("cuda::linear_mma");
 }
