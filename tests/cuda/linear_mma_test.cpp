@@ -61,7 +61,7 @@ const Shape kShapes[] = {
     {WeightEncoding::BF16, 1, 1, 272, 256},           // the head's encoding
 };
 
-// Within 2^-15 sum |x w| (mma_common.cuh: activations keep 16 bits; twice that for the sums).
+// Within 1e-5 sum |x w|, the SIMT kernel's bound: the f32 sum in another order (mma_common.cuh).
 TEST(CudaLinearMma, MatchesCpu) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(17);
@@ -80,7 +80,7 @@ TEST(CudaLinearMma, MatchesCpu) {
       const std::vector<float> got = gpu_linear_mma(x, tokens, d.matrix);
       int failures = 0;
       for (std::size_t i = 0; i < want.size(); ++i) {
-        const double bound = std::ldexp(static_cast<double>(size[i]), -15) + 1e-30;
+        const double bound = 1e-5 * static_cast<double>(size[i]) + 1e-30;
         if (!(std::fabs(got[i] - want[i]) <= bound) && failures++ < 5)
           ADD_FAILURE() << "encoding " << static_cast<int>(shape.encoding) << " " << shape.rows << " x " << shape.cols
                         << ", " << tokens << " tokens: [" << i << "] " << got[i] << " vs cpu " << want[i]

@@ -183,6 +183,13 @@ class CudaBackend final : public model::Backend {
   Arena& arena() { return arena_; }
   Arena& sampler_arena() { return sampler_arena_; }
   Staging& staging() { return staging_; }
+  // The tensor-core linears' split input and partial sums for calls of up to `rows` rows.
+  void reserve_linear_buffers(int64_t rows) {
+    if (simt_) return;
+    const auto r = static_cast<std::size_t>(rows);
+    arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::split_words(rows, widest_matrix_)));
+    arena_.get<float>(kMmaPartials, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
+  }
   // How the pass runs linear: the SIMT kernel's split columns unless --batch-invariant, the
   // tensor cores unless DEEPINFER_CUDA_SIMT=1.
   LinearRunner linear_runner() {
@@ -231,6 +238,7 @@ class CudaBackend final : public model::Backend {
   std::mutex mutex_;
   OpProfile profile_;
   const bool simt_ = std::getenv("DEEPINFER_CUDA_SIMT") && *std::getenv("DEEPINFER_CUDA_SIMT") == '1';
+  int64_t widest_matrix_ = 0;  // the most columns of any weight on the device (and the hidden size)
   std::unordered_map<const model::MoeWeights*, bool> tensor_core_experts_;
 };
 
@@ -265,6 +273,9 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
   pre_ = arena.get<float>(kPre, r * n);
   post_ = arena.get<float>(kPost, r * n);
   comb_ = arena.get<float>(kComb, r * n * n);
+  // The tensor-core buffers every linear of the pass shares, at their largest now: a buffer that
+  // grew between two of the pass's calls would be freed under the earlier one's queued kernels.
+  backend_.reserve_linear_buffers(rows_);
   if (shape.single_pass) {
     std::vector<float> one_hot(r * n, 0.0f);
     for (std::size_t t = 0; t < r; ++t) one_hot[t * n] = 1.0f;
@@ -544,12 +555,12 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
   }
   if (backend_.experts_on_tensor_cores(weights)) {
-    // Tiles of an expert's sorted pairs; h (split BF16, in gate's buffer) between the two kernels.
+    // Tiles of an expert's sorted pairs; h (split, in gate's buffer) between the two kernels.
     const int64_t bound = k::expert_tile_bound(pairs, experts);
     auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
     auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
-    auto* x_split = arena.get<uint32_t>(kSplitInput, r * static_cast<std::size_t>(d));
-    auto* h_split = reinterpret_cast<uint32_t*>(gate);
+    auto* x_split = arena.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::split_words(rows_, d)));
+    auto* h_split = arena.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(pairs, inner)));
     k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream);
     k::split_rows(sublayer_in_, rows_, d, d, x_split, stream);
     k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
@@ -776,8 +787,11 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   arena_.get<int32_t>(kExpertTiles, 4 * static_cast<std::size_t>(k::expert_tile_bound(
                                             static_cast<int64_t>(expert_pairs), static_cast<int64_t>(experts))));
   arena_.get<int32_t>(kExpertTileCount, 1);
-  arena_.get<uint32_t>(kSplitInput, r * std::max(d, static_cast<std::size_t>(widest_matrix(model))));
-  if (!simt_) arena_.get<float>(kMmaPartials, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
+  widest_matrix_ = std::max(static_cast<int64_t>(d), widest_matrix(model));
+  // h between the experts' two kernels is split (three BF16 planes) in gate's buffer.
+  arena_.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(static_cast<int64_t>(expert_pairs),
+                                                                      static_cast<int64_t>(inner))));
+  reserve_linear_buffers(rows);
 }
 
 // Every tensor the GPU part of the forward pass reads, in one walk over the model, so that what is

@@ -26,7 +26,7 @@ void check_launch(const char* what);
 
 // y[t, r] = sum_c x[t, c] * W[r, c]; x [tokens, cols], y [tokens, rows]. W in device memory.
 // With a workspace whose tensor-core buffers are set, the weights linear_mma_supports runs on the
-// tensor cores (linear_mma.cu: within 2^-16 sum |x w| of the f32 sum, batch invariant), needing
+// tensor cores (linear_mma.cu: the f32 sum in another order, batch invariant), needing
 // linear_mma_split_words and linear_mma_partial_floats of them (an Error when they are short);
 // the rest run the SIMT kernel, whose order is the batch-invariant one above unless `split` is
 // set: device memory of kLinearSplitFloats floats, which lets a call whose blocks would leave the
@@ -57,8 +57,9 @@ int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& weight);
 // slice of a grouped projection).
 void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& weight, float* y,
                 int64_t y_stride, uint32_t* x_split, float* partials, Stream stream);
-// Rows of x (x_stride floats apart) as BF16 hi + lo planes in the tensor-core kernels' operand
-// order (mma_common.cuh): out [rows][2][cols / 2] words.
+// Rows of x (x_stride floats apart) as three BF16 planes (hi, mid, lo) in the tensor-core
+// kernels' operand order (mma_common.cuh): out [rows][3][cols / 2] words, split_words of them.
+int64_t split_words(int64_t rows, int64_t cols);
 void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, uint32_t* out, Stream stream);
 
 // One weight per output row of the call (mixture-of-experts): for pair p < pairs,
@@ -134,8 +135,8 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
 // split the same way, for each
 // sorted position p, h[p] = swiglu(w1 x, w3 x) * pair_scale[p] (pair_scale may be null), x the
 // split row x_row[p] of x_split; expert_down writes y[p] = w2 h[p] ([pairs, rows] f32).
-// Results are within 2^-16 sum |x w| of the f32 linear (activations keep 16 significant bits)
-// and batch-invariant. Grids are sized by tile_bound (expert_tile_bound), so a CUDA graph
+// Results are the f32 linear's up to the order of the sums (activations keep their 24 bits) and
+// batch-invariant. Grids are sized by tile_bound (expert_tile_bound), so a CUDA graph
 // replays them whatever the routing.
 inline constexpr int kExpertTilePairs = 4;
 // The device descriptor (device pointers) fits these kernels: FP4 e2m1 with E8M0 scales per 32

@@ -97,10 +97,11 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Split rows.
+// The MMA kernels. A tile's up to 4 pairs are two MMA column groups of 2 (mma_common.cuh).
+// __launch_bounds__(.., 3): three blocks (12 warps) per SM, what 168 registers allow; the loads of
+// the next chunk in flight per warp keep the copy engine busy at that occupancy.
 
-// ---------------------------------------------------------------------------------------------
-// The MMA kernels.
+constexpr int kGroups = kExpertTilePairs / kTokensPerMma;
 
 // The decoded pair times 2^126 times the E8M0 scale, in two exact steps (one factor 2^(s - 1)
 // would overflow BF16 for s > 128).
@@ -109,11 +110,11 @@ __device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t scale) {
 }
 
 // One 128-column chunk as a lane holds it: 16 bytes of rows g and g + 8 of each of the two row
-// tiles, their scales, and the lane's activation words (zero for an empty column).
+// tiles, their scales, and the lane's activation words per column group (zero for no column).
 struct Chunk {
   uint4 weights[2][2];
   uint32_t scales[2][2];
-  uint4 x[4];
+  uint4 x[kGroups][4];
 };
 
 struct RowTile {
@@ -121,8 +122,8 @@ struct RowTile {
   const uint8_t* scales[2];  // their first scale byte
 };
 
-__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint32_t* x_words, int64_t segment,
-                                           Chunk& chunk) {
+__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
+                                           int groups, int64_t segment, Chunk& chunk) {
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -131,12 +132,16 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint
       chunk.scales[m][h] = tiles[m].scales[h][segment];
     }
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    chunk.x[i] = x_words ? __ldg(reinterpret_cast<const uint4*>(x_words + segment * kSegmentWords) + i)
-                         : make_uint4(0, 0, 0, 0);
+  for (int u = 0; u < kGroups; ++u) {
+    if (u >= groups) break;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      chunk.x[u][i] = x_words[u] ? __ldg(reinterpret_cast<const uint4*>(x_words[u] + segment * kSegmentWords) + i)
+                                 : make_uint4(0, 0, 0, 0);
+  }
 }
 
-__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, float (&acc)[2][4]) {
+__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, int groups, float (&acc)[2][kGroups][4]) {
   uint32_t scale[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -145,8 +150,6 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, float (&acc)[
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int i = j / 2;
-    const uint32_t b0 = word_of(chunk.x[i], (j % 2) * 2);
-    const uint32_t b1 = word_of(chunk.x[i], (j % 2) * 2 + 1);
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const uint32_t low = word_of(chunk.weights[m][0], i);
@@ -163,22 +166,26 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, float (&acc)[
         a2 = scaled(e2m1_pair<3>(low), scale[m][0]);
         a3 = scaled(e2m1_pair<3>(high), scale[m][1]);
       }
-      mma_bf16(acc[m], a0, a1, a2, a3, b0, b1);
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        if (u >= groups) break;  // warp-uniform
+        mma_bf16(acc[m][u], a0, a1, a2, a3, word_of(chunk.x[u][i], (j % 2) * 2), word_of(chunk.x[u][i], (j % 2) * 2 + 1));
+      }
     }
   }
 }
 
-// acc[m] += the two row tiles times the lane's activation column, over all chunks, with the next
-// chunk's loads in flight while one is multiplied.
-__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* x_words, int64_t cols,
-                                              float (&acc)[2][4]) {
+// acc[m][u] += the two row tiles times the lane's activation columns, over all chunks, with the
+// next chunk's loads in flight while one is multiplied.
+__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
+                                              int groups, int64_t cols, float (&acc)[2][kGroups][4]) {
   const int q = static_cast<int>(threadIdx.x) % 4;
   const int64_t chunks = cols / kChunkColumns;
   Chunk current, next;
-  load_chunk(tiles, x_words, q, current);
+  load_chunk(tiles, x_words, groups, q, current);
   for (int64_t c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) load_chunk(tiles, x_words, 4 * (c + 1) + q, next);
-    multiply_chunk(current, acc);
+    if (c + 1 < chunks) load_chunk(tiles, x_words, groups, 4 * (c + 1) + q, next);
+    multiply_chunk(current, groups, acc);
     current = next;
   }
 }
@@ -198,16 +205,23 @@ RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first
   return t;
 }
 
-// The split activation words of this lane's column: pair slot t = g / 2, plane g % 2 (hi, lo);
-// null where the slot is past the tile's pairs.
-__device__ __forceinline__ const uint32_t* column_words(const uint32_t* x_split, const int32_t* x_row, int4 tile,
-                                                        int64_t cols) {
+// The split activation words of this lane's column in each group (column_of: pair slot
+// 2 u + slot, one plane); null past the tile's pairs. Returns the tile's live groups.
+__device__ __forceinline__ int column_words(const uint32_t* x_split, const int32_t* x_row, int4 tile, int64_t cols,
+                                            const uint32_t* (&words)[kGroups]) {
   const int g = static_cast<int>(threadIdx.x) % kWarp / 4;
-  const int slot = g / 2;
-  if (tile.x < 0 || slot >= tile.z) return nullptr;
-  const int64_t pair = tile.y + slot;
-  const int64_t row = x_row ? x_row[pair] : pair;
-  return x_split + (2 * row + g % 2) * (cols / 2);
+  int slot, plane;
+  column_of(g, slot, plane);
+#pragma unroll
+  for (int u = 0; u < kGroups; ++u) {
+    const int index = kTokensPerMma * u + slot;
+    words[u] = nullptr;
+    if (slot < 0 || index >= tile.z) continue;
+    const int64_t pair = tile.y + index;
+    const int64_t row = x_row ? x_row[pair] : pair;
+    words[u] = x_split + (kPlanes * row + plane) * (cols / 2);
+  }
+  return (tile.z + kTokensPerMma - 1) / kTokensPerMma;
 }
 
 __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
@@ -219,7 +233,7 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
 }
 
 // grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kMmaThreads, 3)
     gate_up_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
                    const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3, int64_t inner,
@@ -230,32 +244,44 @@ __global__ void __launch_bounds__(kMmaThreads)
       (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kTileRowsGateUp;
   if (first_row >= inner) return;
   const int count = *tile_count;
+  auto* halves = reinterpret_cast<uint16_t*>(h_split);
+  const int64_t plane_halves = inner;  // a split plane of an inner-wide row, in u16
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
-    float acc[2][4] = {};
+    float acc[2][kGroups][4] = {};
+    const uint32_t* words[kGroups];
+    const int groups = column_words(x_split, x_row, tile, cols, words);
     if (tile.x >= 0) {
       const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
-      multiply_rows(rows, column_words(x_split, x_row, tile, cols), cols, acc);
+      multiply_rows(rows, words, groups, cols, acc);
     }
-    if (q >= tile.z) continue;
-    const int64_t pair = tile.y + q;
-    const float scale = pair_scale_of ? pair_scale_of[pair] : 1.0f;
-    auto* halves = reinterpret_cast<uint16_t*>(h_split);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float value = swiglu_value(acc[0][2 * h] + acc[0][2 * h + 1], acc[1][2 * h] + acc[1][2 * h + 1], limit);
-      if (pair_scale_of) value = value * scale;
-      uint32_t hi, lo;
-      split_value(value, hi, lo);
-      const int64_t at = split_half_index(first_row + g + 8 * h);
-      halves[(2 * pair) * inner + at] = static_cast<uint16_t>(hi);
-      halves[(2 * pair + 1) * inner + at] = static_cast<uint16_t>(lo);
+    for (int u = 0; u < kGroups; ++u) {
+      if (u >= groups) break;  // warp-uniform: token_sums shuffles
+      float gate[2], up[2];
+      token_sums(acc[0][u], gate);
+      token_sums(acc[1][u], up);
+      const int slot = kTokensPerMma * u + q / 2;
+      if (q % 2 != 0 || slot >= tile.z) continue;
+      const int64_t pair = tile.y + slot;
+      const float scale = pair_scale_of ? pair_scale_of[pair] : 1.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float value = swiglu_value(gate[h], up[h], limit);
+        if (pair_scale_of) value = value * scale;
+        uint32_t term[kPlanes];
+        split_value(value, term);
+        const int64_t at = split_half_index(first_row + g + 8 * h);
+#pragma unroll
+        for (int p = 0; p < kPlanes; ++p)
+          halves[(kPlanes * pair + p) * plane_halves + at] = static_cast<uint16_t>(term[p]);
+      }
     }
   }
 }
 
 // grid: (row blocks of 128 output rows, tiles). y[pair, r] = (w2 h)[r].
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kMmaThreads, 3)
     down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
                 int64_t inner, float* __restrict__ y) {
@@ -268,20 +294,29 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int count = *tile_count;
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
-    float acc[2][4] = {};
+    float acc[2][kGroups][4] = {};
+    const uint32_t* words[kGroups];
+    const int groups = column_words(h_split, nullptr, tile, inner, words);
     if (tile.x >= 0) {
       const WeightMatrix& w = w2[tile.x];
       // Without a second tile the first is loaded twice and its copy dropped: one code path.
       const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
-      multiply_rows(tiles2, column_words(h_split, nullptr, tile, inner), inner, acc);
+      multiply_rows(tiles2, words, groups, inner, acc);
     }
-    if (q >= tile.z) continue;
-    float* out = y + (tile.y + q) * rows;
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      if (m == 1 && !second) break;
-      out[first_row + 16 * m + g] = acc[m][0] + acc[m][1];
-      out[first_row + 16 * m + g + 8] = acc[m][2] + acc[m][3];
+    for (int u = 0; u < kGroups; ++u) {
+      if (u >= groups) break;  // warp-uniform: token_sums shuffles
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if (m == 1 && !second) break;
+        float value[2];
+        token_sums(acc[m][u], value);
+        const int slot = kTokensPerMma * u + q / 2;
+        if (q % 2 != 0 || slot >= tile.z) continue;
+        float* out = y + (tile.y + slot) * rows + first_row + 16 * m + g;
+        out[0] = value[0];
+        out[8] = value[1];
+      }
     }
   }
 }

@@ -1,15 +1,15 @@
 // linear on the tensor cores, for the dense weights of DeepSeek's releases: FP8 e4m3 with E8M0
 // block scales (32 x 32 in V4.1, 128 x 128 in V4) and BF16 (the LM head). y[t, r] = sum_c x[t, c]
-// W[r, c] with x split into BF16 hi + lo planes (split_rows) and W decoded exactly in registers
-// (mma_common.cuh: the operand order, why it is exact, and the 2^-16 bound on the activations).
+// W[r, c] with x split into three BF16 planes (split_rows) and W decoded exactly in registers
+// (mma_common.cuh: the operand order, and why the result is an f32 sum in another order).
 //
 // Why: the SIMT linear (linear.cu) reduces a weight row per warp against each token's f32
 // activations, so activations are re-read from L1 / L2 once per output row, and at batch 64
 // that traffic, not the weights' bytes, sets its time. Here a warp holds 32 weight rows (two
-// m16 tiles) and multiplies each 128-column chunk with up to 16 tokens (4 MMA column groups of
-// 4 tokens x (hi, lo)): activations are read once per 32 rows, weights once per 16 tokens.
+// m16 tiles) and multiplies each 128-column chunk with up to 8 tokens (4 MMA column groups of 2
+// tokens x 3 terms): activations are read once per 32 rows, weights once per 8 tokens.
 //
-// Work split: blockIdx.x = 16-token blocks (fastest, so the blocks that read the same weight
+// Work split: blockIdx.x = 8-token blocks (fastest, so the blocks that read the same weight
 // rows run together and share them through L2), blockIdx.y = 128-row blocks (4 warps),
 // blockIdx.z = column ranges. The ranges follow the weight's shape alone (enough blocks for the
 // SMs when a matrix has few rows, as wq_a's 1280 rows are 10 blocks), never the token count, and
@@ -37,7 +37,7 @@ constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kRowsPerWarp = 32;
 constexpr int64_t kRowsPerBlock = int64_t{kWarpsPerBlock} * kRowsPerWarp;
 constexpr int kGroups = 4;                    // MMA column groups per warp
-constexpr int64_t kTokensPerBlock = 4 * kGroups;
+constexpr int64_t kTokensPerBlock = int64_t{kTokensPerMma} * kGroups;
 constexpr int64_t kTargetBlocks = 264;        // 2 per SM of an H200
 constexpr int64_t kMinRangeChunks = 2;
 constexpr int64_t kMaxRanges = 32;
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads)
   if (first_row >= w.rows) return;
   const bool second = first_row + 16 < w.rows;  // warp-uniform: rows is a multiple of 16
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
-  const int64_t live_groups = (tokens - t0 + 3) / 4;
+  const int64_t live_groups = (tokens - t0 + kTokensPerMma - 1) / kTokensPerMma;
   const int groups = static_cast<int>(live_groups < kGroups ? live_groups : kGroups);
   const int64_t chunks = w.cols / kChunkColumns;
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_chunks;
@@ -147,10 +147,12 @@ __global__ void __launch_bounds__(kThreads)
       rows.data[m][r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     }
   const uint32_t* x_words[kGroups];
+  int slot, plane;
+  column_of(g, slot, plane);
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
-    const int64_t t = t0 + 4 * u + g / 2;
-    x_words[u] = t < tokens ? x_split + (2 * t + g % 2) * (w.cols / 2) : nullptr;
+    const int64_t t = t0 + kTokensPerMma * u + slot;
+    x_words[u] = slot >= 0 && t < tokens ? x_split + (kPlanes * t + plane) * (w.cols / 2) : nullptr;
   }
 
   float acc[2][kGroups][4] = {};
@@ -194,14 +196,17 @@ __global__ void __launch_bounds__(kThreads)
   out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;  // a range's partial sums (out_stride = rows)
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
-    const int64_t t = t0 + 4 * u + q;
-    if (u >= groups || t >= tokens) break;
+    if (u >= groups) break;  // warp-uniform: token_sums shuffles
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       if (m == 1 && !second) break;
+      float value[2];
+      token_sums(acc[m][u], value);
+      const int64_t t = t0 + kTokensPerMma * u + q / 2;
+      if (q % 2 != 0 || t >= tokens) continue;
       float* row_out = out + t * out_stride + first_row + 16 * m + g;
-      row_out[0] = acc[m][u][0] + acc[m][u][1];
-      row_out[8] = acc[m][u][2] + acc[m][u][3];
+      row_out[0] = value[0];
+      row_out[8] = value[1];
     }
   }
 }
@@ -230,11 +235,11 @@ __global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int
     int64_t r, w;
     split_index(index, words, r, w);
     const int64_t c = split_word_column(w);
-    uint32_t hi0, lo0, hi1, lo1;
-    split_value(x[r * x_stride + c], hi0, lo0);
-    split_value(x[r * x_stride + c + 4], hi1, lo1);
-    out[(2 * r) * words + w] = hi0 | (hi1 << 16);
-    out[(2 * r + 1) * words + w] = lo0 | (lo1 << 16);
+    uint32_t first[kPlanes], second[kPlanes];
+    split_value(x[r * x_stride + c], first);
+    split_value(x[r * x_stride + c + 4], second);
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p) out[(kPlanes * r + p) * words + w] = first[p] | (second[p] << 16);
   }
 }
 
@@ -248,7 +253,9 @@ bool linear_mma_supports(const WeightMatrix& w) {
          w.block_cols % kSegmentColumns == 0 && w.block_rows >= 1;
 }
 
-int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& w) { return tokens * w.cols; }
+int64_t split_words(int64_t rows, int64_t cols) { return rows * kPlanes * (cols / 2); }
+
+int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& w) { return split_words(tokens, w.cols); }
 
 int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& w) {
   const Plan p = plan_of(tokens, w);

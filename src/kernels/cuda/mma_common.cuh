@@ -1,6 +1,6 @@
 #pragma once
 // What the tensor-core kernels share (expert_mma.cu, linear_mma.cu): the BF16 m16n8k16 MMA, the
-// split of f32 activations into BF16 hi + lo planes in the operand order those kernels use, and
+// split of f32 activations into three BF16 planes in the operand order those kernels use, and
 // the exact BF16 decoders of the checkpoint encodings.
 //
 // Operand order. A lane (g = lane / 4, q = lane % 4) covers 32 columns per 128-column chunk:
@@ -9,13 +9,17 @@
 // so the eight MMAs of a chunk take words (2 j, 2 j + 1) of every lane: one order for every
 // encoding, chosen for FP4, whose nibbles n and n + 4 of a 32-bit word become that bf16x2 with
 // one shift and one mask. Activations are stored in the same order ("split rows": per 32-column
-// segment 16 words, a hi plane and a lo plane per row), so a lane's B operand is four 16-byte
-// loads.
+// segment 16 words, three planes per row), so a lane's B operand is four 16-byte loads.
 //
 // Exactness. Every weight code times its power-of-two scale is exact in BF16 (e2m1, e4m3 and BF16
-// itself); activations are split into hi = bf16(x) and lo = bf16(x - hi), two MMA columns of one
-// token (column 2 t: hi, 2 t + 1: lo), whose f32 sum keeps 16 significant bits of x (|error| <=
-// 2^-16 |x|). Products are exact and accumulate in f32.
+// itself). An f32 activation is not, so it is split into three BF16 terms, hi = bf16(x), mid =
+// bf16(x - hi), lo = bf16(x - hi - mid) (each difference exact), which together keep x's 24
+// significant bits (|error| <= 2^-24 |x|); the products are exact and accumulate in f32, so a
+// result differs from the f32 SIMT sum by reordering only, as two f32 orders differ. (Two terms
+// were tried first: 2^-16 is enough for the logits but flips near-tie routing decisions against
+// the CPU.) The terms are three MMA columns of one token: columns 3 t .. 3 t + 2 are token t's
+// hi, mid and lo, so an MMA's 8 columns take 2 tokens (columns 6 and 7 are zero), and a token's
+// result is (hi + mid) + lo of its three columns, gathered across the lane quad (token_sums).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -31,11 +35,39 @@ __device__ __forceinline__ uint32_t bf16_bits_rn(float x) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(x)));
 }
 
-// hi = bf16(x), lo = bf16(x - hi); lo is 0 where the rest is not finite (infinities stay so).
-__device__ __forceinline__ void split_value(float x, uint32_t& hi, uint32_t& lo) {
-  hi = bf16_bits_rn(x);
-  const float rest = x - __uint_as_float(hi << 16);
-  lo = isfinite(rest) ? bf16_bits_rn(rest) : 0u;
+constexpr int kPlanes = 3;       // hi, mid, lo
+constexpr int kTokensPerMma = 2;  // 3 of the 8 columns each
+
+// The three terms of x; a rest that is not finite (x infinite or NaN) gives zero terms, so
+// infinities stay infinite.
+__device__ __forceinline__ void split_value(float x, uint32_t (&term)[kPlanes]) {
+  term[0] = bf16_bits_rn(x);
+  float rest = x - __uint_as_float(term[0] << 16);
+#pragma unroll
+  for (int p = 1; p < kPlanes; ++p) {
+    term[p] = isfinite(rest) ? bf16_bits_rn(rest) : 0u;
+    rest = rest - __uint_as_float(term[p] << 16);
+  }
+}
+
+// This lane's B column of an MMA over token slots (2 u, 2 u + 1): column g is slot g / 3's plane
+// g % 3, none for g = 6, 7. Slot < 0: none.
+__device__ __forceinline__ void column_of(int g, int& slot, int& plane) {
+  slot = g < 6 ? g / 3 : -1;
+  plane = g % 3;
+}
+
+// The two tokens' results of one MMA's D (d: this lane's four accumulators): lane q = 0 ends with
+// slot 0's, lane q = 2 with slot 1's, rows g and g + 8 (value[0], value[1]); every lane must call
+// it (the shuffles). Both sum (hi + mid) + lo, so a token's bits do not depend on its slot.
+__device__ __forceinline__ void token_sums(const float (&d)[4], float (&value)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float next_first = __shfl_down_sync(0xffffffffu, d[2 * h], 1);  // column 2 (q = 1) to q = 0
+    const float prev_second = __shfl_up_sync(0xffffffffu, d[2 * h + 1], 1);  // column 3 (q = 1) to q = 2
+    const int q = static_cast<int>(threadIdx.x) % 4;
+    value[h] = q == 0 ? (d[2 * h] + d[2 * h + 1]) + next_first : (prev_second + d[2 * h]) + d[2 * h + 1];
+  }
 }
 
 // The u16 index, inside a split plane, of column c.
