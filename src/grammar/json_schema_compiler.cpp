@@ -326,6 +326,54 @@ class Compiler {
     return finish(value);
   }
 
+  // The subschema's string values as raw bytes, none containing options_.excluded_text; none
+  // when there is no such string (compile_json_schema_split).
+  std::optional<Grammar> raw_strings(const std::string& pointer) {
+    const NodeId id = build(subschema(pointer), pointer, 0, 0);
+    if (id == kFalse) return std::nullopt;
+    Dfa strings = with_dfa(pointer, [&] {
+      Dfa out = Dfa::nothing();
+      for (const Simple& s : flatten(id, 0)) {
+        if (!(s.types & kString)) continue;
+        if (s.has_enum) {
+          std::vector<std::string> words;
+          for (const ojson& v : s.enum_values)
+            if (v.is_string() && validate_simple(v, s, 0)) words.push_back(v.get<std::string>());
+          if (!words.empty()) out = schema::unite(out, schema::words_dfa(words), dfa_limits_);
+        } else {
+          out = schema::unite(out, s.has_string_constraints() ? string_dfa(s) : schema::utf8_dfa(), dfa_limits_);
+        }
+      }
+      if (!options_.excluded_text.empty()) out = schema::intersect(out, text_allowed(), dfa_limits_);
+      return out;
+    });
+    if (strings.empty()) return std::nullopt;
+    const RuleId start = schema::emit_dfa(g_, strings, DfaEncoding::raw, {}, pointer.empty() ? "raw" : pointer);
+    g_.set_start(start);
+    check_size(pointer);
+    g_.validate();
+    return std::move(g_);
+  }
+
+  // The JSON texts of the subschema's values that are not strings; none when there are none.
+  std::optional<Grammar> non_strings(const std::string& pointer) {
+    const NodeId id = build(subschema(pointer), pointer, 0, 0);
+    if (id == kFalse) return std::nullopt;
+    const RuleId r = g_.add_rule(pointer.empty() ? "value" : pointer);
+    for (Simple s : flatten(id, 0)) {
+      s.types &= ~static_cast<uint32_t>(kString);
+      if (s.types == 0) continue;
+      if (s.has_enum) std::erase_if(s.enum_values, [](const ojson& v) { return v.is_string(); });
+      for (Sequence& alt : emit_simple(s)) g_.add_alternative(r, std::move(alt));
+      check_size(s.where);
+    }
+    if (g_.alternatives(r).empty()) return std::nullopt;
+    g_.set_start(r);
+    check_size(pointer);
+    g_.validate();
+    return std::move(g_);
+  }
+
  private:
   Grammar finish(RuleId value) {
     RuleId start = g_.add_rule("root");
@@ -334,6 +382,14 @@ class Compiler {
     check_size("");
     g_.validate();
     return std::move(g_);
+  }
+
+  const ojson& subschema(const std::string& pointer) {
+    try {
+      return root_.at(ojson::json_pointer(pointer));
+    } catch (const nlohmann::json::exception&) {
+      throw CompileError(pointer, "no subschema at this JSON pointer");
+    }
   }
 
   // ---- errors and limits ------------------------------------------------------------------
@@ -1742,8 +1798,21 @@ class Compiler {
     return r;
   }
 
+  // The strings options_.excluded_text allows (valid UTF-8 without that text).
+  const Dfa& text_allowed() {
+    if (!text_allowed_)
+      text_allowed_ = with_dfa("", [&] {
+        return schema::complement(schema::containing(options_.excluded_text), dfa_limits_);
+      });
+    return *text_allowed_;
+  }
+
   RuleId any_string() {
     if (any_string_ >= 0) return any_string_;
+    if (!options_.excluded_text.empty()) {
+      any_string_ = quoted(schema::utf8_dfa(), "string");
+      return any_string_;
+    }
     any_string_ = g_.add_rule("string");
     g_.add_alternative(any_string_, {lit_byte('"'), Grammar::rule(string_body(0, -1))});
     return any_string_;
@@ -1919,7 +1988,10 @@ class Compiler {
   }
 
   // A quoted string from a DFA over decoded bytes.
-  RuleId quoted(const Dfa& dfa, const std::string& name) {
+  RuleId quoted(const Dfa& unrestricted, const std::string& name) {
+    const Dfa dfa = options_.excluded_text.empty()
+                        ? unrestricted
+                        : with_dfa(name, [&] { return schema::intersect(unrestricted, text_allowed(), dfa_limits_); });
     if (dfa.empty()) return never();
     RuleId body = schema::emit_dfa(g_, dfa, DfaEncoding::json_string, {lit_byte('"')}, name);
     RuleId r = g_.add_rule(name);
@@ -1941,7 +2013,8 @@ class Compiler {
 
   RuleId emit_string(const Simple& s) {
     if (!s.has_string_constraints()) return any_string();
-    if (s.patterns.empty() && s.not_patterns.empty() && s.formats.empty() && s.not_words.empty()) {
+    if (s.patterns.empty() && s.not_patterns.empty() && s.formats.empty() && s.not_words.empty() &&
+        options_.excluded_text.empty()) {
       check_repeat(s.min_length, child(s.where, "minLength"));
       const int64_t max = capped(s.max_length);
       if (max >= 0 && max < s.min_length) return never();
@@ -2307,6 +2380,7 @@ class Compiler {
   std::set<RuleId> empty_rules_;
   std::map<std::string, RuleId> words_, strings_rules_, number_rules_, literals_;
   std::map<std::pair<int64_t, int64_t>, RuleId> bodies_;
+  std::optional<Dfa> text_allowed_;
   RuleId ws_ = -1, char_ = -1, any_string_ = -1, any_value_ = -1, any_object_ = -1, any_array_ = -1, digits_ = -1,
          never_ = -1;
   RuleId numbers_[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
@@ -2322,6 +2396,14 @@ Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSche
                             const CompileLimits& limits) {
   Compiler compiler(schema, options, limits);
   return compiler.compile();
+}
+
+SplitValueGrammars compile_json_schema_split(const nlohmann::ordered_json& document, const std::string& pointer,
+                                             const JsonSchemaOptions& options, const CompileLimits& limits) {
+  SplitValueGrammars out;
+  out.raw_string = Compiler(document, options, limits).raw_strings(pointer);
+  out.json_other = Compiler(document, options, limits).non_strings(pointer);
+  return out;
 }
 
 Grammar any_json(bool object_only, const JsonSchemaOptions& options) {
