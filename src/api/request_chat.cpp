@@ -177,6 +177,8 @@ ToolDefinition parse_tool(const Json& value, std::size_t index) {
     fields::check_parameters_schema(*parameters, where + ".function.parameters");
     definition.parameters = *parameters;
   }
+  definition.schema_field = where + ".function.parameters";
+  definition.strict = fields::optional_bool(function, "strict").value_or(false);
   return definition;
 }
 

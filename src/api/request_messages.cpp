@@ -151,6 +151,8 @@ ToolDefinition parse_tool(const Json& value, std::size_t index) {
   const Json& schema = fields::require(tool, "input_schema", where + ".");
   fields::check_parameters_schema(schema, where + ".input_schema");
   definition.parameters = schema;
+  definition.schema_field = where + ".input_schema";
+  definition.strict = fields::optional_bool(tool, "strict").value_or(false);
   return definition;
 }
 
