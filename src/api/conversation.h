@@ -61,6 +61,9 @@ struct Conversation {
   ToolChoice tool_choice = ToolChoice::Auto;
   // Required came from a tool_choice naming a function: the answer is exactly one call of it.
   bool tool_choice_named = false;
+  // OpenAI's parallel_tool_calls (Anthropic's !disable_parallel_tool_use): false allows one call
+  // per answer, which a constrained tool call enforces.
+  bool parallel_tool_calls = true;
   bool thinking = true;
   std::optional<ReasoningEffort> reasoning_effort;  // none: the default (high)
   ResponseFormat response_format = ResponseFormat::Text;

@@ -245,6 +245,8 @@ ApiRequest parse_chat_completions_request(const nlohmann::ordered_json& body) {
     }
   }
 
+  conversation.parallel_tool_calls = fields::optional_bool(body, "parallel_tool_calls").value_or(true);
+
   for (std::size_t i = 0; i < messages.size(); ++i) {
     Message message = parse_message(messages[i], i);
     // An empty system message says nothing and is dropped (recipe §3.1).

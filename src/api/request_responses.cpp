@@ -192,6 +192,7 @@ ApiRequest parse_responses_request(const nlohmann::ordered_json& body) {
   if (conversation.messages.empty()) reject("input: at least one input item is required", "input");
 
   if (const Json* tools = fields::find(body, "tools")) add_tools(*tools, conversation.tools);
+  conversation.parallel_tool_calls = fields::optional_bool(body, "parallel_tool_calls").value_or(true);
   if (const Json* choice = fields::find(body, "tool_choice")) {
     if (choice->is_string()) {
       const std::optional<ToolChoice> mode = fields::tool_choice_mode(choice->get_ref<const std::string&>());

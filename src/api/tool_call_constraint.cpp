@@ -22,7 +22,7 @@ std::optional<ConstraintSpec> tool_call_constraint(const Conversation& conversat
 
   auto calls = std::make_shared<ToolCallSpec>();
   calls->mode = forced ? ToolCallSpec::Mode::Forced : ToolCallSpec::Mode::Optional;
-  calls->single_call = forced && conversation.tool_choice_named;
+  calls->single_call = (forced && conversation.tool_choice_named) || !conversation.parallel_tool_calls;
   calls->format = format;
   for (const ToolDefinition& tool : conversation.tools)
     calls->tools.push_back({tool.name, tool.parameters, tool.strict, forced || tool.strict, tool.schema_field});

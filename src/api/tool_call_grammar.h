@@ -29,7 +29,7 @@ struct ToolCallSpec {
     std::string field;                  // where the schema is in the request, for 400s
   };
   Mode mode = Mode::Forced;
-  bool single_call = false;  // exactly one call (a named tool_choice)
+  bool single_call = false;  // one call per block (a named tool_choice, parallel_tool_calls false)
   PromptFormat format = PromptFormat::V41;
   std::vector<Tool> tools;
 };
