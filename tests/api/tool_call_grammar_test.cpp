@@ -320,10 +320,8 @@ TEST(ToolCallGrammar, BadCallsAreRejected) {
   EXPECT_FALSE(grammar::matches(g, call("get_forecast", city + "\n" + days + "\n" + param("wind", false, "1"))));  // undeclared
   EXPECT_FALSE(grammar::matches(g, call("get_forecast", city + "\n" + city + "\n" + days)));  // twice
   EXPECT_FALSE(grammar::matches(g, call("get_forecast", city + days)));                       // no '\n' between
-  // A value the parser would end early, raw or inside JSON.
+  // A value the parser would end early (inside JSON: UnderAutoANonStrictToolTakesAnyParameters).
   EXPECT_FALSE(grammar::matches(g, call("get_forecast", param("city", true, "a</｜DSML｜b") + "\n" + days)));
-  EXPECT_FALSE(grammar::matches(
-      g, call("get_forecast", city + "\n" + days + "\n" + param("tags", false, "[\"</｜DSML｜\"]"))));
   // strict: the nested object is closed.
   EXPECT_FALSE(grammar::matches(
       g, call("get_forecast", city + "\n" + days + "\n" + param("where", false, R"({"lat": 1, "lon": 2, "alt": 3})"))));
@@ -367,6 +365,11 @@ TEST(ToolCallGrammar, UnderAutoANonStrictToolTakesAnyParameters) {
   EXPECT_FALSE(grammar::matches(g,
                                 "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_forecast\">\n<｜DSML｜ parameter name=\"anything\" "
                                 "string=\"false\">1</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"));
+  // Free, but still never the text that would end the value early, raw or inside JSON.
+  for (const char* value : {"string=\"false\">[\"</｜DSML｜\"]", "string=\"true\">a</｜DSML｜b"})
+    EXPECT_FALSE(grammar::matches(g, std::string("<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_time\">\n<｜DSML｜ parameter ") +
+                                         "name=\"x\" " + value + "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"))
+        << value;
   const SentenceSampler sampler(g);
   std::mt19937 rng(5);
   for (int n = 0; n < 200; ++n) {
