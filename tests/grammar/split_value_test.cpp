@@ -109,6 +109,35 @@ TEST(SplitValue, TheExcludedTextAppearsInNoStringRawOrJson) {
   EXPECT_FALSE(matches(bounded, R"("a</x")"));
 }
 
+// A length bound beside the excluded text costs a chain of counts, not an automaton of every
+// partial character at every count: long bounds compile, and stay exact.
+TEST(SplitValue, LongLengthBoundsBesideTheExcludedTextStayExact) {
+  const std::string marker = "</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C";  // </｜DSML｜
+  const SplitValueGrammars values = split(R"({"type": "string", "minLength": 2, "maxLength": 3000})", "", marker);
+  ASSERT_TRUE(values.raw_string);
+  EXPECT_LT(values.raw_string->size(), 300000);
+  EXPECT_TRUE(matches(*values.raw_string, std::string(3000, 'a')));
+  EXPECT_FALSE(matches(*values.raw_string, std::string(3001, 'a')));
+  EXPECT_FALSE(matches(*values.raw_string, "a"));
+  EXPECT_TRUE(matches(*values.raw_string, "</\xEF\xBD\x9C" "DSM </\xEF\xBD\x9C" "DSMX"));  // near misses
+  EXPECT_FALSE(matches(*values.raw_string, std::string(1500, 'a') + marker + "b"));
+  EXPECT_FALSE(matches(*values.raw_string, "<" + marker));  // a match that starts inside a partial one
+
+  JsonSchemaOptions options;
+  options.excluded_text = marker;
+  const Grammar json = compile_json_schema(ojson::parse(R"({"type": "string", "maxLength": 5000})"), options);
+  EXPECT_TRUE(matches(json, "\"" + std::string(5000, 'x') + "\""));
+  EXPECT_FALSE(matches(json, "\"" + std::string(5001, 'x') + "\""));
+  EXPECT_FALSE(matches(json, "\"a" + marker + "\""));
+  // Escapes never spell the marker's bytes, so the value may still hold its text.
+  EXPECT_TRUE(matches(json, "\"\\u003c/\xEF\xBD\x9C" "DSML\xEF\xBD\x9C\""));
+  EXPECT_TRUE(matches(json, "\"<\\/\xEF\xBD\x9C" "DSML\xEF\xBD\x9C\""));
+  const Grammar at_least = compile_json_schema(ojson::parse(R"({"type": "string", "minLength": 3})"), options);
+  EXPECT_TRUE(matches(at_least, "\"abcdef\""));
+  EXPECT_FALSE(matches(at_least, "\"ab\""));
+  EXPECT_FALSE(matches(at_least, "\"abc" + marker + "\""));
+}
+
 TEST(TextWithout, AnyUtf8TextButTheMarker) {
   const Grammar text = text_without("<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C");  // <｜DSML｜
   EXPECT_TRUE(matches(text, ""));
