@@ -70,6 +70,11 @@ class BlockGrammar {
       }
       g_.set_start(start);
     }
+    // Each schema was compiled within the limits; together they must be too.
+    if (const int64_t limit = grammar::CompileLimits{}.max_symbols; g_.size() > limit)
+      throw ApiError(400, str_cat("tools: the tool-call grammar of these tools' schemas has ", g_.size(),
+                                  " symbols, more than the limit of ", limit),
+                     "tools");
     g_.validate();
     return std::move(g_);
   }

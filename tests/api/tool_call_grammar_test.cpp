@@ -425,6 +425,12 @@ TEST(ToolCallGrammar, SchemasThatCannotBeEnforcedAreRefusedWithTheirField) {
   const auto [missing, missing_param] =
       refusal(Json::parse(R"({"type": "object", "properties": {}, "required": ["x"]})"), true);
   EXPECT_NE(missing.find("'x' is required"), std::string::npos) << missing;
+  // Each long string compiles, but together they pass the limit on the whole block.
+  const auto [large, large_param] = refusal(
+      Json::parse(R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 10000},
+                                                       "b": {"type": "string", "maxLength": 10000}}})"),
+      true);
+  EXPECT_NE(large.find("more than the limit"), std::string::npos) << large;
   // Not strict: an undeclared required key takes any value.
   EXPECT_EQ(refusal(Json::parse(R"({"type": "object", "required": ["x"]})"), false).first, "");
 }
