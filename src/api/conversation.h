@@ -42,6 +42,12 @@ struct ToolDefinition {
   std::string description;
   // Order-preserving so the schema reaches the prompt with the client's key order; null = none.
   nlohmann::ordered_json parameters;
+  // OpenAI's function.strict / Anthropic's strict: the arguments follow the schema's strict
+  // reading (no keys it does not declare), and a tool call under tool_choice auto is
+  // constrained to it.
+  bool strict = false;
+  // Where the schema is in the request ("tools.0.function.parameters"), for 400s about it.
+  std::string schema_field;
 };
 
 // A named tool choice is expressed as Required with only that tool left in `tools`.
@@ -53,6 +59,11 @@ struct Conversation {
   std::vector<Message> messages;
   std::vector<ToolDefinition> tools;
   ToolChoice tool_choice = ToolChoice::Auto;
+  // Required came from a tool_choice naming a function: the answer is exactly one call of it.
+  bool tool_choice_named = false;
+  // OpenAI's parallel_tool_calls (Anthropic's !disable_parallel_tool_use): false allows one call
+  // per answer, which a constrained tool call enforces.
+  bool parallel_tool_calls = true;
   bool thinking = true;
   std::optional<ReasoningEffort> reasoning_effort;  // none: the default (high)
   ResponseFormat response_format = ResponseFormat::Text;

@@ -5,7 +5,22 @@
 // only looks for the parts they share.
 #include <string_view>
 
+#include "api/conversation.h"
+
 namespace deepinfer::api::dsml {
+
+// The block's tag names as the prompt renderer writes them, after "<｜DSML｜" / "</｜DSML｜"
+// (recipe §1.5, §1.9); a constrained tool call writes the same.
+struct TagNames {
+  std::string_view calls;
+  std::string_view invoke;
+  std::string_view parameter;
+};
+
+inline TagNames tag_names(PromptFormat format) {
+  if (format == PromptFormat::V4) return {"tool_calls", "invoke", "parameter"};
+  return {" calls", " invoke", " parameter"};
+}
 
 inline constexpr std::string_view kReasoningEnd = "</think>";
 inline constexpr std::string_view kOpenPrefix = "<｜DSML｜";    // any DSML opening tag

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/tool_call_grammar.h"
 #include "engine/sampling_params.h"
 #include "grammar/compile.h"
 #include "grammar/matcher.h"
@@ -22,13 +23,17 @@
 namespace deepinfer::api {
 
 struct ConstraintSpec {
-  enum class Kind { JsonSchema, JsonObject, Regex, Gbnf, Lark, Choice };
+  enum class Kind { JsonSchema, JsonObject, Regex, Gbnf, Lark, Choice, ToolCalls };
   Kind kind = Kind::JsonObject;
   nlohmann::ordered_json schema;     // JsonSchema (ordered: the properties' order is the schema's)
   std::string text;                  // Regex, Gbnf, Lark
   std::vector<std::string> choices;  // Choice: the output is exactly one of them
   bool strict = false;               // JsonSchema: no keys beyond `properties`
   std::string field;                 // the request field it came from, for 400s
+  std::shared_ptr<const ToolCallSpec> tool_calls;  // ToolCalls (tool_call_constraint.h makes one)
+  // ToolCalls in Optional mode: the constraint on an answer that is not a tool call (a
+  // response_format); none: free text.
+  std::shared_ptr<const ConstraintSpec> answer;
 };
 
 // One constraint per request: a second one is a 400 naming both fields.
@@ -53,7 +58,8 @@ class ConstraintCompiler {
   std::unordered_map<std::string, std::shared_ptr<const grammar::CompiledGrammar>> cache_;
 };
 
-// The grammar of `spec` (uncached; ConstraintCompiler::compile's work). Throws grammar::CompileError.
+// The grammar of `spec` (uncached; ConstraintCompiler::compile's work). Throws grammar::CompileError,
+// or for ToolCalls an ApiError naming the tool or answer field at fault.
 grammar::Grammar constraint_grammar(const ConstraintSpec& spec);
 
 }  // namespace deepinfer::api

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string_view>
 
+#include "api/dsml_tags.h"
 #include "api/prompt_json.h"
 #include "api/prompt_markers.h"
 
@@ -12,17 +13,6 @@ namespace {
 
 using namespace std::string_view_literals;
 
-// DSML tag names: V4.1 puts a space after the marker, V4 uses tool_calls / invoke / parameter.
-struct DsmlTags {
-  std::string_view calls;
-  std::string_view invoke;
-  std::string_view parameter;
-};
-
-DsmlTags dsml_tags(PromptFormat format) {
-  if (format == PromptFormat::V4) return {"tool_calls", "invoke", "parameter"};
-  return {" calls", " invoke", " parameter"};
-}
 
 // V4.1 effort prefix (recipe §1.4): low 50, max 100, everything else 75.
 std::string v41_effort_prefix(std::optional<ReasoningEffort> effort) {
@@ -117,7 +107,7 @@ class PromptBuilder {
 };
 
 std::string tools_prompt(const std::vector<ToolDefinition>& tools, PromptFormat format) {
-  const DsmlTags tags = dsml_tags(format);
+  const dsml::TagNames tags = dsml::tag_names(format);
   const std::string open = "<｜DSML｜";
   const std::string close = "</｜DSML｜";
   std::string schemas;
@@ -173,7 +163,7 @@ void append_tools_prompt(PromptBuilder& out, const std::vector<ToolDefinition>& 
 }
 
 void append_calls_block(PromptBuilder& out, const std::vector<ToolCall>& calls, PromptFormat format) {
-  const DsmlTags tags = dsml_tags(format);
+  const dsml::TagNames tags = dsml::tag_names(format);
   const std::string open = "<｜DSML｜";
   const std::string close = "</｜DSML｜";
   out.template_text(open + std::string(tags.calls) + ">\n");
@@ -411,7 +401,7 @@ RenderedPrompt render_prompt(const Conversation& conversation, PromptFormat form
     rendered.output_start = thinking ? OutputStart::Thinking : OutputStart::Answer;
     if (conversation.tool_choice == ToolChoice::Required && !conversation.tools.empty()) {
       out.text("\n\n");
-      out.template_text("<｜DSML｜" + std::string(dsml_tags(format).calls) + ">\n");
+      out.template_text("<｜DSML｜" + std::string(dsml::tag_names(format).calls) + ">\n");
       rendered.output_start = OutputStart::ToolCalls;
     }
   }

@@ -177,6 +177,8 @@ ToolDefinition parse_tool(const Json& value, std::size_t index) {
     fields::check_parameters_schema(*parameters, where + ".function.parameters");
     definition.parameters = *parameters;
   }
+  definition.schema_field = where + ".function.parameters";
+  definition.strict = fields::optional_bool(function, "strict").value_or(false);
   return definition;
 }
 
@@ -242,6 +244,8 @@ ApiRequest parse_chat_completions_request(const nlohmann::ordered_json& body) {
                         fields::string(fields::require(function, "name", "tool_choice.function."), "tool_choice.function.name"));
     }
   }
+
+  conversation.parallel_tool_calls = fields::optional_bool(body, "parallel_tool_calls").value_or(true);
 
   for (std::size_t i = 0; i < messages.size(); ++i) {
     Message message = parse_message(messages[i], i);

@@ -264,6 +264,7 @@ void choose_named_tool(Conversation& conversation, const std::string& name) {
   if (chosen.empty()) reject("tool_choice: no tool named '" + name + "' was specified", "tool_choice");
   conversation.tools = std::move(chosen);
   conversation.tool_choice = ToolChoice::Required;
+  conversation.tool_choice_named = true;
 }
 
 }  // namespace deepinfer::api

@@ -151,6 +151,8 @@ ToolDefinition parse_tool(const Json& value, std::size_t index) {
   const Json& schema = fields::require(tool, "input_schema", where + ".");
   fields::check_parameters_schema(schema, where + ".input_schema");
   definition.parameters = schema;
+  definition.schema_field = where + ".input_schema";
+  definition.strict = fields::optional_bool(tool, "strict").value_or(false);
   return definition;
 }
 
@@ -227,6 +229,7 @@ ApiRequest parse_messages_request(const nlohmann::ordered_json& body) {
   if (const Json* choice = fields::find(body, "tool_choice")) {
     const Json& object = fields::object(*choice, "tool_choice");
     const std::string& type = fields::string(fields::require(object, "type", "tool_choice."), "tool_choice.type");
+    conversation.parallel_tool_calls = !fields::optional_bool(object, "disable_parallel_tool_use").value_or(false);
     // As Chat Completions' string modes and named function: "any" is "required" (a tool call is
     // forced), "tool" keeps only the named tool and forces it; thinking mode refuses both
     // (validate_conversation), as it refuses them on Chat Completions.

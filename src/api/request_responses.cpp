@@ -106,6 +106,9 @@ ToolDefinition function_tool(const Json& tool, const std::string& where, const s
     fields::check_parameters_schema(*parameters, where + ".parameters");
     definition.parameters = *parameters;
   }
+  definition.schema_field = where + ".parameters";
+  // Absent is not strict here (OpenAI's Responses default is strict): constraints stay opt-in.
+  definition.strict = fields::optional_bool(tool, "strict").value_or(false);
   return definition;
 }
 
@@ -142,6 +145,7 @@ void add_tools(const Json& list, std::vector<ToolDefinition>& tools) {
       definition.name = name;
       if (const Json* value = fields::find(tool, "description")) definition.description = fields::string(*value, where + ".description");
       definition.parameters = apply_patch_parameters();
+      definition.schema_field = where;
       tools.push_back(std::move(definition));
     } else if (type.rfind("web_search", 0) == 0) {
       // Ignored: the model has no search backend here (recipe §3.2 default).
@@ -188,6 +192,7 @@ ApiRequest parse_responses_request(const nlohmann::ordered_json& body) {
   if (conversation.messages.empty()) reject("input: at least one input item is required", "input");
 
   if (const Json* tools = fields::find(body, "tools")) add_tools(*tools, conversation.tools);
+  conversation.parallel_tool_calls = fields::optional_bool(body, "parallel_tool_calls").value_or(true);
   if (const Json* choice = fields::find(body, "tool_choice")) {
     if (choice->is_string()) {
       const std::optional<ToolChoice> mode = fields::tool_choice_mode(choice->get_ref<const std::string&>());

@@ -4,6 +4,7 @@
 // JSON pointer into the schema) and why, and stops at the limits below instead of running away
 // on pathological input (deep nesting, huge alternations, repetition counts that explode).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,9 @@ struct JsonSchemaOptions {
   // Whitespace between tokens: at most this many bytes in a run (bounded, so a model cannot pad
   // forever; vLLM's fix). Compact and pretty-printed JSON both fit the default.
   int32_t max_whitespace = 20;
+  // No string, value or key, contains this text (decoded): JSON written inside markup whose
+  // closing tag must not appear in it. Empty: no such text.
+  std::string excluded_text;
 };
 
 // A JSON schema (drafts 4 to 2020-12: the keywords docs/STRUCTURED.md lists) to the grammar of
@@ -62,6 +66,25 @@ Grammar compile_json_schema(const nlohmann::json& schema, const JsonSchemaOption
 // (nlohmann::json sorts keys), which the grammar follows where it fixes an order.
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {},
                             const CompileLimits& limits = {});
+
+// One subschema's values for a format that writes a string value as itself and any other value
+// as JSON text (DeepSeek's DSML tool-call parameters, string="true" / string="false").
+struct SplitValueGrammars {
+  // The string values the subschema accepts, as their UTF-8 bytes (no quotes, no escapes), none
+  // containing options.excluded_text; none when no such string is accepted.
+  std::optional<Grammar> raw_string;
+  // The JSON texts of the non-string values it accepts; none when it accepts strings only.
+  std::optional<Grammar> json_other;
+};
+// The subschema at JSON pointer `pointer` ("" the root, "/properties/city") of `document`, whose
+// $refs resolve against the whole document. Both grammars are none when the subschema accepts
+// nothing; a CompileError for what compile_json_schema refuses (`where`: a pointer into `document`).
+SplitValueGrammars compile_json_schema_split(const nlohmann::ordered_json& document, const std::string& pointer,
+                                             const JsonSchemaOptions& options = {}, const CompileLimits& limits = {});
+
+// Any valid UTF-8 text that does not contain `excluded` (free text beside a marker that must
+// not start inside it).
+Grammar text_without(std::string_view excluded);
 
 // Any JSON value (response_format json_object: an object).
 Grammar any_json(bool object_only, const JsonSchemaOptions& options = {});

@@ -425,21 +425,7 @@ Sequence Builder::choice(std::vector<Sequence> alternatives, std::size_t where, 
 
 RuleId Builder::import(const Grammar& other, std::size_t where) {
   check_room(other.size(), where);
-  const RuleId offset = grammar_.rule_count();
-  std::vector<Symbol> terminals;
-  terminals.reserve(static_cast<std::size_t>(other.terminal_count()));
-  for (int32_t t = 0; t < other.terminal_count(); ++t) terminals.push_back(grammar_.terminal(other.terminal_set(t)));
-  for (RuleId r = 0; r < other.rule_count(); ++r) grammar_.add_rule(other.rule_name(r));
-  for (RuleId r = 0; r < other.rule_count(); ++r) {
-    for (const Sequence& seq : other.alternatives(r)) {
-      Sequence copy;
-      copy.reserve(seq.size());
-      for (const Symbol& s : seq)
-        copy.push_back(s.is_rule ? Grammar::rule(s.index + offset) : terminals[static_cast<std::size_t>(s.index)]);
-      alt(offset + r, std::move(copy), where);
-    }
-  }
-  return offset + other.start();
+  return grammar_.include(other);
 }
 
 }  // namespace deepinfer::grammar::detail

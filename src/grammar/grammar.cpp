@@ -63,6 +63,24 @@ Sequence Grammar::literal(std::string_view text) {
   return out;
 }
 
+RuleId Grammar::include(const Grammar& other) {
+  const RuleId offset = rule_count();
+  std::vector<Symbol> terminals;
+  terminals.reserve(static_cast<std::size_t>(other.terminal_count()));
+  for (int32_t t = 0; t < other.terminal_count(); ++t) terminals.push_back(terminal(other.terminal_set(t)));
+  for (RuleId r = 0; r < other.rule_count(); ++r) add_rule(other.rule_name(r));
+  for (RuleId r = 0; r < other.rule_count(); ++r) {
+    for (const Sequence& sequence : other.alternatives(r)) {
+      Sequence copy;
+      copy.reserve(sequence.size());
+      for (const Symbol& s : sequence)
+        copy.push_back(s.is_rule ? rule(s.index + offset) : terminals[static_cast<std::size_t>(s.index)]);
+      add_alternative(offset + r, std::move(copy));
+    }
+  }
+  return offset + other.start();
+}
+
 void Grammar::validate() const {
   if (start_ < 0 || start_ >= rule_count()) fail("grammar: no start rule");
   for (RuleId r = 0; r < rule_count(); ++r) {

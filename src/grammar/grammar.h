@@ -53,6 +53,9 @@ class Grammar {
   // The bytes of `text`, one terminal each.
   Sequence literal(std::string_view text);
   void set_start(RuleId rule) { start_ = rule; }
+  // Copies `other`'s rules and terminals into this grammar (its start is ignored here) and
+  // returns the copy of other's start rule: how a grammar is composed from compiled parts.
+  RuleId include(const Grammar& other);
 
   RuleId start() const { return start_; }
   int32_t rule_count() const { return static_cast<int32_t>(rules_.size()); }

@@ -68,9 +68,11 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "grammar/compile.h"
+#include "grammar/compile_util.h"
 #include "grammar/json_schema_dfa.h"
 #include "grammar/json_schema_internal.h"
 
@@ -326,6 +328,66 @@ class Compiler {
     return finish(value);
   }
 
+  // The subschema's string values as raw bytes, none containing options_.excluded_text; none
+  // when there is no such string (compile_json_schema_split).
+  std::optional<Grammar> raw_strings(const std::string& pointer) {
+    const NodeId id = build(subschema(pointer), pointer, 0, 0);
+    if (id == kFalse) return std::nullopt;
+    const std::string name = pointer.empty() ? "raw" : pointer;
+    const RuleId start = g_.add_rule(name);
+    // Strings bounded by a length alone (or by nothing) go through a chain of counts (an
+    // automaton with a long length bound is too large); the others through one automaton.
+    Dfa automaton = Dfa::nothing();
+    for (const Simple& s : flatten(id, 0)) {
+      if (!(s.types & kString)) continue;
+      if (s.has_enum) {
+        std::vector<std::string> words;
+        for (const ojson& v : s.enum_values)
+          if (v.is_string() && validate_simple(v, s, 0)) words.push_back(v.get<std::string>());
+        if (!words.empty())
+          automaton = with_dfa(s.where, [&] { return schema::unite(automaton, schema::words_dfa(words), dfa_limits_); });
+      } else if (length_only(s)) {
+        check_repeat(s.min_length, child(s.where, "minLength"));
+        const int64_t max = capped(s.max_length);
+        if (max < 0 || max >= s.min_length)
+          g_.add_alternative(start, {Grammar::rule(guarded_body(s.min_length, max, /*json=*/false))});
+      } else {
+        automaton = with_dfa(s.where, [&] {
+          return schema::unite(automaton, s.has_string_constraints() ? string_dfa(s) : schema::utf8_dfa(), dfa_limits_);
+        });
+      }
+      check_size(s.where);
+    }
+    if (!options_.excluded_text.empty())
+      automaton = with_dfa(pointer, [&] { return schema::intersect(automaton, text_allowed(), dfa_limits_); });
+    if (!automaton.empty())
+      g_.add_alternative(start, {Grammar::rule(schema::emit_dfa(g_, automaton, DfaEncoding::raw, {}, name))});
+    if (g_.alternatives(start).empty()) return std::nullopt;
+    g_.set_start(start);
+    check_size(pointer);
+    g_.validate();
+    return std::move(g_);
+  }
+
+  // The JSON texts of the subschema's values that are not strings; none when there are none.
+  std::optional<Grammar> non_strings(const std::string& pointer) {
+    const NodeId id = build(subschema(pointer), pointer, 0, 0);
+    if (id == kFalse) return std::nullopt;
+    const RuleId r = g_.add_rule(pointer.empty() ? "value" : pointer);
+    for (Simple s : flatten(id, 0)) {
+      s.types &= ~static_cast<uint32_t>(kString);
+      if (s.types == 0) continue;
+      if (s.has_enum) std::erase_if(s.enum_values, [](const ojson& v) { return v.is_string(); });
+      for (Sequence& alt : emit_simple(s)) g_.add_alternative(r, std::move(alt));
+      check_size(s.where);
+    }
+    if (g_.alternatives(r).empty()) return std::nullopt;
+    g_.set_start(r);
+    check_size(pointer);
+    g_.validate();
+    return std::move(g_);
+  }
+
  private:
   Grammar finish(RuleId value) {
     RuleId start = g_.add_rule("root");
@@ -334,6 +396,14 @@ class Compiler {
     check_size("");
     g_.validate();
     return std::move(g_);
+  }
+
+  const ojson& subschema(const std::string& pointer) {
+    try {
+      return root_.at(ojson::json_pointer(pointer));
+    } catch (const nlohmann::json::exception&) {
+      throw CompileError(pointer, "no subschema at this JSON pointer");
+    }
   }
 
   // ---- errors and limits ------------------------------------------------------------------
@@ -1661,6 +1731,22 @@ class Compiler {
     g_.add_alternative(r, {t(0xF0, 0xF0), t(0x90, 0xBF), cont, cont});
     g_.add_alternative(r, {t(0xF1, 0xF3), cont, cont, cont});
     g_.add_alternative(r, {t(0xF4, 0xF4), t(0x80, 0x8F), cont, cont});
+    add_escape_alternatives(r);
+    char_ = r;
+    return Grammar::rule(char_);
+  }
+
+  // One escape sequence of a JSON string.
+  RuleId escape_rule() {
+    if (escape_ >= 0) return escape_;
+    escape_ = g_.add_rule("escape");
+    add_escape_alternatives(escape_);
+    return escape_;
+  }
+
+  // \" \\ \/ \b \f \n \r \t and \uXXXX (surrogates only in pairs) as alternatives of `r`.
+  void add_escape_alternatives(RuleId r) {
+    auto t = [&](uint8_t lo, uint8_t hi) { return g_.terminal(ByteSet::range(lo, hi)); };
     ByteSet esc;
     for (char c : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'}) esc.add(static_cast<uint8_t>(c));
     Symbol bs = lit_byte('\\'), u = lit_byte('u');
@@ -1690,8 +1776,148 @@ class Compiler {
     low.add_range('c', 'f');
     low.add_range('C', 'F');
     g_.add_alternative(r, {bs, u, sd, g_.terminal(high), h, h, bs, u, sd, g_.terminal(low), h, h});
-    char_ = r;
-    return Grammar::rule(char_);
+  }
+
+  // ---- strings that never contain options_.excluded_text -----------------------------------
+
+  // A search for the excluded text over code points (Knuth-Morris-Pratt): state k says how much
+  // of it ends the string so far; moves[k] lists, per next state, the code points that lead
+  // there (reaching the whole text is no move).
+  struct Guard {
+    int32_t length = 0;
+    std::vector<std::vector<std::pair<int32_t, detail::CodeSet>>> moves;
+  };
+
+  const Guard& guard() {
+    if (guard_) return *guard_;
+    const std::string_view text = options_.excluded_text;
+    if (text.empty()) {  // nothing excluded: one state, every code point
+      Guard all;
+      all.length = 1;
+      all.moves.push_back({{0, detail::CodeSet::any()}});
+      guard_ = std::move(all);
+      return *guard_;
+    }
+    std::vector<uint32_t> cps;
+    for (std::size_t pos = 0; pos < text.size();) {
+      uint32_t cp = 0;
+      if (!detail::decode_utf8(text, pos, cp)) throw CompileError("", "excluded_text is not UTF-8");
+      cps.push_back(cp);
+    }
+    // In JSON text an escape sequence then never takes part in a match: the text has no '\',
+    // and starts with no character an escape can hold after its '\'.
+    if (std::find(cps.begin(), cps.end(), uint32_t{'\\'}) != cps.end() ||
+        std::string_view("\"/bfnrtu0123456789abcdefABCDEF").find(static_cast<char>(cps[0] < 0x80 ? cps[0] : 0)) !=
+            std::string_view::npos)
+      throw CompileError("", "excluded_text must not contain '\\' or start with a character of an escape sequence");
+    const int32_t n = static_cast<int32_t>(cps.size());
+    std::vector<int32_t> border(cps.size(), 0);
+    for (int32_t i = 1, k = 0; i < n; ++i) {
+      while (k > 0 && cps[static_cast<std::size_t>(i)] != cps[static_cast<std::size_t>(k)]) k = border[static_cast<std::size_t>(k - 1)];
+      if (cps[static_cast<std::size_t>(i)] == cps[static_cast<std::size_t>(k)]) ++k;
+      border[static_cast<std::size_t>(i)] = k;
+    }
+    std::vector<uint32_t> distinct = cps;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    detail::CodeSet others = detail::CodeSet::any();
+    {
+      detail::CodeSet listed;
+      for (const uint32_t cp : distinct) listed.add(cp);
+      others = listed.complement();
+    }
+    Guard g;
+    g.length = n;
+    for (int32_t state = 0; state < n; ++state) {
+      std::map<int32_t, detail::CodeSet> by_target;
+      by_target[0] = others;
+      for (const uint32_t cp : distinct) {
+        int32_t k = state;
+        while (k > 0 && cps[static_cast<std::size_t>(k)] != cp) k = border[static_cast<std::size_t>(k - 1)];
+        if (cps[static_cast<std::size_t>(k)] == cp) ++k;
+        if (k < n) by_target[k].add(cp);
+      }
+      g.moves.emplace_back(by_target.begin(), by_target.end());
+    }
+    guard_ = std::move(g);
+    return *guard_;
+  }
+
+  // One character from `set`: raw UTF-8 (in JSON text only the code points it may hold as
+  // themselves), and in JSON text when `escapes` also any escape sequence.
+  Symbol guarded_char(const detail::CodeSet& set, bool json, bool escapes) {
+    const auto key = std::make_tuple(set.ranges(), json, escapes);
+    if (const auto found = guarded_chars_.find(key); found != guarded_chars_.end()) return found->second;
+    const Symbol symbol = make_guarded_char(set, json, escapes);
+    guarded_chars_.emplace(key, symbol);
+    return symbol;
+  }
+
+  Symbol make_guarded_char(const detail::CodeSet& set, bool json, bool escapes) {
+    detail::CodeSet raw = set;
+    if (json) {
+      detail::CodeSet writable = detail::CodeSet::range(0x20, detail::kMaxCodePoint);
+      detail::CodeSet quote_or_backslash;
+      quote_or_backslash.add('"');
+      quote_or_backslash.add('\\');
+      raw = intersection(raw, intersection(writable, quote_or_backslash.complement()));
+    }
+    if (!escapes) return builder_.as_symbol(builder_.code_set(raw, 0), 0, "char");
+    const RuleId r = g_.add_rule("char");
+    g_.add_alternative(r, builder_.code_set(raw, 0));
+    g_.add_alternative(r, {Grammar::rule(escape_rule())});
+    return Grammar::rule(r);
+  }
+
+  static detail::CodeSet intersection(const detail::CodeSet& a, const detail::CodeSet& b) {
+    detail::CodeSet either = a.complement();
+    either.add(b.complement());
+    return either.complement();
+  }
+
+  // The rest of a string of min..max code points (max < 0: no bound) that never contains
+  // options_.excluded_text: string_body's chain of counts, times the search's state. (An
+  // automaton for both would need a state for each partial UTF-8 character at every count.)
+  // `json`: JSON text after the opening quote, ending with the closing one; otherwise the raw
+  // string, ending where it ends.
+  RuleId guarded_body(int64_t min, int64_t max, bool json) {
+    check_repeat(min, "");
+    const Guard& g = guard();
+    std::vector<std::pair<int64_t, int64_t>> chain;
+    for (int64_t a = min, b = max;;) {
+      chain.push_back({a, b});
+      if (b == 0 || (a == 0 && b < 0)) break;
+      a = std::max<int64_t>(a - 1, 0);
+      b = b < 0 ? -1 : b - 1;
+    }
+    const auto rule_of = [&](std::size_t i, int32_t state) {
+      const auto key = std::make_tuple(chain[i].first, chain[i].second, state, json);
+      auto found = guarded_.find(key);
+      if (found == guarded_.end())
+        found = guarded_.emplace(key, g_.add_rule(str_cat("guarded", chain[i].first, "_", chain[i].second, "_", state))).first;
+      return found->second;
+    };
+    const Sequence end = json ? Sequence{lit_byte('"')} : Sequence{};
+    // The characters of each move, shared by every count.
+    std::vector<std::vector<Symbol>> chars(static_cast<std::size_t>(g.length));
+    for (int32_t k = 0; k < g.length; ++k)
+      for (const auto& [target, set] : g.moves[static_cast<std::size_t>(k)])
+        chars[static_cast<std::size_t>(k)].push_back(guarded_char(set, json, json && target == 0));
+    for (std::size_t i = chain.size(); i-- > 0;) {
+      const auto [a, b] = chain[i];
+      const std::size_t next = (a == 0 && b < 0) ? i : i + 1;
+      for (int32_t k = 0; k < g.length; ++k) {
+        const RuleId r = rule_of(i, k);
+        if (!g_.alternatives(r).empty()) continue;
+        if (a == 0) g_.add_alternative(r, end);
+        if (b == 0) continue;
+        const auto& moves = g.moves[static_cast<std::size_t>(k)];
+        for (std::size_t m = 0; m < moves.size(); ++m)
+          g_.add_alternative(r, {chars[static_cast<std::size_t>(k)][m], Grammar::rule(rule_of(next, moves[m].first))});
+      }
+      check_size("");
+    }
+    return rule_of(0, 0);
   }
 
   // The rest of a free string after its opening quote: min..max characters, then '"'.
@@ -1742,8 +1968,22 @@ class Compiler {
     return r;
   }
 
+  // The strings options_.excluded_text allows (valid UTF-8 without that text).
+  const Dfa& text_allowed() {
+    if (!text_allowed_)
+      text_allowed_ = with_dfa("", [&] {
+        return schema::complement(schema::containing(options_.excluded_text), dfa_limits_);
+      });
+    return *text_allowed_;
+  }
+
   RuleId any_string() {
     if (any_string_ >= 0) return any_string_;
+    if (!options_.excluded_text.empty()) {
+      any_string_ = g_.add_rule("string");
+      g_.add_alternative(any_string_, {lit_byte('"'), Grammar::rule(guarded_body(0, -1, /*json=*/true))});
+      return any_string_;
+    }
     any_string_ = g_.add_rule("string");
     g_.add_alternative(any_string_, {lit_byte('"'), Grammar::rule(string_body(0, -1))});
     return any_string_;
@@ -1919,7 +2159,10 @@ class Compiler {
   }
 
   // A quoted string from a DFA over decoded bytes.
-  RuleId quoted(const Dfa& dfa, const std::string& name) {
+  RuleId quoted(const Dfa& unrestricted, const std::string& name) {
+    const Dfa dfa = options_.excluded_text.empty()
+                        ? unrestricted
+                        : with_dfa(name, [&] { return schema::intersect(unrestricted, text_allowed(), dfa_limits_); });
     if (dfa.empty()) return never();
     RuleId body = schema::emit_dfa(g_, dfa, DfaEncoding::json_string, {lit_byte('"')}, name);
     RuleId r = g_.add_rule(name);
@@ -1939,9 +2182,14 @@ class Compiler {
     return r;
   }
 
+  // Only a length bounds the simple's strings (none of the keywords that need an automaton).
+  static bool length_only(const Simple& s) {
+    return s.patterns.empty() && s.not_patterns.empty() && s.formats.empty() && s.not_words.empty();
+  }
+
   RuleId emit_string(const Simple& s) {
     if (!s.has_string_constraints()) return any_string();
-    if (s.patterns.empty() && s.not_patterns.empty() && s.formats.empty() && s.not_words.empty()) {
+    if (length_only(s)) {
       check_repeat(s.min_length, child(s.where, "minLength"));
       const int64_t max = capped(s.max_length);
       if (max >= 0 && max < s.min_length) return never();
@@ -1949,7 +2197,9 @@ class Compiler {
       auto it = strings_rules_.find(key);
       if (it != strings_rules_.end()) return it->second;
       RuleId r = g_.add_rule("string" + std::to_string(s.min_length) + "_" + std::to_string(max));
-      g_.add_alternative(r, {lit_byte('"'), Grammar::rule(string_body(s.min_length, max))});
+      const RuleId body = options_.excluded_text.empty() ? string_body(s.min_length, max)
+                                                         : guarded_body(s.min_length, max, /*json=*/true);
+      g_.add_alternative(r, {lit_byte('"'), Grammar::rule(body)});
       strings_rules_[key] = r;
       return r;
     }
@@ -2307,6 +2557,12 @@ class Compiler {
   std::set<RuleId> empty_rules_;
   std::map<std::string, RuleId> words_, strings_rules_, number_rules_, literals_;
   std::map<std::pair<int64_t, int64_t>, RuleId> bodies_;
+  std::optional<Dfa> text_allowed_;
+  std::optional<Guard> guard_;
+  std::map<std::tuple<int64_t, int64_t, int32_t, bool>, RuleId> guarded_;
+  std::map<std::tuple<std::vector<detail::CodeSet::Range>, bool, bool>, Symbol> guarded_chars_;
+  detail::Builder builder_{g_, limits_};
+  RuleId escape_ = -1;
   RuleId ws_ = -1, char_ = -1, any_string_ = -1, any_value_ = -1, any_object_ = -1, any_array_ = -1, digits_ = -1,
          never_ = -1;
   RuleId numbers_[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
@@ -2322,6 +2578,14 @@ Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSche
                             const CompileLimits& limits) {
   Compiler compiler(schema, options, limits);
   return compiler.compile();
+}
+
+SplitValueGrammars compile_json_schema_split(const nlohmann::ordered_json& document, const std::string& pointer,
+                                             const JsonSchemaOptions& options, const CompileLimits& limits) {
+  SplitValueGrammars out;
+  out.raw_string = Compiler(document, options, limits).raw_strings(pointer);
+  out.json_other = Compiler(document, options, limits).non_strings(pointer);
+  return out;
 }
 
 Grammar any_json(bool object_only, const JsonSchemaOptions& options) {

@@ -956,6 +956,37 @@ Dfa length_dfa(int64_t min_cp, int64_t max_cp, const DfaLimits& limits) {
   return dfa;
 }
 
+Dfa containing(std::string_view needle) {
+  // Knuth-Morris-Pratt: the state is how much of the needle ends the input; the whole needle
+  // is absorbing.
+  const int32_t n = static_cast<int32_t>(needle.size());
+  std::vector<int32_t> border(needle.size(), 0);
+  for (int32_t i = 1, k = 0; i < n; ++i) {
+    while (k > 0 && needle[static_cast<std::size_t>(i)] != needle[static_cast<std::size_t>(k)])
+      k = border[static_cast<std::size_t>(k - 1)];
+    if (needle[static_cast<std::size_t>(i)] == needle[static_cast<std::size_t>(k)]) ++k;
+    border[static_cast<std::size_t>(i)] = k;
+  }
+  Dfa dfa;
+  for (int b = 0; b < 256; ++b) dfa.cls[static_cast<std::size_t>(b)] = b;
+  dfa.classes = 256;
+  for (int32_t state = 0; state <= n; ++state) {
+    dfa.accepting.push_back(state == n ? 1 : 0);
+    for (int b = 0; b < 256; ++b) {
+      if (state == n) {
+        dfa.next.push_back(n);
+        continue;
+      }
+      int32_t k = state;
+      while (k > 0 && static_cast<uint8_t>(needle[static_cast<std::size_t>(k)]) != b)
+        k = border[static_cast<std::size_t>(k - 1)];
+      if (static_cast<uint8_t>(needle[static_cast<std::size_t>(k)]) == b) ++k;
+      dfa.next.push_back(k);
+    }
+  }
+  return minimize(dfa);
+}
+
 Dfa intersect(const Dfa& a, const Dfa& b, const DfaLimits& limits) { return minimize(product(a, b, false, limits)); }
 
 Dfa unite(const Dfa& a, const Dfa& b, const DfaLimits& limits) { return minimize(product(a, b, true, limits)); }

@@ -70,6 +70,8 @@ Dfa utf8_dfa();
 Dfa words_dfa(const std::vector<std::string>& words);
 // Valid UTF-8 strings of min..max code points (max -1: no bound).
 Dfa length_dfa(int64_t min_code_points, int64_t max_code_points, const DfaLimits& limits);
+// Every byte string that contains `needle` (not empty) somewhere.
+Dfa containing(std::string_view needle);
 Dfa intersect(const Dfa& a, const Dfa& b, const DfaLimits& limits);
 Dfa unite(const Dfa& a, const Dfa& b, const DfaLimits& limits);
 // Valid UTF-8 strings `a` rejects.

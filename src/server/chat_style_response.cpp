@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "api/tool_call_constraint.h"
 #include "server/client_connection.h"
 #include "server/event_stream.h"
 #include "server/http_io.h"
@@ -37,7 +38,10 @@ ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest
   ChatStyleJob job;
   job.endpoint = std::move(endpoint);
   job.id = std::move(id);
-  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), parsed.options,
+  api::GenerationOptions options = parsed.options;
+  options.constraint =
+      api::tool_call_constraint(parsed.conversation, prompt, context.model.format(), std::move(options.constraint));
+  job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), options,
                                         prompt.output_start == api::OutputStart::Thinking);
   job.parsing = chat_parsing_options(parsed, prompt, parse_tools_whenever_given);
   job.stream = parsed.options.stream;

@@ -15,8 +15,9 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { modelName, repoRoot, requirePackages, startServer } from './server.mjs';
 
-await requirePackages('openai', 'ajv');
+await requirePackages('openai', '@anthropic-ai/sdk', 'ajv');
 const { default: OpenAI } = await import('openai');
+const { default: Anthropic } = await import('@anthropic-ai/sdk');
 const { default: Ajv } = await import('ajv');
 const { default: Ajv2020 } = await import('ajv/dist/2020.js');
 const { default: Ajv2019 } = await import('ajv/dist/2019.js');
@@ -53,9 +54,11 @@ function validatorFor(schema) {
 
 let server;
 let client;
+let anthropic;
 before(async () => {
   server = await startServer(['--max-running', '32']);
   client = new OpenAI({ baseURL: `${server.baseUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  anthropic = new Anthropic({ baseURL: server.baseUrl, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 });
 after(async () => {
   if (server) assert.equal(await server.stop(), 0, 'SIGTERM exits 0');
@@ -162,4 +165,80 @@ test('1,000 constrained completions are valid or cut by max_tokens', { timeout: 
   // Enough answers ended for the check to mean something, JSON ones included.
   assert.ok(tally.stop > completions / 5, `only ${tally.stop} answers ended`);
   assert.ok(tally.json_stop > completions / 20, `only ${tally.json_stop} JSON answers ended`);
+});
+
+// Tool parameters for the constrained tool calls below: bounded so random weights can finish a
+// call (free strings would run to max_tokens), and covering what the DSML encoding splits
+// (string="true" raw strings, string="false" JSON), nested objects, arrays, $ref and a property
+// that takes a string or a number.
+const toolSchemas = [
+  { type: 'object', properties: { unit: { enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+    required: ['unit', 'days'], additionalProperties: false },
+  { type: 'object', properties: { day: { type: 'string', format: 'date' }, note: { type: 'string', maxLength: 4 } },
+    required: ['day'] },
+  { type: 'object', properties: { point: { $ref: '#/$defs/point' }, zoom: { type: 'number', minimum: 0, maximum: 20 } },
+    required: ['point'], $defs: { point: { type: 'object', properties: { x: { type: 'integer', minimum: -9, maximum: 9 },
+                                                                        y: { type: 'integer', minimum: -9, maximum: 9 } },
+                                           required: ['x', 'y'], additionalProperties: false } } },
+  { type: 'object', properties: { ids: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 99 }, minItems: 1, maxItems: 3 },
+                                  label: { anyOf: [{ type: 'string', pattern: '^[a-z]{1,3}$' }, { type: 'integer', minimum: 0, maximum: 9 }] },
+                                  flag: { type: 'boolean' } },
+    required: ['ids', 'label'] },
+];
+
+test('constrained tool calls through both SDKs have arguments valid by ajv', { timeout: 600000 }, async () => {
+  const validators = toolSchemas.map((schema) => new Ajv({ strict: false, validateFormats: false }).compile(schema));
+  const dateLike = /^[0-9]{4}-[0-9]{2}-[0-9]{2}$/;  // ajv's formats package is not installed
+  const tally = { calls: 0, cut: 0 };
+  const invalid = [];
+  const check = (index, input, where) => {
+    ++tally.calls;
+    const valid = validators[index](input) && (index !== 1 || dateLike.test(input.day));
+    if (!valid) invalid.push(`${where}: ${JSON.stringify(input).slice(0, 200)}`);
+  };
+  const tools = toolSchemas.map((parameters, i) => ({ type: 'function', function: { name: `tool_${i}`, parameters, strict: true } }));
+  const jobs = [];
+  for (let seed = 1; seed <= 24; ++seed) {
+    const i = seed % toolSchemas.length;
+    jobs.push(async () => {  // named (one call of tool i) or required (calls of any tool)
+      const named = seed % 2 === 0;
+      const response = await client.chat.completions.create({
+        model: modelName, messages: [{ role: 'user', content: 'Call a tool.' }], thinking: { type: 'disabled' },
+        temperature: 1, seed, max_tokens: 400, tools,
+        tool_choice: named ? { type: 'function', function: { name: `tool_${i}` } } : 'required' });
+      const [choice] = response.choices;
+      if (choice.finish_reason === 'length') return void ++tally.cut;
+      assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+      if (named) assert.equal(choice.message.tool_calls.length, 1);
+      for (const call of choice.message.tool_calls) {
+        const index = Number(call.function.name.slice('tool_'.length));
+        if (named) assert.equal(index, i);
+        check(index, JSON.parse(call.function.arguments), `chat seed ${seed} ${call.function.name}`);
+      }
+    });
+    jobs.push(async () => {  // Anthropic: a strict tool forced by name
+      const message = await anthropic.messages.create({
+        model: modelName, messages: [{ role: 'user', content: 'Call a tool.' }], thinking: { type: 'disabled' },
+        temperature: 1, max_tokens: 400,
+        tools: toolSchemas.map((input_schema, k) => ({ name: `tool_${k}`, input_schema, strict: true })),
+        tool_choice: { type: 'tool', name: `tool_${i}` } });
+      if (message.stop_reason === 'max_tokens') return void ++tally.cut;
+      assert.equal(message.stop_reason, 'tool_use', JSON.stringify(message));
+      for (const block of message.content.filter((b) => b.type === 'tool_use')) check(i, block.input, `messages tool_${i}`);
+    });
+  }
+  let next = 0;
+  await Promise.all(Array.from({ length: 8 }, async () => {
+    while (next < jobs.length) await jobs[next++]();
+  }));
+  console.log(`constrained tool calls: ${tally.calls} calls checked, ${tally.cut} answers cut by max_tokens, ` +
+              `${invalid.length} invalid`);
+  assert.deepEqual(invalid, [], 'arguments outside their schema');
+  assert.ok(tally.calls >= jobs.length / 2, `only ${tally.calls} calls ended`);
+  // A strict tool whose schema cannot be enforced is refused, with the field.
+  await assert.rejects(
+    client.chat.completions.create({ model: modelName, messages: [{ role: 'user', content: 'x' }], max_tokens: 1,
+                                     tools: [{ type: 'function', function: { name: 'f', strict: true,
+                                                                              parameters: { type: 'object', properties: { xs: { type: 'array', uniqueItems: true } } } } }] }),
+    (error) => error.status === 400 && error.param === 'tools.0.function.parameters' && /uniqueItems/.test(error.message));
 });

@@ -5,6 +5,7 @@
 // 400s, never ignored.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "server_fixture.h"
@@ -140,6 +141,147 @@ TEST_F(StructuredOutput, WhatCannotBeEnforcedIsRefused) {
   chat({{"structured_outputs", {{"jsonn", "{}"}}}}, 400);                      // an unknown field
   const Json guided = chat({{"guided_json", {{"type", "object"}}}}, 400);
   EXPECT_NE(guided.dump().find("structured_outputs"), std::string::npos) << guided.dump();
+}
+
+// Constrained tool calls. The forecast tool's arguments, and why `arguments` (JSON text) is not a
+// valid instance of them (empty when it is).
+const Json& forecast_tool_parameters() {
+  static const Json parameters = {
+      {"type", "object"},
+      {"properties",
+       {{"unit", {{"enum", {"celsius", "fahrenheit"}}}},
+        {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 7}}},
+        {"city", {{"type", "string"}, {"maxLength", 6}}},
+        {"hourly", {{"type", "boolean"}}}}},
+      {"required", {"unit", "days"}},
+      {"additionalProperties", false}};
+  return parameters;
+}
+
+std::string forecast_arguments_problem(const Json& arguments) {
+  if (!arguments.is_object()) return "not an object";
+  if (!arguments.contains("unit") || !arguments.contains("days")) return "a required key is missing";
+  for (const auto& [key, value] : arguments.items()) {
+    if (key == "unit" && value != "celsius" && value != "fahrenheit") return "unit is not in the enum";
+    // JSON Schema's integer is a number with no fractional part (5.0 too, drafts 6 on).
+    if (key == "days" && (!value.is_number() || value.get<double>() != static_cast<double>(static_cast<int64_t>(value.get<double>())) ||
+                          value.get<double>() < 1 || value.get<double>() > 7))
+      return "days is not an integer in 1..7";
+    if (key == "city") {
+      if (!value.is_string()) return "city is not a string";
+      const std::string& city = value.get_ref<const std::string&>();
+      if (std::count_if(city.begin(), city.end(), [](char c) { return (c & 0xC0) != 0x80; }) > 6) return "city is too long";
+    }
+    if (key == "hourly" && !value.is_boolean()) return "hourly is not a boolean";
+    if (key != "unit" && key != "days" && key != "city" && key != "hourly") return "undeclared key " + key;
+  }
+  return "";
+}
+
+Json chat_tools(bool strict_forecast) {
+  Json forecast = {{"name", "get_forecast"}, {"parameters", forecast_tool_parameters()}};
+  if (strict_forecast) forecast["strict"] = true;
+  return Json::array({{{"type", "function"}, {"function", forecast}},
+                      {{"type", "function"},
+                       {"function", {{"name", "get_time"}, {"parameters", {{"type", "object"}, {"properties", Json::object()}}}}}}});
+}
+
+// tool_choice naming a function, on random weights at temperature 1: whatever the model, the
+// answer is exactly one call of that function with arguments valid against its parameters.
+TEST_F(StructuredOutput, ANamedToolChoiceGivesOneSchemaValidCall) {
+  int complete = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    const Json body = chat({{"seed", seed},
+                            {"max_tokens", 400},
+                            {"tools", chat_tools(false)},
+                            {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_forecast"}}}}}});
+    const Json& choice = body.at("choices").at(0);
+    if (choice.at("finish_reason") == "length") continue;
+    ASSERT_EQ(choice.at("finish_reason"), "tool_calls") << body.dump();
+    const Json& calls = choice.at("message").at("tool_calls");
+    ASSERT_EQ(calls.size(), 1u) << body.dump();
+    EXPECT_EQ(calls[0].at("function").at("name"), "get_forecast");
+    const std::string arguments = calls[0].at("function").at("arguments").get<std::string>();
+    EXPECT_EQ(forecast_arguments_problem(Json::parse(arguments, nullptr, false)), "") << arguments;
+    ++complete;
+  }
+  EXPECT_GT(complete, 0);
+}
+
+// tool_choice required (Anthropic's any, and a named tool) likewise: one or more calls, each valid.
+TEST_F(StructuredOutput, RequiredAndAnthropicToolChoicesGiveSchemaValidCalls) {
+  int complete = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    const Json body = chat({{"seed", seed}, {"max_tokens", 400}, {"tools", chat_tools(false)}, {"tool_choice", "required"}});
+    const Json& choice = body.at("choices").at(0);
+    if (choice.at("finish_reason") == "length") continue;
+    ASSERT_EQ(choice.at("finish_reason"), "tool_calls") << body.dump();
+    for (const Json& call : choice.at("message").at("tool_calls")) {
+      const Json arguments = Json::parse(call.at("function").at("arguments").get<std::string>(), nullptr, false);
+      if (call.at("function").at("name") == "get_forecast") {
+        EXPECT_EQ(forecast_arguments_problem(arguments), "") << arguments.dump();
+      } else {
+        EXPECT_EQ(call.at("function").at("name"), "get_time");
+        EXPECT_EQ(arguments, Json::object());
+      }
+    }
+    ++complete;
+  }
+  for (const Json& tool_choice : {Json{{"type", "any"}}, Json{{"type", "tool"}, {"name", "get_forecast"}}}) {
+    const Json answer = post("/v1/messages",
+                             {{"model", "tiny"},
+                              {"max_tokens", 400},
+                              {"temperature", 1.0},
+                              {"thinking", {{"type", "disabled"}}},
+                              {"tools", {{{"name", "get_forecast"}, {"input_schema", forecast_tool_parameters()}}}},
+                              {"tool_choice", tool_choice},
+                              {"messages", {{{"role", "user"}, {"content", "Forecast?"}}}}},
+                             Json::object(), 200);
+    if (answer.at("stop_reason") == "max_tokens") continue;
+    ASSERT_EQ(answer.at("stop_reason"), "tool_use") << answer.dump();
+    for (const Json& block : answer.at("content")) {
+      if (block.at("type") == "tool_use") {
+        EXPECT_EQ(forecast_arguments_problem(block.at("input")), "") << block.dump();
+      }
+    }
+    ++complete;
+  }
+  EXPECT_GT(complete, 0);
+}
+
+// auto with a strict tool: free text, or calls whose strict arguments are valid.
+TEST_F(StructuredOutput, UnderAutoAStrictToolsCallIsSchemaValid) {
+  for (int seed = 1; seed <= 3; ++seed) {
+    const Json body = chat({{"seed", seed}, {"max_tokens", 120}, {"tools", chat_tools(true)}});
+    const Json& message = body.at("choices").at(0).at("message");
+    if (!message.contains("tool_calls")) continue;
+    if (body.at("choices").at(0).at("finish_reason") != "tool_calls") continue;  // a call cut short
+    for (const Json& call : message.at("tool_calls")) {
+      if (call.at("function").at("name") != "get_forecast") continue;
+      const std::string arguments = call.at("function").at("arguments").get<std::string>();
+      EXPECT_EQ(forecast_arguments_problem(Json::parse(arguments, nullptr, false)), "") << arguments;
+    }
+  }
+}
+
+TEST_F(StructuredOutput, AStrictToolWhoseSchemaCannotBeEnforcedIsRefused) {
+  const Json unique = {{"type", "object"}, {"properties", {{"xs", {{"type", "array"}, {"uniqueItems", true}}}}}};
+  const Json strict_tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", unique}, {"strict", true}}}};
+  const Json refused = chat({{"tools", {strict_tool}}}, 400);
+  EXPECT_EQ(refused.at("error").at("param"), "tools.0.function.parameters") << refused.dump();
+  EXPECT_NE(refused.dump().find("/properties/xs/uniqueItems"), std::string::npos) << refused.dump();
+  // Not strict: under auto the tool is unconstrained, so nothing needs compiling.
+  const Json loose_tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", unique}}}};
+  chat({{"tools", {loose_tool}}}, 200);
+  // Required always constrains, strict or not.
+  chat({{"tools", {loose_tool}}, {"tool_choice", "required"}}, 400);
+  const Json anthropic = post("/v1/messages",
+                              {{"model", "tiny"},
+                               {"max_tokens", 10},
+                               {"tools", {{{"name", "f"}, {"input_schema", unique}, {"strict", true}}}},
+                               {"messages", {{{"role", "user"}, {"content", "x"}}}}},
+                              Json::object(), 400);
+  EXPECT_NE(anthropic.dump().find("tools.0.input_schema/properties/xs/uniqueItems"), std::string::npos) << anthropic.dump();
 }
 
 }  // namespace
