@@ -169,7 +169,7 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, int groups, f
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         if (u >= groups) break;  // warp-uniform
-        mma_bf16(acc[m][u], a0, a1, a2, a3, word_of(chunk.x[u][i], (j % 2) * 2), word_of(chunk.x[u][i], (j % 2) * 2 + 1));
+        mma_bf16_add(acc[m][u], a0, a1, a2, a3, word_of(chunk.x[u][i], (j % 2) * 2), word_of(chunk.x[u][i], (j % 2) * 2 + 1));
       }
     }
   }

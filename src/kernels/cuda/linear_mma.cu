@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kThreads)
           const uint32_t b0 = word_of(b[ii], n0), b1 = word_of(b[ii], n0 + 1);
 #pragma unroll
           for (int m = 0; m < 2; ++m)
-            mma_bf16(acc[m][u], a.words[m][0][ii][n0], a.words[m][1][ii][n0], a.words[m][0][ii][n0 + 1],
+            mma_bf16_add(acc[m][u], a.words[m][0][ii][n0], a.words[m][1][ii][n0], a.words[m][0][ii][n0 + 1],
                      a.words[m][1][ii][n0 + 1], b0, b1);
         }
       }

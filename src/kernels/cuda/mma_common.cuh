@@ -107,6 +107,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// acc += A B, the MMA's sum of its 16 exact products added to acc by an f32 add (round to
+// nearest). The tensor cores add into their accumulator with their own alignment and
+// truncation; started from zero they sum 16 products only, so a 5120-column row is 320
+// correctly rounded adds of those, close to an f32 FMA chain's error (the CPU's order).
+__device__ __forceinline__ void mma_bf16_add(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  mma_bf16(d, a0, a1, a2, a3, b0, b1);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] += d[i];
+}
+
 // a * b + (-0): exact for the powers of two it is used with; -0 keeps a zero's sign.
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
