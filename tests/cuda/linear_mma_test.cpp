@@ -115,33 +115,36 @@ TEST(CudaLinearMma, StridedRowsForGroupedProjections) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(41);
   constexpr int64_t kGroups = 3, kTokens = 6, kIn = 256, kOut = 48;
-  std::vector<HostWeight> host;
-  std::vector<DeviceWeight> device;
-  for (int64_t g = 0; g < kGroups; ++g) {
-    host.push_back(make_weight(WeightEncoding::FP8_E4M3, kOut, kIn, rng, ScaleEncoding::E8M0, 32, 32));
-    device.push_back(upload(host.back()));
-  }
-  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kGroups * kIn), rng);
-  const DeviceBytes dx = to_device(x);
-  const std::vector<float> sentinel(static_cast<std::size_t>(kTokens * kGroups * kOut), 1234.5f);
-  const DeviceBytes dy = to_device(sentinel);
-  for (int64_t g = 0; g < kGroups; g += 2) {  // groups 0 and 2: group 1's slices stay
-    MmaWorkspace ws(kTokens, device[g].matrix);
-    linear_mma(dx.at<float>() + g * kIn, kGroups * kIn, kTokens, device[g].matrix, dy.at<float>() + g * kOut,
-               kGroups * kOut, ws.workspace.x_split, ws.workspace.partials, kDefaultStream);
-    synchronize();
-  }
-  const std::vector<float> y = from_device(dy.at<float>(), sentinel.size());
-  for (int64_t g = 0; g < kGroups; ++g)
-    for (int64_t t = 0; t < kTokens; ++t) {
-      const std::vector<float> row(x.begin() + (t * kGroups + g) * kIn, x.begin() + (t * kGroups + g + 1) * kIn);
-      const std::vector<float> got(y.begin() + (t * kGroups + g) * kOut, y.begin() + (t * kGroups + g + 1) * kOut);
-      if (g == 1) {
-        EXPECT_EQ(got, std::vector<float>(kOut, 1234.5f)) << "token " << t;
-        continue;
-      }
-      EXPECT_TRUE(same_bits(got, gpu_linear_mma(row, 1, device[g].matrix))) << "group " << g << " token " << t;
+  for (const WeightEncoding encoding : {WeightEncoding::FP8_E4M3, WeightEncoding::BF16}) {
+    std::vector<HostWeight> host;
+    std::vector<DeviceWeight> device;
+    for (int64_t g = 0; g < kGroups; ++g) {
+      host.push_back(make_weight(encoding, kOut, kIn, rng, ScaleEncoding::E8M0, 32, 32));
+      device.push_back(upload(host.back()));
     }
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kGroups * kIn), rng);
+    const DeviceBytes dx = to_device(x);
+    const std::vector<float> sentinel(static_cast<std::size_t>(kTokens * kGroups * kOut), 1234.5f);
+    const DeviceBytes dy = to_device(sentinel);
+    for (int64_t g = 0; g < kGroups; g += 2) {  // groups 0 and 2: group 1's slices stay
+      MmaWorkspace ws(kTokens, device[g].matrix);
+      linear_mma(dx.at<float>() + g * kIn, kGroups * kIn, kTokens, device[g].matrix, dy.at<float>() + g * kOut,
+                 kGroups * kOut, ws.workspace.x_split, ws.workspace.partials, kDefaultStream);
+      synchronize();
+    }
+    const std::vector<float> y = from_device(dy.at<float>(), sentinel.size());
+    for (int64_t g = 0; g < kGroups; ++g)
+      for (int64_t t = 0; t < kTokens; ++t) {
+        const std::vector<float> row(x.begin() + (t * kGroups + g) * kIn, x.begin() + (t * kGroups + g + 1) * kIn);
+        const std::vector<float> got(y.begin() + (t * kGroups + g) * kOut, y.begin() + (t * kGroups + g + 1) * kOut);
+        if (g == 1) {
+          EXPECT_EQ(got, std::vector<float>(kOut, 1234.5f)) << "token " << t;
+          continue;
+        }
+        EXPECT_TRUE(same_bits(got, gpu_linear_mma(row, 1, device[g].matrix)))
+            << "encoding " << static_cast<int>(encoding) << " group " << g << " token " << t;
+      }
+  }
 }
 
 TEST(CudaLinearMma, NanCodesGiveNan) {
