@@ -251,7 +251,7 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       live_rows_(call.rows),
       linear_(backend.linear_runner()),
       attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
-                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_) {
+                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, backend.profile()) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);

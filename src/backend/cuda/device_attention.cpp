@@ -455,15 +455,23 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   params.ratio = static_cast<int32_t>(weights.ratio);
   const model::AttentionSegment& first = segments.front();
   if (weights.compressor) {
+    const OpProfile::Section timed(profile_, "attention.core: compress", stream_);
     compress(layer, *weights.compressor, /*indexer_keys=*/false);
     params.entries = region_of(*first.pages, first.state->compressor.entries);
     params.compressed = k::CompressedKeys::Visible;
   }
-  if (weights.indexer) index_v4(layer);
+  if (weights.indexer) {
+    const OpProfile::Section timed(profile_, "attention.core: index", stream_);
+    index_v4(layer);
+  }
   if (weights.shared_compressed) {
     if (!first.group.group) fail("CSA2 layer run without its group's state");
-    if (weights.latent_compressor) publish_latents(layer);
+    if (weights.latent_compressor) {
+      const OpProfile::Section timed(profile_, "attention.core: latents", stream_);
+      publish_latents(layer);
+    }
     if (weights.index_queries) {
+      const OpProfile::Section timed(profile_, "attention.core: select", stream_);
       const model::IndexQueryWeights& queries = *weights.index_queries;
       const int64_t q_count = rows * queries.heads;
       float* q = arena_.get<float>(kIndexQuery, static_cast<std::size_t>(q_count * queries.head_dim));
@@ -486,7 +494,10 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
     params.pick_count = pick_count_ + in.first_row;
     params.pick_stride = static_cast<int32_t>(pick_stride_);
   }
-  k::sink_attention(params, layer.rows, layer.row_segment, rows, in.q, attended, stream_);
+  {
+    const OpProfile::Section timed(profile_, "attention.core: sink", stream_);
+    k::sink_attention(params, layer.rows, layer.row_segment, rows, in.q, attended, stream_);
+  }
   k::rope(attended, rows, weights.heads, d, layer.rope_dims, layer.inv_freq, in.positions, /*inverse=*/true, stream_);
 
   // The window keeps the last W - 1 rows for the next call.

@@ -14,6 +14,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/staging.h"
 #include "backend/cuda/linear_runner.h"
+#include "backend/cuda/op_profile.h"
 #include "model/attention.h"
 
 namespace deepinfer::backend::cuda {
@@ -42,9 +43,11 @@ struct AttentionInputs {
 // step of its key. 0: sizes exact.
 class DeviceAttention {
  public:
-  // linear: how the pass runs linear (linear_runner.h).
+  // linear: how the pass runs linear (linear_runner.h); profile: times the middle's parts
+  // (DEEPINFER_CUDA_PROFILE=1).
   DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
-                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, const LinearRunner& linear)
+                  cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, const LinearRunner& linear,
+                  OpProfile& profile)
       : weights_(weights),
         arena_(arena),
         staging_(staging),
@@ -52,7 +55,8 @@ class DeviceAttention {
         setup_stream_(setup_stream),
         call_rows_(call_rows),
         context_bound_(context_bound),
-        linear_(linear) {}
+        linear_(linear),
+        profile_(profile) {}
 
   // attended [rows, heads, d], rotated back; the segments' states move past their rows.
   void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
@@ -84,6 +88,7 @@ class DeviceAttention {
   int64_t call_rows_;
   int64_t context_bound_;
   LinearRunner linear_;
+  OpProfile& profile_;
   bool tables_ready_ = false;
   std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
   int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows
