@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <limits>
 
 #include "core/error.h"
@@ -115,7 +116,38 @@ void StepExecutor::prepare(const StepPlan& plan) {
   prepared_ = std::move(prepared);
 }
 
-ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position) {
+std::future<std::vector<StepExecutor::RowMask>> StepExecutor::start_masks(const Prepared& prepared) {
+  struct Job {
+    SequenceId id;
+    const grammar::Matcher* matcher;
+    int32_t vocabulary_size;
+  };
+  std::vector<Job> jobs;
+  const auto add = [&](SequenceId id) {
+    SequenceContext& sequence = context(id);
+    if (!sequence.constrained) return;
+    jobs.push_back({id, &*sequence.matcher, requests_.at(id.request)->params.constraint->vocabulary->size()});
+  };
+  for (const PreparedItem& item : prepared.items) {
+    if (!item.needs_logits) continue;
+    add(item.id);
+    for (const PreparedFork& fork : prepared.forks)
+      if (fork.parent == item.id) add(fork.child);
+  }
+  if (jobs.empty()) return {};
+  return std::async(std::launch::async, [jobs = std::move(jobs)] {
+    std::vector<RowMask> masks;
+    for (const Job& job : jobs) {
+      RowMask row{job.id, std::vector<uint64_t>(static_cast<std::size_t>((job.vocabulary_size + 63) / 64))};
+      job.matcher->fill_mask(row.mask);
+      masks.push_back(std::move(row));
+    }
+    return masks;
+  });
+}
+
+ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position,
+                                       const std::vector<uint64_t>* ahead) {
   const RequestSampling& request = *requests_.at(id.request);
   SequenceContext& sequence = context(id);
   if (!sequence.constrained) {
@@ -126,8 +158,12 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
   // Tokens the grammar rejects get -inf: the draw, the penalties and the reported logprobs all
   // see the constrained distribution.
   const grammar::Vocabulary& vocabulary = *request.params.constraint->vocabulary;
-  std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary.size() + 63) / 64));
-  sequence.matcher->fill_mask(mask);
+  std::vector<uint64_t> computed;
+  if (!ahead) {
+    computed.resize(static_cast<std::size_t>((vocabulary.size() + 63) / 64));
+    sequence.matcher->fill_mask(computed);
+  }
+  const std::vector<uint64_t>& mask = ahead ? *ahead : computed;
   std::vector<float> masked(logits.begin(), logits.end());
   bool any = false;
   for (std::size_t id_index = 0; id_index < masked.size(); ++id_index) {
@@ -244,9 +280,11 @@ void StepExecutor::compute() {
                                                        : model::LogitRows::None;
     batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits, rows});
   }
+  std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
   model_.forward_batch(batch);
+  const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
   run_forks_and_snapshots(prepared);
-  sample_rows(prepared);
+  sample_rows(prepared, masks);
 }
 
 void StepExecutor::run_forks_and_snapshots(Prepared& prepared) {
@@ -265,8 +303,13 @@ void StepExecutor::run_forks_and_snapshots(Prepared& prepared) {
       prepared.snapshots.emplace_back(item.save_snapshot, model_.save_snapshot(*context(item.id).state));
 }
 
-void StepExecutor::sample_rows(Prepared& prepared) {
+void StepExecutor::sample_rows(Prepared& prepared, const std::vector<RowMask>& masks) {
   const auto vocab = static_cast<std::size_t>(model_.vocab_size());
+  const auto mask_of = [&](SequenceId id) -> const std::vector<uint64_t>* {
+    for (const RowMask& row : masks)
+      if (row.id == id) return &row.mask;
+    return nullptr;
+  };
   for (PreparedItem& item : prepared.items) {
     if (item.scores_prompt()) {
       const std::vector<int32_t>& prompt = prompts_.at(item.id.request);
@@ -281,9 +324,10 @@ void StepExecutor::sample_rows(Prepared& prepared) {
     }
     if (!item.needs_logits) continue;
     const std::span<const float> last_row = std::span<const float>(item.logits).last(vocab);
-    prepared.tokens.push_back(sample_for(item.id, item.epoch, last_row, item.end));
+    prepared.tokens.push_back(sample_for(item.id, item.epoch, last_row, item.end, mask_of(item.id)));
     for (const PreparedFork& fork : prepared.forks)
-      if (fork.parent == item.id) prepared.tokens.push_back(sample_for(fork.child, fork.child_epoch, last_row, item.end));
+      if (fork.parent == item.id)
+        prepared.tokens.push_back(sample_for(fork.child, fork.child_epoch, last_row, item.end, mask_of(fork.child)));
   }
 }
 

@@ -10,6 +10,7 @@
 //   finish()       engine thread: writes snapshots into the store, returns the StepResults for
 //                  Scheduler::on_step_finished and the tokens produced.
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -127,7 +128,17 @@ class StepExecutor {
 
   SequenceContext& context(SequenceId id);
   std::vector<std::byte*> payloads(const std::vector<BlockId>& table);
-  ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position);
+  // mask: the row's grammar mask when computed ahead (start_masks); null computes it here.
+  ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position,
+                           const std::vector<uint64_t>* mask = nullptr);
+  // The grammar masks of the step's constrained rows, computed on a worker thread while the
+  // forward pass runs (the matchers stand at the tokens so far, which the pass does not change;
+  // on a GPU the host would otherwise only wait). Invalid when no row is constrained.
+  struct RowMask {
+    SequenceId id;
+    std::vector<uint64_t> mask;
+  };
+  std::future<std::vector<RowMask>> start_masks(const Prepared& prepared);
   // A fresh sequence's matcher, when its request is constrained.
   void start_matcher(SequenceId id);
   bool constrained(SequenceId id) { return context(id).constrained; }
@@ -139,7 +150,7 @@ class StepExecutor {
   void compute_drawing();
   // compute()'s parts after the forward: fork copies and snapshots, then the host sampler.
   void run_forks_and_snapshots(Prepared& prepared);
-  void sample_rows(Prepared& prepared);
+  void sample_rows(Prepared& prepared, const std::vector<RowMask>& masks);
 
   const model::Model& model_;
   Scheduler& scheduler_;
