@@ -20,9 +20,12 @@ const char* kind_name(ConstraintSpec::Kind kind) {
   return "?";
 }
 
-// The cache key: the kind, the options that change the grammar, and the source.
+// The cache key: the kind, the options that change the grammar, the source, and the request
+// fields it came from: a cached refusal names them (the same schema as an OpenAI tool's
+// `function.parameters` and an Anthropic tool's `input_schema` is refused in different words).
 std::string cache_key(const ConstraintSpec& spec) {
   std::string key = kind_name(spec.kind);
+  key += "/" + nlohmann::json(spec.field).dump();
   key += spec.strict ? "/strict/" : "/";
   switch (spec.kind) {
     case ConstraintSpec::Kind::JsonSchema: key += spec.schema.dump(); break;
@@ -31,7 +34,7 @@ std::string cache_key(const ConstraintSpec& spec) {
       const ToolCallSpec& calls = *spec.tool_calls;
       nlohmann::ordered_json tools = nlohmann::ordered_json::array();
       for (const ToolCallSpec::Tool& tool : calls.tools)
-        tools.push_back({tool.name, tool.parameters, tool.strict, tool.constrained});
+        tools.push_back({tool.name, tool.field, tool.parameters, tool.strict, tool.constrained});
       key += nlohmann::ordered_json{calls.mode == ToolCallSpec::Mode::Forced, calls.single_call,
                                     calls.format == PromptFormat::V4, tools}
                  .dump();

@@ -99,6 +99,23 @@ TEST(ConstraintCompiler, ARefusalIsCachedAsTheInputsVerdict) {
   EXPECT_EQ(compiler.stats().hits, 2);
 }
 
+TEST(ConstraintCompiler, ACachedRefusalNamesTheFieldOfEachRequest) {
+  ConstraintCompiler compiler(small_vocabulary());
+  ConstraintSpec spec = json_schema({{"type", "array"}, {"uniqueItems", true}});
+  for (const char* field : {"response_format.json_schema.schema", "structured_outputs.json",
+                            "response_format.json_schema.schema"}) {
+    spec.field = field;
+    try {
+      (void)compiler.compile(spec, -1);
+      ADD_FAILURE() << "uniqueItems compiled";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.param(), field);
+      EXPECT_EQ(std::string(error.what()).rfind(field, 0), 0u) << error.what();
+    }
+  }
+  EXPECT_EQ(compiler.stats().compilations, 2);
+}
+
 TEST(ConstraintCompiler, ConcurrentRequestsWithOneNewConstraintCompileItOnce) {
   constexpr int kThreads = 8;
   ConstraintCompiler compiler(small_vocabulary());
