@@ -137,12 +137,6 @@ engine::OutputConstraint ConstraintCompiler::compile(const ConstraintSpec& spec,
 
 ConstraintCompiler::Compiled ConstraintCompiler::compile_new(const ConstraintSpec& spec, const std::string& key,
                                                              std::promise<Compiled>& promise) {
-  if (compile_hook_) compile_hook_();
-  const std::optional<grammar::CompileDeadline> deadline =
-      options_.timeout.count() > 0 ? std::optional<grammar::CompileDeadline>(options_.timeout) : std::nullopt;
-  grammar::CompileLimits limits;
-  limits.max_bytes = options_.max_grammar_bytes;
-  limits.deadline = deadline ? &*deadline : nullptr;
   // The verdict for this content, kept in the cache: a refusal is as much the input's as a grammar.
   const auto refuse = [&](const ApiError& error) {
     promise.set_exception(std::make_exception_ptr(error));
@@ -159,13 +153,16 @@ ConstraintCompiler::Compiled ConstraintCompiler::compile_new(const ConstraintSpe
       cache_.erase(found);
     }
   };
+  // Every way out of here sets the promise: an entry left pending would hang its waiters.
+  Compiled compiled;
   try {
-    Compiled compiled = grammar::prepare(constraint_grammar(spec, limits), limits);
-    promise.set_value(compiled);
-    const std::lock_guard lock(mutex_);
-    finish(key, grammar::prepared_bytes(*compiled) + grammar::mask_cache_bytes(vocabulary_ ? vocabulary_->size() : 0) +
-                    static_cast<int64_t>(key.size()));
-    return compiled;
+    if (compile_hook_) compile_hook_();
+    const std::optional<grammar::CompileDeadline> deadline =
+        options_.timeout.count() > 0 ? std::optional<grammar::CompileDeadline>(options_.timeout) : std::nullopt;
+    grammar::CompileLimits limits;
+    limits.max_bytes = options_.max_grammar_bytes;
+    limits.deadline = deadline ? &*deadline : nullptr;
+    compiled = grammar::prepare(constraint_grammar(spec, limits), limits);
   } catch (const grammar::CompileError& error) {
     const ApiError refusal(400, str_cat(spec.field, ": ", error.what()), spec.field);
     refuse(refusal);
@@ -189,6 +186,11 @@ ConstraintCompiler::Compiled ConstraintCompiler::compile_new(const ConstraintSpe
     forget(std::current_exception());
     throw;
   }
+  promise.set_value(compiled);
+  const std::lock_guard lock(mutex_);
+  finish(key, grammar::prepared_bytes(*compiled) + grammar::mask_cache_bytes(vocabulary_ ? vocabulary_->size() : 0) +
+                  static_cast<int64_t>(key.size()));
+  return compiled;
 }
 
 void ConstraintCompiler::finish(const std::string& key, int64_t bytes) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +167,19 @@ TEST(ConstraintCompiler, RequestsWaitingOnACompileThatTimesOutGetThe400Too) {
   EXPECT_EQ(refused.load(), kThreads);
   EXPECT_EQ(compiler.stats().compilations, 1);
   EXPECT_EQ(compiler.stats().entries, 0);
+}
+
+TEST(ConstraintCompiler, AnUnexpectedErrorIsNotCachedAndLeavesNoEntryPending) {
+  ConstraintCompiler compiler(small_vocabulary());
+  int calls = 0;
+  compiler.set_compile_hook([&] {
+    if (++calls == 1) throw std::runtime_error("out of something");
+  });
+  const ConstraintSpec spec = json_schema({{"type", "integer"}});
+  EXPECT_THROW((void)compiler.compile(spec, -1), std::runtime_error);
+  EXPECT_EQ(compiler.stats().entries, 0);
+  EXPECT_NE(compiler.compile(spec, -1).grammar, nullptr);  // compiles again, nobody waits forever
+  EXPECT_EQ(compiler.stats().compilations, 2);
 }
 
 TEST(ConstraintCompiler, AGrammarAboveTheMemoryBoundIsA400NamingTheField) {
