@@ -1,5 +1,8 @@
 #include "api/output_constraint.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "api/api_error.h"
 #include "api/dsml_tags.h"
 #include "core/error.h"
@@ -112,7 +115,11 @@ grammar::Grammar constraint_grammar(const ConstraintSpec& spec, const grammar::C
 
 ConstraintCompiler::ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocabulary,
                                        ConstraintCompilerOptions options)
-    : vocabulary_(std::move(vocabulary)), options_(options) {}
+    : vocabulary_(std::move(vocabulary)),
+      options_(options),
+      compile_slots_(options.max_concurrent_compiles > 0
+                         ? options.max_concurrent_compiles
+                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
 
 engine::OutputConstraint ConstraintCompiler::compile(const ConstraintSpec& spec, int32_t after_token) {
   const std::string key = cache_key(spec);
@@ -156,9 +163,11 @@ ConstraintCompiler::Compiled ConstraintCompiler::compile_new(const ConstraintSpe
   // Every way out of here sets the promise: an entry left pending would hang its waiters.
   Compiled compiled;
   try {
-    if (compile_hook_) compile_hook_();
+    // The bound starts now: a compile that waits for a slot waits within it.
     const std::optional<grammar::CompileDeadline> deadline =
         options_.timeout.count() > 0 ? std::optional<grammar::CompileDeadline>(options_.timeout) : std::nullopt;
+    const CompileSlot slot(*this, deadline ? &*deadline : nullptr);
+    if (compile_hook_) compile_hook_();
     grammar::CompileLimits limits;
     limits.max_bytes = options_.max_grammar_bytes;
     limits.deadline = deadline ? &*deadline : nullptr;
@@ -191,6 +200,26 @@ ConstraintCompiler::Compiled ConstraintCompiler::compile_new(const ConstraintSpe
   finish(key, grammar::prepared_bytes(*compiled) + grammar::mask_cache_bytes(vocabulary_ ? vocabulary_->size() : 0) +
                   static_cast<int64_t>(key.size()));
   return compiled;
+}
+
+ConstraintCompiler::CompileSlot::CompileSlot(ConstraintCompiler& compiler, const grammar::CompileDeadline* deadline)
+    : compiler_(compiler) {
+  std::unique_lock lock(compiler_.mutex_);
+  const auto has_free_slot = [&] { return compiler_.compiles_running_ < compiler_.compile_slots_; };
+  if (!deadline) {
+    compiler_.slot_freed_.wait(lock, has_free_slot);
+  } else if (!compiler_.slot_freed_.wait_until(lock, deadline->at(), has_free_slot)) {
+    throw grammar::CompileTimeout(deadline->bound());
+  }
+  ++compiler_.compiles_running_;
+}
+
+ConstraintCompiler::CompileSlot::~CompileSlot() {
+  {
+    const std::lock_guard lock(compiler_.mutex_);
+    --compiler_.compiles_running_;
+  }
+  compiler_.slot_freed_.notify_one();
 }
 
 void ConstraintCompiler::finish(const std::string& key, int64_t bytes) {

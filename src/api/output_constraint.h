@@ -5,6 +5,7 @@
 // it (grammar/compile.h) is the server's, with the tokenizer and a cache (ConstraintCompiler).
 // A constraint that cannot be enforced exactly is a 400 naming where and why, never ignored.
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -50,6 +51,9 @@ struct ConstraintCompilerOptions {
   // One compile's bounds: wall clock (0: none) and memory (grammar::CompileLimits::max_bytes).
   std::chrono::milliseconds timeout{10000};
   int64_t max_grammar_bytes = grammar::CompileLimits{}.max_bytes;
+  // Compiles running at once (each takes a core); one waiting for a slot waits within its time
+  // bound, and past it is a timeout like any other. 0: the machine's hardware threads.
+  int max_concurrent_compiles = 0;
 };
 
 // Compiled constraints by content, shared across requests (a schema sent with every request of a
@@ -76,7 +80,8 @@ class ConstraintCompiler {
     int64_t bytes = 0;             // what the finished entries count against cache_bytes
   };
   Stats stats() const;
-  // Tests: runs on the compiling thread before each compile (to hold one in progress).
+  // Tests: runs on the compiling thread before each compile, holding its slot (to keep one in
+  // progress).
   void set_compile_hook(std::function<void()> hook) { compile_hook_ = std::move(hook); }
 
  private:
@@ -87,14 +92,29 @@ class ConstraintCompiler {
     bool done = false;
     int64_t bytes = 0;
   };
-  Compiled compile_new(const ConstraintSpec& spec, const std::string& key, std::promise<Compiled>& promise);
+  // One of compile_slots_, held for a compile; waits for one until `deadline` (none: forever),
+  // then throws grammar::CompileTimeout.
+  class CompileSlot {
+   public:
+    CompileSlot(ConstraintCompiler& compiler, const grammar::CompileDeadline* deadline);
+    ~CompileSlot();
+    CompileSlot(const CompileSlot&) = delete;
+    CompileSlot& operator=(const CompileSlot&) = delete;
+
+   private:
+    ConstraintCompiler& compiler_;
+  };
+    Compiled compile_new(const ConstraintSpec& spec, const std::string& key, std::promise<Compiled>& promise);
   void finish(const std::string& key, int64_t bytes);  // under mutex_
   void evict();                                        // under mutex_
 
   std::shared_ptr<const grammar::Vocabulary> vocabulary_;
   ConstraintCompilerOptions options_;
   std::function<void()> compile_hook_;
+  int compile_slots_;
   mutable std::mutex mutex_;
+  std::condition_variable slot_freed_;
+  int compiles_running_ = 0;
   std::list<std::string> order_;  // oldest first
   std::unordered_map<std::string, Entry> cache_;
   Stats stats_;

@@ -53,6 +53,7 @@ class CompileDeadline {
     if (++calls_ % kStride == 0 && std::chrono::steady_clock::now() >= at_) throw CompileTimeout(bound_);
   }
   std::chrono::milliseconds bound() const { return bound_; }
+  std::chrono::steady_clock::time_point at() const { return at_; }
 
  private:
   static constexpr uint32_t kStride = 64;

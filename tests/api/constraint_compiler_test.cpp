@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -180,6 +181,44 @@ TEST(ConstraintCompiler, AnUnexpectedErrorIsNotCachedAndLeavesNoEntryPending) {
   EXPECT_EQ(compiler.stats().entries, 0);
   EXPECT_NE(compiler.compile(spec, -1).grammar, nullptr);  // compiles again, nobody waits forever
   EXPECT_EQ(compiler.stats().compilations, 2);
+}
+
+TEST(ConstraintCompiler, ACompileWaitingForASlotWaitsWithinItsTimeBound) {
+  ConstraintCompilerOptions options;
+  options.max_concurrent_compiles = 1;
+  options.timeout = milliseconds(50);
+  ConstraintCompiler compiler(small_vocabulary(), options);
+  std::promise<void> second_done;
+  std::shared_future<void> second_finished = second_done.get_future().share();
+  std::atomic<int> calls{0};
+  // The first compile holds the only slot until the second request has been answered.
+  compiler.set_compile_hook([&] {
+    if (++calls == 1) second_finished.wait_for(std::chrono::seconds(20));
+  });
+  std::thread first([&] {
+    try {  // held past its own bound, it may time out too: what matters is the slot it holds
+      (void)compiler.compile(json_schema({{"type", "integer"}}), -1);
+    } catch (const ApiError&) {
+    }
+  });
+  const auto give_up = Clock::now() + std::chrono::seconds(20);
+  while (calls.load() == 0 && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(1));
+  const auto start = Clock::now();
+  try {
+    (void)compiler.compile(json_schema({{"type", "boolean"}}), -1);
+    ADD_FAILURE() << "compiled with the only slot taken";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status(), 400);
+    EXPECT_NE(std::string(error.what()).find("longer than the limit of 50 ms"), std::string::npos) << error.what();
+  }
+  const double waited_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  second_done.set_value();
+  first.join();
+  EXPECT_GE(waited_ms, 45.0);
+  EXPECT_LT(waited_ms, 1000.0);
+  EXPECT_GE(compiler.stats().timeouts, 1);
+  EXPECT_EQ(calls.load(), 1) << "the second compile started without a slot";
+  EXPECT_NO_THROW((void)compiler.compile(json_schema({{"type", "boolean"}}), -1));  // the slot is free again
 }
 
 TEST(ConstraintCompiler, AGrammarAboveTheMemoryBoundIsA400NamingTheField) {
