@@ -4,7 +4,11 @@
 // grammar, json_object) and SGLang's regex / ebnf fields all become one ConstraintSpec; compiling
 // it (grammar/compile.h) is the server's, with the tokenizer and a cache (ConstraintCompiler).
 // A constraint that cannot be enforced exactly is a 400 naming where and why, never ignored.
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -39,27 +43,86 @@ struct ConstraintSpec {
 // One constraint per request: a second one is a 400 naming both fields.
 void set_constraint(std::optional<ConstraintSpec>& slot, ConstraintSpec spec);
 
-// Compiled constraints by content, shared across requests (a schema sent with every request of a
-// client compiles once). Thread-safe; the oldest entries go past `capacity`.
-class ConstraintCompiler {
- public:
-  explicit ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocabulary, std::size_t capacity = 256)
-      : vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
-
-  // The engine's constraint; the grammar applies after `after_token` (-1: from the start).
-  // Throws ApiError 400 (the compile error's place and reason) for what cannot be enforced.
-  engine::OutputConstraint compile(const ConstraintSpec& spec, int32_t after_token);
-
- private:
-  std::shared_ptr<const grammar::Vocabulary> vocabulary_;
-  std::size_t capacity_;
-  std::mutex mutex_;
-  std::list<std::string> order_;  // oldest first
-  std::unordered_map<std::string, std::shared_ptr<const grammar::CompiledGrammar>> cache_;
+struct ConstraintCompilerOptions {
+  std::size_t capacity = 256;  // compiled constraints kept; the oldest go beyond it
+  // The cache's memory: each entry counts its prepared grammar and its mask cache's bound; the
+  // oldest go beyond it.
+  int64_t cache_bytes = int64_t{1} << 30;
+  // One compile's bounds: wall clock (0: none) and memory (grammar::CompileLimits::max_bytes).
+  std::chrono::milliseconds timeout{10000};
+  int64_t max_grammar_bytes = grammar::CompileLimits{}.max_bytes;
+  // Compiles running at once (each takes a core); one waiting for a slot waits within its time
+  // bound, and past it is a timeout like any other. 0: the machine's hardware threads.
+  int max_concurrent_compiles = 0;
 };
 
-// The grammar of `spec` (uncached; ConstraintCompiler::compile's work). Throws grammar::CompileError,
-// or for ToolCalls an ApiError naming the tool or answer field at fault.
-grammar::Grammar constraint_grammar(const ConstraintSpec& spec);
+// Compiled constraints by content, shared across requests (a schema sent with every request of a
+// client compiles once). Thread-safe and single-flight: requests that bring the same new
+// constraint while it compiles wait for that one compile. A refusal (the constraint cannot be
+// enforced, or exceeds a size bound) is the input's verdict and is cached like a grammar; a
+// compile past the time bound is not (the next request with it compiles again).
+class ConstraintCompiler {
+ public:
+  explicit ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocabulary,
+                              ConstraintCompilerOptions options = {});
+
+  // The engine's constraint; the grammar applies after `after_token` (-1: from the start).
+  // Throws ApiError 400 naming spec.field (the compile error's place and reason, a size bound,
+  // or the time bound) for what cannot be enforced. Compiles on the calling thread.
+  engine::OutputConstraint compile(const ConstraintSpec& spec, int32_t after_token);
+
+  struct Stats {
+    int64_t compilations = 0;      // compiles started
+    int64_t hits = 0;              // answered from a finished entry (a grammar or a refusal)
+    int64_t waits = 0;             // joined a compile in progress
+    int64_t timeouts = 0;          // compiles stopped by the time bound
+    int64_t entries = 0;           // in the cache now, compiles in progress included
+    int64_t bytes = 0;             // what the finished entries count against cache_bytes
+  };
+  Stats stats() const;
+  // Tests: runs on the compiling thread before each compile, holding its slot (to keep one in
+  // progress).
+  void set_compile_hook(std::function<void()> hook) { compile_hook_ = std::move(hook); }
+
+ private:
+  using Compiled = std::shared_ptr<const grammar::CompiledGrammar>;
+  struct Entry {
+    std::shared_future<Compiled> result;  // a grammar, or the ApiError refusing the constraint
+    std::list<std::string>::iterator position;  // in order_
+    bool done = false;
+    int64_t bytes = 0;
+  };
+  // One of compile_slots_, held for a compile; waits for one until `deadline` (none: forever),
+  // then throws grammar::CompileTimeout.
+  class CompileSlot {
+   public:
+    CompileSlot(ConstraintCompiler& compiler, const grammar::CompileDeadline* deadline);
+    ~CompileSlot();
+    CompileSlot(const CompileSlot&) = delete;
+    CompileSlot& operator=(const CompileSlot&) = delete;
+
+   private:
+    ConstraintCompiler& compiler_;
+  };
+    Compiled compile_new(const ConstraintSpec& spec, const std::string& key, std::promise<Compiled>& promise);
+  void finish(const std::string& key, int64_t bytes);  // under mutex_
+  void evict();                                        // under mutex_
+
+  std::shared_ptr<const grammar::Vocabulary> vocabulary_;
+  ConstraintCompilerOptions options_;
+  std::function<void()> compile_hook_;
+  int compile_slots_;
+  mutable std::mutex mutex_;
+  std::condition_variable slot_freed_;
+  int compiles_running_ = 0;
+  std::list<std::string> order_;  // oldest first
+  std::unordered_map<std::string, Entry> cache_;
+  Stats stats_;
+};
+
+// The grammar of `spec` (uncached; ConstraintCompiler::compile's work) within `limits`. Throws
+// grammar::CompileError, grammar::CompileTimeout, or for ToolCalls an ApiError naming the tool or
+// answer field at fault.
+grammar::Grammar constraint_grammar(const ConstraintSpec& spec, const grammar::CompileLimits& limits = {});
 
 }  // namespace deepinfer::api

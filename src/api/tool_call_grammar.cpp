@@ -43,7 +43,8 @@ Sequence cat(Sequence a, const Sequence& b) {
 
 class BlockGrammar {
  public:
-  explicit BlockGrammar(const ToolCallSpec& spec) : spec_(spec), tags_(dsml::tag_names(spec.format)) {}
+  BlockGrammar(const ToolCallSpec& spec, const grammar::CompileLimits& limits)
+      : spec_(spec), limits_(limits), tags_(dsml::tag_names(spec.format)) {}
 
   Grammar build(const Grammar* answer) {
     const RuleId calls = g_.add_rule("calls");
@@ -71,9 +72,13 @@ class BlockGrammar {
       g_.set_start(start);
     }
     // Each schema was compiled within the limits; together they must be too.
-    if (const int64_t limit = grammar::CompileLimits{}.max_symbols; g_.size() > limit)
+    if (const int64_t limit = limits_.max_symbols; g_.size() > limit)
       throw ApiError(400, str_cat("tools: the tool-call grammar of these tools' schemas has ", g_.size(),
                                   " symbols, more than the limit of ", limit),
+                     "tools");
+    if (const int64_t limit = limits_.max_bytes; g_.bytes() > limit)
+      throw ApiError(400, str_cat("tools: the tool-call grammar of these tools' schemas needs ", g_.bytes(),
+                                  " bytes, more than the limit of ", limit),
                      "tools");
     g_.validate();
     return std::move(g_);
@@ -156,7 +161,7 @@ class BlockGrammar {
       }
       grammar::SplitValueGrammars values;
       try {
-        values = grammar::compile_json_schema_split(document, pointer, options);
+        values = grammar::compile_json_schema_split(document, pointer, options, limits_);
       } catch (const grammar::CompileError& error) {
         throw ApiError(400, error.where().empty() ? str_cat(tool.field, pointer, ": ", error.what())
                                                   : str_cat(tool.field, error.what()),
@@ -227,6 +232,7 @@ class BlockGrammar {
   }
 
   const ToolCallSpec& spec_;
+  const grammar::CompileLimits& limits_;
   dsml::TagNames tags_;
   Grammar g_;
   std::optional<RuleId> free_parameters_;
@@ -234,9 +240,10 @@ class BlockGrammar {
 
 }  // namespace
 
-grammar::Grammar tool_call_grammar(const ToolCallSpec& spec, const grammar::Grammar* answer) {
+grammar::Grammar tool_call_grammar(const ToolCallSpec& spec, const grammar::Grammar* answer,
+                                   const grammar::CompileLimits& limits) {
   if (spec.tools.empty()) throw ApiError(400, "a constrained tool call needs tools", "tools");
-  return BlockGrammar(spec).build(answer);
+  return BlockGrammar(spec, limits).build(answer);
 }
 
 }  // namespace deepinfer::api

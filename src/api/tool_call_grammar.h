@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/conversation.h"
+#include "grammar/compile.h"
 #include "grammar/grammar.h"
 
 namespace deepinfer::api {
@@ -36,7 +37,9 @@ struct ToolCallSpec {
 
 // `answer` (Optional mode): the grammar of an answer that is not a tool call (a response_format);
 // null: any text that does not open a DSML block. Throws ApiError 400 naming the tool's schema
-// field, and the JSON pointer inside it, for a schema that cannot be enforced.
-grammar::Grammar tool_call_grammar(const ToolCallSpec& spec, const grammar::Grammar* answer);
+// field, and the JSON pointer inside it, for a schema that cannot be enforced; each schema and the
+// whole block within `limits` (a grammar::CompileTimeout past its deadline).
+grammar::Grammar tool_call_grammar(const ToolCallSpec& spec, const grammar::Grammar* answer,
+                                   const grammar::CompileLimits& limits = {});
 
 }  // namespace deepinfer::api

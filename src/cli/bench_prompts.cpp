@@ -155,7 +155,7 @@ std::vector<Conversation> make_conversations(const PromptOptions& options, Endpo
 }
 
 nlohmann::json request_body(const Conversation& conversation, Endpoint endpoint, const std::string& model,
-                            bool ignore_eos) {
+                            bool ignore_eos, const nlohmann::json& response_format) {
   nlohmann::json body = {{"model", model},
                          {endpoint == Endpoint::Chat ? "messages" : "prompt", conversation.history},
                          {"max_tokens", conversation.max_tokens},
@@ -163,7 +163,16 @@ nlohmann::json request_body(const Conversation& conversation, Endpoint endpoint,
                          {"stream", true},
                          {"stream_options", {{"include_usage", true}}}};
   if (ignore_eos) body["ignore_eos"] = true;
+  if (!response_format.is_null()) body["response_format"] = response_format;
   return body;
+}
+
+nlohmann::json read_response_format(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open the --response-format file");
+  const nlohmann::json format = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!format.is_object()) fail(path, ": --response-format needs one JSON object (e.g. {\"type\": \"json_schema\", ...})");
+  return format;
 }
 
 void advance_turn(Conversation& conversation, Endpoint endpoint, const std::string& reply) {

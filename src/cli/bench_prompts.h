@@ -53,8 +53,13 @@ std::vector<Conversation> make_conversations(const PromptOptions& options, Endpo
 
 // The streaming request for the conversation's current turn. `ignore_eos` asks the server to
 // generate exactly max_tokens (a vLLM extension; servers without it ignore the field).
+// `response_format` (not null): sent as the request's response_format (structured output).
 nlohmann::json request_body(const Conversation& conversation, Endpoint endpoint, const std::string& model,
-                            bool ignore_eos);
+                            bool ignore_eos, const nlohmann::json& response_format = nullptr);
+
+// The JSON object in `path` that --response-format sends with each request; throws
+// deepinfer::Error naming the file when it cannot be read or is not a JSON object.
+nlohmann::json read_response_format(const std::string& path);
 
 // Appends the model's reply and the next follow-up message, so the next request resends it all.
 void advance_turn(Conversation& conversation, Endpoint endpoint, const std::string& reply);

@@ -90,7 +90,7 @@ std::vector<RequestResult> run_conversation(Conversation conversation, const Run
   client.set_keep_alive(true);
   const std::string path = url.prefix + std::string(endpoint_path(options.endpoint));
   while (true) {
-    const std::string body = request_body(conversation, options.endpoint, options.model, options.ignore_eos)
+    const std::string body = request_body(conversation, options.endpoint, options.model, options.ignore_eos, options.response_format)
                                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     RequestResult result = send_request(client, path, body, options.endpoint, run_start);
     const bool go_on = result.ok && conversation.has_next_turn();

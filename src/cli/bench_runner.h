@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/bench_prompts.h"
 #include "cli/bench_stats.h"
 
@@ -39,6 +41,7 @@ struct RunOptions {
   std::size_t max_concurrency = 0;  // 0: no limit
   uint64_t seed = 0;
   bool ignore_eos = true;
+  nlohmann::json response_format;  // null: none (--response-format)
 };
 
 struct RunOutcome {

@@ -55,6 +55,9 @@ constexpr const char* kUsage =
     "  --token-id-end N      synthetic ids are drawn from [3, N) (default 500, fits the test models)\n"
     "  --seed S              prompts and arrival times (default 0)\n"
     "  --no-ignore-eos       let requests stop at EOS (by default they ask for ignore_eos: true)\n"
+    "  --response-format FILE\n"
+    "                        a JSON object sent as each request's response_format (structured\n"
+    "                        output), e.g. {\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}\n"
     "output:\n"
     "  --json                print one JSON object instead of the table\n"
     "\n"
@@ -113,6 +116,7 @@ nlohmann::json summary_json(const RunSummary& s, const RunOptions& run, std::siz
           {"turns", turns},
           {"request_rate", std::isinf(run.request_rate) ? nlohmann::json(nullptr) : nlohmann::json(run.request_rate)},
           {"max_concurrency", run.max_concurrency > 0 ? nlohmann::json(run.max_concurrency) : nlohmann::json(nullptr)},
+          {"response_format", run.response_format},
           {"completed", s.completed},
           {"failed", s.failed},
           {"errors", errors},
@@ -138,7 +142,7 @@ int run_bench(const std::vector<std::string>& argv) {
     Args args(argv, {"--help", "--json", "--no-ignore-eos"},
               {"--base-url", "--host", "--port", "--endpoint", "--model", "--api-key", "--timeout", "--num-prompts",
                "--request-rate", "--max-concurrency", "--multi-turn", "--dataset", "--input-len", "--output-len",
-               "--prefix-len", "--prompt-kind", "--token-id-end", "--seed"});
+               "--prefix-len", "--prompt-kind", "--token-id-end", "--seed", "--response-format"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
@@ -165,6 +169,7 @@ int run_bench(const std::vector<std::string>& argv) {
     if (args.get("--max-concurrency") && run.max_concurrency == 0) throw UsageError{"--max-concurrency must be >= 1"};
     run.seed = static_cast<uint64_t>(args.count("--seed", 0));
     run.ignore_eos = !args.has("--no-ignore-eos");
+    if (auto format = args.get("--response-format")) run.response_format = read_response_format(*format);
 
     PromptOptions prompts;
     prompts.dataset = args.get("--dataset");

@@ -53,6 +53,12 @@ constexpr const char* kUsage =
     "  --api-key KEY            require \"Authorization: Bearer KEY\" (or x-api-key) on /v1 (also DEEPINFER_API_KEY)\n"
     "  --cors                   answer browsers from any origin (off by default)\n"
     "  --no-prefix-caching      do not reuse cached prompt prefixes\n"
+    "  --grammar-compile-timeout MS\n"
+    "                           wall-clock bound on compiling one structured-output constraint\n"
+    "                           (default 10000; past it the request gets a 400; 0: none)\n"
+    "  --grammar-max-memory SIZE\n"
+    "                           memory bound on one compiled constraint (grammar, prepared\n"
+    "                           tables, each automaton; default 256M; beyond it a 400)\n"
     "  --max-prompt-logits-memory SIZE\n"
     "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
     "                           default 64M: longer prompts are scored over more steps)\n"
@@ -94,7 +100,8 @@ int run_serve(const std::vector<std::string>& argv) {
     Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching"}),
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
-               "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device"});
+               "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
+               "--grammar-compile-timeout", "--grammar-max-memory"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
@@ -116,6 +123,9 @@ int run_serve(const std::vector<std::string>& argv) {
         args.bytes("--max-prompt-logits-memory", options.engine.max_prompt_logits_bytes);
     if (args.get("--max-model-len")) options.max_model_len = args.count("--max-model-len", 0, 2);
     options.max_body_bytes = args.bytes("--max-body-bytes", options.max_body_bytes);
+    options.constraints.timeout =
+        std::chrono::milliseconds(args.count("--grammar-compile-timeout", options.constraints.timeout.count(), 0));
+    options.constraints.max_grammar_bytes = args.bytes("--grammar-max-memory", options.constraints.max_grammar_bytes);
     if (auto key = args.get("--api-key")) {
       options.api_key = *key;
     } else if (const char* env = std::getenv("DEEPINFER_API_KEY"); env != nullptr) {

@@ -3,6 +3,7 @@
 // cannot enforce exactly with a CompileError naming where (a byte offset in the source text, or a
 // JSON pointer into the schema) and why, and stops at the limits below instead of running away
 // on pathological input (deep nesting, huge alternations, repetition counts that explode).
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,12 +27,56 @@ class CompileError : public Error {
   std::string where_;
 };
 
+// A compile that ran past its wall-clock bound (CompileDeadline). Not a CompileError: it says
+// nothing about the input (the same constraint may compile on a less loaded server), so callers
+// must not cache it as the constraint's verdict, and no compiler's "try another way" catch of a
+// CompileError may swallow it.
+class CompileTimeout : public Error {
+ public:
+  explicit CompileTimeout(std::chrono::milliseconds bound);
+  std::chrono::milliseconds bound() const { return bound_; }
+
+ private:
+  std::chrono::milliseconds bound_;
+};
+
+// A wall-clock bound on one compile, checked cooperatively where the compilers and prepare()
+// loop (each alternative added, each automaton state, each pass over the rules): past it,
+// check() throws CompileTimeout. One compile, one thread: not shared between threads.
+class CompileDeadline {
+ public:
+  explicit CompileDeadline(std::chrono::milliseconds bound)
+      : bound_(bound), at_(std::chrono::steady_clock::now() + bound) {}
+  // Reads the clock every kStride calls: the checks sit in loops whose bodies are a few
+  // hundred nanoseconds, where a clock read each time would be a visible share.
+  void check() const {
+    if (++calls_ % kStride == 0 && std::chrono::steady_clock::now() >= at_) throw CompileTimeout(bound_);
+  }
+  std::chrono::milliseconds bound() const { return bound_; }
+  std::chrono::steady_clock::time_point at() const { return at_; }
+
+ private:
+  static constexpr uint32_t kStride = 64;
+  std::chrono::milliseconds bound_;
+  std::chrono::steady_clock::time_point at_;
+  mutable uint32_t calls_ = 0;
+};
+
 struct CompileLimits {
   int64_t max_symbols = int64_t{1} << 20;  // Grammar::size()
   int32_t max_depth = 32;                  // nesting of groups, subschemas, $ref expansions (each level
                                            // costs compiler stack: 32 stays far inside a thread stack,
                                            // sanitizer builds included)
   int64_t max_repeat = 10000;              // the largest {n,m} / minItems / maxLength expanded
+  // Memory: the grammar, its prepared tables (prepare) and each automaton the JSON schema
+  // compiler builds, in bytes (estimated from their element counts).
+  int64_t max_bytes = int64_t{256} << 20;
+  // Wall clock: none means unbounded (tests, the CLI); the server passes one per compile.
+  const CompileDeadline* deadline = nullptr;
+
+  void check_deadline() const {
+    if (deadline) deadline->check();
+  }
 };
 
 // An ECMAScript regular expression (the subset JSON Schema's `pattern` uses), matched against

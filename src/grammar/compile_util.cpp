@@ -2,6 +2,13 @@
 
 #include <algorithm>
 
+namespace deepinfer::grammar {
+
+CompileTimeout::CompileTimeout(std::chrono::milliseconds bound)
+    : Error(str_cat("compiling the constraint took longer than the limit of ", bound.count(), " ms")), bound_(bound) {}
+
+}  // namespace deepinfer::grammar
+
 namespace deepinfer::grammar::detail {
 
 std::string at_byte(std::size_t offset) { return "at byte " + std::to_string(offset); }
@@ -318,8 +325,11 @@ void Builder::alt(RuleId rule, Sequence symbols, std::size_t where) {
 }
 
 void Builder::check_room(int64_t pending, std::size_t where) const {
+  limits_.check_deadline();
   if (grammar_.size() + pending > limits_.max_symbols)
     refuse(where, str_cat("grammar too large: more than ", limits_.max_symbols, " symbols"));
+  if (grammar_.bytes() + pending * static_cast<int64_t>(sizeof(Symbol)) > limits_.max_bytes)
+    refuse(where, str_cat("grammar too large: more than ", limits_.max_bytes, " bytes"));
 }
 
 Symbol Builder::byte(uint8_t b) {

@@ -39,6 +39,7 @@ ByteSet ByteSet::complement() const {
 }
 
 RuleId Grammar::add_rule(std::string name) {
+  name_bytes_ += static_cast<int64_t>(name.size());
   rules_.push_back({std::move(name), {}});
   return static_cast<RuleId>(rules_.size() - 1);
 }
@@ -46,14 +47,20 @@ RuleId Grammar::add_rule(std::string name) {
 void Grammar::add_alternative(RuleId rule, Sequence symbols) {
   if (rule < 0 || rule >= rule_count()) fail("grammar: alternative for rule ", rule, " of ", rule_count());
   size_ += static_cast<int64_t>(symbols.size()) + 1;
+  ++alternative_count_;
   rules_[static_cast<std::size_t>(rule)].alternatives.push_back(std::move(symbols));
 }
 
 Symbol Grammar::terminal(const ByteSet& set) {
-  for (std::size_t i = 0; i < terminals_.size(); ++i)
-    if (terminals_[i] == set) return {false, static_cast<int32_t>(i)};
-  terminals_.push_back(set);
-  return {false, static_cast<int32_t>(terminals_.size() - 1)};
+  const auto [found, added] = terminal_index_.emplace(set.words, static_cast<int32_t>(terminals_.size()));
+  if (added) terminals_.push_back(set);
+  return {false, found->second};
+}
+
+int64_t Grammar::bytes() const {
+  const auto count = [](auto n, std::size_t each) { return static_cast<int64_t>(n) * static_cast<int64_t>(each); };
+  return count(size_, sizeof(Symbol)) + count(alternative_count_, sizeof(Sequence)) +
+         count(rules_.size(), sizeof(Rule)) + name_bytes_ + count(terminals_.size(), sizeof(ByteSet) + 64);  // + its index entry
 }
 
 Sequence Grammar::literal(std::string_view text) {

@@ -7,6 +7,7 @@
 // disagree with the tokenizer about where a token ends. The matcher (matcher.h) runs it.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,8 @@ class Grammar {
   const ByteSet& terminal_set(int32_t index) const { return terminals_[static_cast<std::size_t>(index)]; }
   // Symbols over every alternative: the measure compile bounds count.
   int64_t size() const { return size_; }
+  // The memory it holds, estimated from its element counts: what CompileLimits::max_bytes bounds.
+  int64_t bytes() const;
 
   // Throws deepinfer::Error when the start is unset, a rule has no alternative, or a symbol
   // names a rule or terminal that does not exist.
@@ -81,8 +84,12 @@ class Grammar {
   };
   std::vector<Rule> rules_;
   std::vector<ByteSet> terminals_;
+  // Interning by a search of terminals_ would be quadratic in distinct sets (up to 32,640 ranges).
+  std::map<std::array<uint64_t, 4>, int32_t> terminal_index_;
   RuleId start_ = -1;
   int64_t size_ = 0;
+  int64_t alternative_count_ = 0;
+  int64_t name_bytes_ = 0;
 };
 
 }  // namespace deepinfer::grammar

@@ -293,6 +293,8 @@ class Compiler {
     dfa_limits_.max_states = std::min<int64_t>(int64_t{1} << 16, limits.max_symbols / 4 + 64);
     dfa_limits_.max_repeat = limits.max_repeat;
     dfa_limits_.max_depth = limits.max_depth;
+    dfa_limits_.max_bytes = limits.max_bytes;
+    dfa_limits_.deadline = limits.deadline;
     Node t;
     t.where = "";
     nodes_.push_back(t);  // kTrue: no constraint
@@ -414,7 +416,9 @@ class Compiler {
   }
   [[noreturn]] void invalid(const std::string& where, const std::string& why) { throw CompileError(where, why); }
   void check_size(const std::string& where) {
+    limits_.check_deadline();
     if (g_.size() > limits_.max_symbols) throw CompileError(where, "the grammar exceeds limits.max_symbols");
+    if (g_.bytes() > limits_.max_bytes) throw CompileError(where, "the grammar exceeds limits.max_bytes");
   }
   void check_repeat(int64_t count, const std::string& where) {
     if (count > limits_.max_repeat) throw CompileError(where, "a count above limits.max_repeat");
@@ -1613,7 +1617,15 @@ class Compiler {
     if (depth > limits_.max_depth) return wide;
     if (s.has_enum) {
       bool found = false;
-      for (const ojson& e : s.enum_values) found = found || json_equal(v, e);
+      // Quadratic over an enum's own values (each is checked against the rest of its schema):
+      // 10,000 values are 10^8 comparisons, so the deadline is checked as it goes.
+      for (const ojson& e : s.enum_values) {
+        limits_.check_deadline();
+        if (json_equal(v, e)) {
+          found = true;
+          break;
+        }
+      }
       if (!found) return false;
     }
     switch (v.type()) {

@@ -698,6 +698,7 @@ Dfa determinize(const Nfa& nfa, int32_t start, int32_t final_state, const DfaLim
     std::vector<int32_t> key = queue[head];
     bool at_start = !key.empty() && key[0] == -1;
     std::vector<int32_t> set(key.begin() + (at_start ? 1 : 0), key.end());
+    limits.check_state(dfa.next.size());
     dfa.accepting.push_back(accepts_at_end(set, at_start) ? 1 : 0);
     for (int32_t c = 0; c < dfa.classes; ++c) {
       uint8_t byte = rep[static_cast<std::size_t>(c)];
@@ -749,6 +750,7 @@ Dfa product(const Dfa& a, const Dfa& b, bool is_union, const DfaLimits& limits) 
   out.start = id_of(a.start, b.start);
   if (out.start < 0) return Dfa::nothing();
   for (std::size_t head = 0; head < queue.size(); ++head) {
+    limits.check_state(out.next.size());
     auto [sa, sb] = queue[head];
     bool acc_a = sa >= 0 && a.accepting[static_cast<std::size_t>(sa)];
     bool acc_b = sb >= 0 && b.accepting[static_cast<std::size_t>(sb)];

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grammar/compile.h"
 #include "grammar/grammar.h"
 
 namespace deepinfer::grammar::schema {
@@ -36,6 +37,15 @@ struct DfaLimits {
   int64_t max_states = int64_t{1} << 16;
   int64_t max_repeat = 10000;
   int32_t max_depth = 128;
+  int64_t max_bytes = int64_t{256} << 20;    // one automaton's transition table
+  const CompileDeadline* deadline = nullptr;  // checked per state built (CompileTimeout past it)
+
+  // Called once per state an automaton construction adds, with its table so far.
+  void check_state(std::size_t transitions) const {
+    if (deadline) deadline->check();
+    if (static_cast<int64_t>(transitions * sizeof(int32_t)) > max_bytes)
+      throw DfaError(-1, "an automaton exceeds the memory limit");
+  }
 };
 
 // Bytes are grouped into classes that every state treats alike; next[state * classes + class]

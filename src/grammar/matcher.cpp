@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "grammar/compile.h"
 
 namespace deepinfer::grammar {
 
@@ -15,9 +16,15 @@ namespace deepinfer::grammar {
 // item's production and dot; slot_next says what the dot is before.
 class CompiledGrammar {
  public:
-  explicit CompiledGrammar(Grammar grammar);
+  CompiledGrammar(Grammar grammar, const CompileLimits& limits);
+
+  // The tables' bytes for `grammar` (what the constructor will allocate), and the grammar's own.
+  static int64_t table_bytes(const Grammar& grammar);
+  int64_t bytes() const { return table_bytes(grammar_) + grammar_.bytes(); }
 
   static constexpr int32_t kComplete = -1;
+  // 2,020 words a mask for a 129,280-token vocabulary: 2 MiB at most per grammar.
+  static constexpr std::size_t kCachedMasks = 128;
   struct Next {
     bool is_rule = false;
     int32_t index = kComplete;  // rule id, terminal index, or kComplete
@@ -41,8 +48,6 @@ class CompiledGrammar {
   void store_mask(const Vocabulary* vocabulary, const std::string& key, std::span<const uint64_t> mask) const;
 
  private:
-  // 2,020 words a mask for a 129,280-token vocabulary: 2 MiB at most per grammar.
-  static constexpr std::size_t kCachedMasks = 128;
   struct MaskCache {
     std::mutex mutex;
     const Vocabulary* vocabulary = nullptr;
@@ -56,6 +61,8 @@ class CompiledGrammar {
   std::vector<std::vector<uint32_t>> rule_productions_;  // first slot of each production
   std::vector<char> nullable_;
   mutable MaskCache mask_cache_;
+
+  void compute_nullable(const CompileLimits& limits);
 };
 
 bool CompiledGrammar::cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const {
@@ -81,12 +88,25 @@ void CompiledGrammar::store_mask(const Vocabulary* vocabulary, const std::string
   mask_cache_.masks.emplace(key, std::vector<uint64_t>(mask.begin(), mask.end()));
 }
 
-CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar)) {
+int64_t CompiledGrammar::table_bytes(const Grammar& grammar) {
+  // A slot per symbol and one per production end (size() counts both), each a Next and a lhs;
+  // a production's first slot and a rule's vector and nullable flag.
+  int64_t productions = 0;
+  for (RuleId r = 0; r < grammar.rule_count(); ++r) productions += static_cast<int64_t>(grammar.alternatives(r).size());
+  return grammar.size() * static_cast<int64_t>(sizeof(Next) + sizeof(RuleId)) +
+         productions * static_cast<int64_t>(sizeof(uint32_t)) +
+         grammar.rule_count() * static_cast<int64_t>(sizeof(std::vector<uint32_t>) + 1);
+}
+
+CompiledGrammar::CompiledGrammar(Grammar grammar, const CompileLimits& limits) : grammar_(std::move(grammar)) {
   grammar_.validate();
+  if (const int64_t needed = table_bytes(grammar_) + grammar_.bytes(); needed > limits.max_bytes)
+    throw CompileError("", str_cat("the grammar needs ", needed, " bytes prepared, above the limit of ", limits.max_bytes));
   const int32_t rules = grammar_.rule_count();
   rule_productions_.resize(static_cast<std::size_t>(rules));
   for (RuleId r = 0; r < rules; ++r)
     for (const Sequence& alternative : grammar_.alternatives(r)) {
+      limits.check_deadline();
       rule_productions_[static_cast<std::size_t>(r)].push_back(static_cast<uint32_t>(slot_next_.size()));
       for (const Symbol& symbol : alternative) {
         slot_next_.push_back({symbol.is_rule, symbol.index});
@@ -95,28 +115,59 @@ CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar))
       slot_next_.push_back({false, kComplete});
       slot_lhs_.push_back(r);
     }
-  // Nullable rules by fixpoint: a rule is nullable when one alternative is all nullable rules.
-  nullable_.assign(static_cast<std::size_t>(rules), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (RuleId r = 0; r < rules; ++r) {
-      if (nullable_[static_cast<std::size_t>(r)]) continue;
-      for (const Sequence& alternative : grammar_.alternatives(r)) {
-        const bool all = std::all_of(alternative.begin(), alternative.end(), [&](const Symbol& s) {
-          return s.is_rule && nullable_[static_cast<std::size_t>(s.index)];
-        });
-        if (all) {
-          nullable_[static_cast<std::size_t>(r)] = 1;
-          changed = true;
-          break;
-        }
+  compute_nullable(limits);
+}
+
+// A rule is nullable when one alternative is all nullable rules. By worklist, linear in the
+// grammar: each alternative counts its symbols not yet known nullable, and a rule found nullable
+// decrements the alternatives it occurs in. (A fixpoint of passes over the rules is quadratic: a
+// chain of n rules each deriving the next, defined first to last, takes n passes.)
+void CompiledGrammar::compute_nullable(const CompileLimits& limits) {
+  const auto rules = static_cast<std::size_t>(grammar_.rule_count());
+  nullable_.assign(rules, 0);
+  struct Alternative {
+    RuleId lhs;
+    int64_t pending;  // symbols not yet known nullable; a terminal never is
+  };
+  std::vector<Alternative> alternatives;
+  std::vector<std::vector<int32_t>> occurs_in(rules);  // rule -> alternatives, once per occurrence
+  std::vector<RuleId> found;
+  for (RuleId r = 0; r < grammar_.rule_count(); ++r)
+    for (const Sequence& alternative : grammar_.alternatives(r)) {
+      limits.check_deadline();
+      const auto index = static_cast<int32_t>(alternatives.size());
+      alternatives.push_back({r, static_cast<int64_t>(alternative.size())});
+      for (const Symbol& symbol : alternative)
+        if (symbol.is_rule) occurs_in[static_cast<std::size_t>(symbol.index)].push_back(index);
+      if (alternative.empty() && !nullable_[static_cast<std::size_t>(r)]) {
+        nullable_[static_cast<std::size_t>(r)] = 1;
+        found.push_back(r);
+      }
+    }
+  while (!found.empty()) {
+    limits.check_deadline();
+    const RuleId rule = found.back();
+    found.pop_back();
+    for (const int32_t index : occurs_in[static_cast<std::size_t>(rule)]) {
+      Alternative& alternative = alternatives[static_cast<std::size_t>(index)];
+      if (--alternative.pending == 0 && !nullable_[static_cast<std::size_t>(alternative.lhs)]) {
+        nullable_[static_cast<std::size_t>(alternative.lhs)] = 1;
+        found.push_back(alternative.lhs);
       }
     }
   }
 }
 
-std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar) {
-  return std::make_shared<const CompiledGrammar>(std::move(grammar));
+std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar) { return prepare(std::move(grammar), CompileLimits{}); }
+
+std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar, const CompileLimits& limits) {
+  return std::make_shared<const CompiledGrammar>(std::move(grammar), limits);
+}
+
+int64_t prepared_bytes(const CompiledGrammar& grammar) { return grammar.bytes(); }
+
+int64_t mask_cache_bytes(int32_t tokens) {
+  return static_cast<int64_t>(CompiledGrammar::kCachedMasks) * ((tokens + 63) / 64) * static_cast<int64_t>(sizeof(uint64_t));
 }
 
 // ---- Earley columns ----

@@ -58,8 +58,17 @@ class Vocabulary {
 };
 
 // A grammar prepared for matching (nullable rules, prediction tables); immutable, shareable.
+// Refuses (CompileError) a grammar whose prepared tables would exceed limits.max_bytes, and stops
+// at limits.deadline (CompileTimeout).
 class CompiledGrammar;
+struct CompileLimits;
 std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar);
+std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar, const CompileLimits& limits);
+// What a prepared grammar holds, in bytes (its tables and the grammar; not its mask cache, which
+// is bounded by mask_cache_bytes): what the server's cache of compiled grammars counts.
+int64_t prepared_bytes(const CompiledGrammar& grammar);
+// The most one prepared grammar's mask cache holds, in bytes, for a vocabulary of `tokens`.
+int64_t mask_cache_bytes(int32_t tokens);
 
 class Matcher {
  public:

@@ -39,7 +39,8 @@ ServedModel::ServedModel(const ServerOptions& options) {
 
   // The grammar's EOS is the model's first end-of-sequence id: the one it ends answers with.
   constraints_ = std::make_unique<api::ConstraintCompiler>(
-      grammar::vocabulary_for(tokenizer(), eos_token_ids_.empty() ? std::optional<int32_t>{} : eos_token_ids_.front()));
+      grammar::vocabulary_for(tokenizer(), eos_token_ids_.empty() ? std::optional<int32_t>{} : eos_token_ids_.front()),
+      options.constraints);
   think_end_id_ = tokenizer().token_to_id(api::markers::kThinkEnd).value_or(-1);
 
   engine_options_ = options.engine;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "api/output_constraint.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -24,6 +25,8 @@ struct ServerOptions {
   int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413
   std::optional<int64_t> max_model_len;  // prompt + max_tokens limit; none: what model and cache allow
   engine::EngineOptions engine;
+  // Structured output: the bounds on compiling one constraint and the compiled-constraint cache.
+  api::ConstraintCompilerOptions constraints;
   // One line per finished request (structured: key=value pairs). Empty: stderr.
   std::function<void(const std::string&)> log;
   // Called once with the loaded model, before the engine starts: where the command line puts it

@@ -141,6 +141,9 @@ TEST(RequestBody, StreamsWithUsageAndAsksToIgnoreEos) {
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
   EXPECT_EQ(body["ignore_eos"], true);
   EXPECT_FALSE(request_body(c, Endpoint::Completions, "deepseek", false).contains("ignore_eos"));
+  EXPECT_FALSE(body.contains("response_format"));
+  const nlohmann::json format = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}};
+  EXPECT_EQ(request_body(c, Endpoint::Chat, "deepseek", true, format)["response_format"], format);
   EXPECT_EQ(endpoint_path(Endpoint::Chat), "/v1/chat/completions");
   EXPECT_EQ(endpoint_path(Endpoint::Completions), "/v1/completions");
 }

@@ -59,7 +59,20 @@ table=$("$DEEPINFER" bench --base-url "$url" --model tiny --num-prompts 2 --inpu
 expect_eq "table lists the metrics" "$(echo "$table" | grep -cE '^(Mean TTFT|P99 TPOT|P90 ITL|Prefix-cache hit rate|Output token throughput)')" "5"
 expect_exit "unknown model fails every request" 1 "$DEEPINFER" bench --base-url "$url" --model nope --num-prompts 1
 
+# --response-format goes into every request: a schema the server enforces succeeds, one it refuses
+# (uniqueItems) fails every request, so the field was sent.
+echo '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}' > "$log.format.json"
+out=$("$DEEPINFER" bench --base-url "$url" --model tiny --num-prompts 2 --input-len 8 --output-len 4 --json \
+  --response-format "$log.format.json")
+expect_eq "response format: all succeed" "$(echo "$out" | field completed),$(echo "$out" | field failed)" "2,0"
+echo '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": true}}}' \
+  > "$log.refused.json"
+expect_exit "an unenforceable response format fails every request" 1 "$DEEPINFER" bench --base-url "$url" \
+  --model tiny --num-prompts 1 --response-format "$log.refused.json"
+expect_exit "a missing response format file" 1 "$DEEPINFER" bench --base-url "$url" --model tiny \
+  --response-format "$log.missing.json"
+
 kill -TERM "$pid"
 wait "$pid"
-rm -f "$log" "$log.err"
+rm -f "$log" "$log.err" "$log.format.json" "$log.refused.json"
 finish
