@@ -1,323 +1,13 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
-#include <mutex>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "core/error.h"
+#include "grammar/earley.h"
+#include "grammar/mask_walk.h"
+#include "grammar/text_slice.h"
 
 namespace deepinfer::grammar {
-
-// ---- the prepared grammar ----
-
-// Every production gets length + 1 slots, one per dot position, so a slot number alone names an
-// item's production and dot; slot_next says what the dot is before.
-class CompiledGrammar {
- public:
-  explicit CompiledGrammar(Grammar grammar);
-
-  static constexpr int32_t kComplete = -1;
-  struct Next {
-    bool is_rule = false;
-    int32_t index = kComplete;  // rule id, terminal index, or kComplete
-  };
-
-  const Grammar& grammar() const { return grammar_; }
-  Next next(uint32_t slot) const { return slot_next_[slot]; }
-  RuleId lhs(uint32_t slot) const { return slot_lhs_[slot]; }
-  std::span<const uint32_t> productions(RuleId rule) const { return rule_productions_[static_cast<std::size_t>(rule)]; }
-  bool nullable(RuleId rule) const { return nullable_[static_cast<std::size_t>(rule)] != 0; }
-  const ByteSet& terminal(int32_t index) const { return grammar_.terminal_set(index); }
-  RuleId start() const { return grammar_.start(); }
-
-  // Masks already computed, by chart key (Matcher::State::mask_key), for one vocabulary: shared
-  // by every matcher of this grammar, so requests with the same schema share them too.
-  bool cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const;
-  Matcher::MaskCacheStats mask_cache_stats() const {
-    const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
-    return mask_cache_.stats;
-  }
-  void store_mask(const Vocabulary* vocabulary, const std::string& key, std::span<const uint64_t> mask) const;
-
- private:
-  // 2,020 words a mask for a 129,280-token vocabulary: 2 MiB at most per grammar.
-  static constexpr std::size_t kCachedMasks = 128;
-  struct MaskCache {
-    std::mutex mutex;
-    const Vocabulary* vocabulary = nullptr;
-    std::unordered_map<std::string, std::vector<uint64_t>> masks;
-    Matcher::MaskCacheStats stats;
-  };
-
-  Grammar grammar_;
-  std::vector<Next> slot_next_;
-  std::vector<RuleId> slot_lhs_;
-  std::vector<std::vector<uint32_t>> rule_productions_;  // first slot of each production
-  std::vector<char> nullable_;
-  mutable MaskCache mask_cache_;
-};
-
-bool CompiledGrammar::cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const {
-  const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
-  const auto found = mask_cache_.vocabulary == vocabulary ? mask_cache_.masks.find(key) : mask_cache_.masks.end();
-  if (found == mask_cache_.masks.end() || found->second.size() != mask.size()) {
-    ++mask_cache_.stats.misses;
-    return false;
-  }
-  std::copy(found->second.begin(), found->second.end(), mask.begin());
-  ++mask_cache_.stats.hits;
-  return true;
-}
-
-void CompiledGrammar::store_mask(const Vocabulary* vocabulary, const std::string& key,
-                                 std::span<const uint64_t> mask) const {
-  const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
-  if (mask_cache_.vocabulary != vocabulary) {  // the first vocabulary keeps the cache
-    if (mask_cache_.vocabulary) return;
-    mask_cache_.vocabulary = vocabulary;
-  }
-  if (mask_cache_.masks.size() >= kCachedMasks) mask_cache_.masks.clear();  // the hot ones come back
-  mask_cache_.masks.emplace(key, std::vector<uint64_t>(mask.begin(), mask.end()));
-}
-
-CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar)) {
-  grammar_.validate();
-  const int32_t rules = grammar_.rule_count();
-  rule_productions_.resize(static_cast<std::size_t>(rules));
-  for (RuleId r = 0; r < rules; ++r)
-    for (const Sequence& alternative : grammar_.alternatives(r)) {
-      rule_productions_[static_cast<std::size_t>(r)].push_back(static_cast<uint32_t>(slot_next_.size()));
-      for (const Symbol& symbol : alternative) {
-        slot_next_.push_back({symbol.is_rule, symbol.index});
-        slot_lhs_.push_back(r);
-      }
-      slot_next_.push_back({false, kComplete});
-      slot_lhs_.push_back(r);
-    }
-  // Nullable rules by fixpoint: a rule is nullable when one alternative is all nullable rules.
-  nullable_.assign(static_cast<std::size_t>(rules), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (RuleId r = 0; r < rules; ++r) {
-      if (nullable_[static_cast<std::size_t>(r)]) continue;
-      for (const Sequence& alternative : grammar_.alternatives(r)) {
-        const bool all = std::all_of(alternative.begin(), alternative.end(), [&](const Symbol& s) {
-          return s.is_rule && nullable_[static_cast<std::size_t>(s.index)];
-        });
-        if (all) {
-          nullable_[static_cast<std::size_t>(r)] = 1;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
-}
-
-std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar) {
-  return std::make_shared<const CompiledGrammar>(std::move(grammar));
-}
-
-// ---- Earley columns ----
-
-namespace {
-
-struct Item {
-  uint32_t slot;
-  uint32_t origin;
-  bool operator==(const Item& other) const = default;
-};
-
-uint64_t key(const Item& item) { return (static_cast<uint64_t>(item.slot) << 32) | item.origin; }
-
-// The items after one byte of output (or at the start). A mask walk makes and drops one per trie
-// node it visits, so a column is reused rather than freed (its vectors keep their capacity) and
-// holds small flat lists: most columns have a few dozen items, where a linear search beats
-// hashing; a large one switches its duplicate check to a hash set.
-struct Column {
-  std::vector<Item> items;
-  std::vector<Item> scanners;                           // dot before a terminal
-  std::vector<std::pair<RuleId, Item>> waiting;         // dot before a rule
-  std::vector<RuleId> predicted;
-  std::unordered_set<uint64_t> seen;                    // only past kLinearItems
-  bool accepting = false;
-
-  static constexpr std::size_t kLinearItems = 48;
-
-  void clear() {
-    items.clear();
-    scanners.clear();
-    waiting.clear();
-    predicted.clear();
-    seen.clear();
-    accepting = false;
-  }
-  void add(const Item& item) {
-    if (items.size() < kLinearItems) {
-      if (std::find(items.begin(), items.end(), item) != items.end()) return;
-      items.push_back(item);
-      if (items.size() == kLinearItems)
-        for (const Item& held : items) seen.insert(key(held));
-      return;
-    }
-    if (seen.insert(key(item)).second) items.push_back(item);
-  }
-  bool predict(RuleId rule) {
-    if (std::find(predicted.begin(), predicted.end(), rule) != predicted.end()) return false;
-    predicted.push_back(rule);
-    return true;
-  }
-};
-
-// Columns as a stack that keeps the popped ones for reuse.
-class Columns {
- public:
-  std::size_t size() const { return size_; }
-  Column& operator[](std::size_t k) { return columns_[k]; }
-  const Column& operator[](std::size_t k) const { return columns_[k]; }
-  Column& back() { return columns_[size_ - 1]; }
-  const Column& back() const { return columns_[size_ - 1]; }
-  Column& push() {
-    if (size_ == columns_.size()) columns_.emplace_back();
-    Column& column = columns_[size_++];
-    column.clear();
-    return column;
-  }
-  void pop() { --size_; }
-  void resize(std::size_t size) { size_ = size; }  // shrink only
-
- private:
-  std::vector<Column> columns_;
-  std::size_t size_ = 0;
-};
-
-}  // namespace
-
-struct Matcher::State {
-  const CompiledGrammar& grammar;
-  Columns columns;
-  std::vector<std::size_t> marks;  // columns.size() before each accepted token
-
-  explicit State(const CompiledGrammar& g) : grammar(g) {
-    Column& first = columns.push();
-    for (uint32_t slot : grammar.productions(grammar.start())) first.add({slot, 0});
-    first.predict(grammar.start());
-    close(columns.size() - 1);
-  }
-
-  // Predictions and completions of column k until nothing changes (Aycock and Horspool's
-  // nullable rule: predicting a nullable rule also steps over it, so completions whose origin is
-  // this column need no second pass).
-  void close(std::size_t k) {
-    Column& column = columns[k];
-    for (std::size_t i = 0; i < column.items.size(); ++i) {
-      const Item item = column.items[i];
-      const CompiledGrammar::Next next = grammar.next(item.slot);
-      if (next.index == CompiledGrammar::kComplete) {
-        const RuleId lhs = grammar.lhs(item.slot);
-        if (lhs == grammar.start() && item.origin == 0) column.accepting = true;
-        if (item.origin == k) continue;
-        // `from` is an earlier column: its lists no longer change while this one closes.
-        const Column& from = columns[item.origin];
-        for (const auto& [rule, parent] : from.waiting)
-          if (rule == lhs) column.add({parent.slot + 1, parent.origin});
-      } else if (next.is_rule) {
-        column.waiting.emplace_back(next.index, item);
-        if (column.predict(next.index))
-          for (uint32_t slot : grammar.productions(next.index)) column.add({slot, static_cast<uint32_t>(k)});
-        if (grammar.nullable(next.index)) column.add({item.slot + 1, item.origin});
-      } else {
-        column.scanners.push_back(item);
-      }
-    }
-  }
-
-  // A new column after `byte`; false (and nothing added) when no item scans it.
-  bool advance(uint8_t byte) {
-    const std::size_t k = columns.size();
-    Column& next = columns.push();
-    const Column& previous = columns[k - 1];
-    for (const Item& item : previous.scanners)
-      if (grammar.terminal(grammar.next(item.slot).index).contains(byte)) next.add({item.slot + 1, item.origin});
-    if (next.items.empty()) {
-      columns.pop();
-      return false;
-    }
-    close(k);
-    return true;
-  }
-
-  // The part of the chart later bytes can reach, as bytes. New columns start from the last
-  // column's scanners; when an item completes, the items waiting for its rule in its origin
-  // column step over it. A waiting item whose rule is its last symbol (a tail: S -> "x" S in a
-  // right-linear rule, `string` at the end of `pair`) completes in turn at once, so what matters
-  // of it is where that chain of tails ends: the first waiting items that are not tails. So the
-  // key is: whether the last column accepts; each scanner's slot with the node (origin column,
-  // its rule); and for each node, the non-tail items its chains of tails end at, each with its
-  // own node, the nodes numbered in the order they are met. Which continuations the grammar
-  // accepts depends on nothing else (the tails' own completions only complete further, and
-  // whether a later column accepts does not change a mask), so two charts with equal keys get
-  // the same mask wherever in the output they stand: at every position of a string or a
-  // right-linear pattern, in each element of an array, in each string of the same property.
-  void mask_key(std::string& key) const {
-    key.clear();
-    struct Node {
-      std::size_t column;
-      RuleId rule;
-    };
-    std::vector<Node> nodes;
-    const auto node = [&](std::size_t column, RuleId rule) {
-      for (std::size_t n = 0; n < nodes.size(); ++n)
-        if (nodes[n].column == column && nodes[n].rule == rule) return static_cast<uint32_t>(n);
-      nodes.push_back({column, rule});
-      return static_cast<uint32_t>(nodes.size() - 1);
-    };
-    const auto put = [&](uint32_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
-    const Column& last = columns.back();
-    put(last.accepting ? 1 : 0);
-    put(static_cast<uint32_t>(last.scanners.size()));
-    for (const Item& item : last.scanners) {
-      put(item.slot);
-      put(node(item.origin, grammar.lhs(item.slot)));
-    }
-    std::vector<std::pair<uint32_t, uint32_t>> ends;  // (slot after the dot, node)
-    std::vector<Node> visiting;
-    // The non-tail items that completing `rule` in `column` reaches.
-    const auto chain_ends = [&](auto& self, std::size_t column, RuleId rule) -> void {
-      for (const Node& seen : visiting)
-        if (seen.column == column && seen.rule == rule) return;
-      visiting.push_back({column, rule});
-      for (const auto& [waits_for, parent] : columns[column].waiting) {
-        if (waits_for != rule) continue;
-        const uint32_t after = parent.slot + 1;
-        if (grammar.next(after).index == CompiledGrammar::kComplete) {
-          self(self, parent.origin, grammar.lhs(parent.slot));
-        } else {
-          ends.emplace_back(after, node(parent.origin, grammar.lhs(parent.slot)));
-        }
-      }
-    };
-    for (std::size_t n = 0; n < nodes.size(); ++n) {  // grows while it runs
-      ends.clear();
-      visiting.clear();
-      chain_ends(chain_ends, nodes[n].column, nodes[n].rule);
-      std::sort(ends.begin(), ends.end());
-      ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
-      put(static_cast<uint32_t>(ends.size()));
-      for (const auto& [slot, child] : ends) {
-        put(slot);
-        put(child);
-      }
-    }
-  }
-
-  ByteSet next_bytes() const {
-    ByteSet bytes;
-    for (const Item& item : columns.back().scanners) bytes.add(grammar.terminal(grammar.next(item.slot).index));
-    return bytes;
-  }
-};
 
 // ---- the vocabulary trie ----
 
@@ -328,7 +18,6 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     special_[static_cast<std::size_t>(id)] = 1;
   }
   if (eos_ >= size()) fail("vocabulary: eos ", eos_, " outside ", size(), " tokens");
-  // Build the trie over sorted token bytes: children of a node are contiguous edges.
   std::vector<int32_t> order;
   for (int32_t id = 0; id < size(); ++id)
     if (!special_[static_cast<std::size_t>(id)] && id != eos_ && !token_bytes_[static_cast<std::size_t>(id)].empty())
@@ -336,7 +25,29 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return token_bytes_[static_cast<std::size_t>(a)] < token_bytes_[static_cast<std::size_t>(b)];
   });
-  // Recursive construction over [begin, end) of `order` sharing a prefix of `depth` bytes.
+  // The plain-text slice, and the trie of everything else beside the whole one.
+  slice_tokens_.assign(static_cast<std::size_t>((size() + 63) / 64), 0);
+  std::vector<int32_t> rest;
+  for (int32_t id : order) {
+    const std::string& bytes = token_bytes_[static_cast<std::size_t>(id)];
+    max_token_length_ = std::max(max_token_length_, bytes.size());
+    int state = text_slice::kStart;
+    for (std::size_t i = 0; i < bytes.size() && state != text_slice::kDead; ++i)
+      state = text_slice::next(state, static_cast<uint8_t>(bytes[i]));
+    if (state == text_slice::kDead) {
+      rest.push_back(id);
+      continue;
+    }
+    slice_tokens_[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    ++slice_token_count_;
+  }
+  build_trie(order);
+  rest_root_ = build_trie(rest);
+}
+
+int32_t Vocabulary::build_trie(const std::vector<int32_t>& sorted_ids) {
+  // Recursive construction over [begin, end) of `order` sharing a prefix of `depth` bytes:
+  // children of a node are contiguous edges.
   struct Builder {
     Vocabulary& v;
     const std::vector<int32_t>& order;
@@ -365,13 +76,13 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
       return node;
     }
   };
-  Builder{*this, order}.build(0, order.size(), 0);
+  return Builder{*this, sorted_ids}.build(0, sorted_ids.size(), 0);
 }
 
 // ---- the matcher ----
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const Vocabulary> vocabulary)
-    : state_(std::make_unique<State>(*grammar)), grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+    : chart_(std::make_unique<Chart>(*grammar)), grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
 Matcher::~Matcher() = default;
 Matcher::Matcher(Matcher&&) noexcept = default;
 Matcher& Matcher::operator=(Matcher&&) noexcept = default;
@@ -381,14 +92,14 @@ bool Matcher::accept_bytes(std::string_view bytes, int64_t* rejected_at) {
     if (rejected_at) *rejected_at = 0;
     return false;
   }
-  const std::size_t mark = state_->columns.size();
+  const std::size_t mark = chart_->columns.size();
   for (std::size_t i = 0; i < bytes.size(); ++i)
-    if (!state_->advance(static_cast<uint8_t>(bytes[i]))) {
-      state_->columns.resize(mark);
+    if (!chart_->advance(static_cast<uint8_t>(bytes[i]))) {
+      chart_->columns.resize(mark);
       if (rejected_at) *rejected_at = static_cast<int64_t>(i);
       return false;
     }
-  state_->marks.push_back(mark);
+  chart_->marks.push_back(mark);
   return true;
 }
 
@@ -397,7 +108,7 @@ bool Matcher::accept_token(int32_t id) {
   if (finished_) return false;
   if (id == vocabulary_->eos()) {
     if (!accepting()) return false;
-    state_->marks.push_back(state_->columns.size());
+    chart_->marks.push_back(chart_->columns.size());
     finished_ = true;
     return true;
   }
@@ -406,16 +117,16 @@ bool Matcher::accept_token(int32_t id) {
 }
 
 void Matcher::rollback(int32_t tokens) {
-  if (tokens < 0 || tokens > static_cast<int32_t>(state_->marks.size()))
-    fail("grammar matcher: rollback of ", tokens, " tokens after ", state_->marks.size());
+  if (tokens < 0 || tokens > static_cast<int32_t>(chart_->marks.size()))
+    fail("grammar matcher: rollback of ", tokens, " tokens after ", chart_->marks.size());
   for (int32_t i = 0; i < tokens; ++i) {
-    state_->columns.resize(state_->marks.back());
-    state_->marks.pop_back();
+    chart_->columns.resize(chart_->marks.back());
+    chart_->marks.pop_back();
   }
   finished_ = false;  // EOS, if it was rolled back, pushed a mark like any token
 }
 
-bool Matcher::accepting() const { return state_->columns.back().accepting; }
+bool Matcher::accepting() const { return chart_->columns.back().accepting; }
 
 Matcher::MaskCacheStats Matcher::mask_cache_stats() const { return grammar_->mask_cache_stats(); }
 
@@ -425,54 +136,25 @@ void Matcher::fill_mask(std::span<uint64_t> mask, bool cached) const {
   if (static_cast<int64_t>(mask.size()) * 64 < vocabulary_->size())
     fail("grammar matcher: a mask of ", mask.size(), " words for ", vocabulary_->size(), " tokens");
   if (finished_) return;
+  if (!cached) {
+    walk_reference(*chart_, *vocabulary_, mask);
+    return;
+  }
   std::string key;
-  if (cached) {
-    state_->mask_key(key);
-    if (grammar_->cached_mask(vocabulary_.get(), key, mask)) return;
-  }
-  walk_mask(mask);
-  if (cached) grammar_->store_mask(vocabulary_.get(), key, mask);
-}
-
-void Matcher::walk_mask(std::span<uint64_t> mask) const {
-  const auto set = [&](int32_t id) { mask[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-  if (accepting() && vocabulary_->eos() >= 0) set(vocabulary_->eos());
-  // Depth first over the trie, the parser advanced along the path; a node whose byte the
-  // grammar rejects cuts its whole subtree. The state's columns grow and shrink like a stack.
-  const auto& nodes = vocabulary_->nodes();
-  const auto& edges = vocabulary_->edges();
-  State& state = *state_;
-  const std::size_t base = state.columns.size();
-  struct Frame {
-    int32_t node;
-    int32_t next_edge;
-  };
-  std::vector<Frame> stack{{0, 0}};
-  while (!stack.empty()) {
-    Frame& frame = stack.back();
-    const Vocabulary::Node& node = nodes[static_cast<std::size_t>(frame.node)];
-    if (frame.next_edge == node.edge_count) {
-      stack.pop_back();
-      if (!stack.empty()) state.columns.pop();
-      continue;
-    }
-    const Vocabulary::Edge& edge = edges[static_cast<std::size_t>(node.first_edge + frame.next_edge++)];
-    if (!state.advance(edge.byte)) continue;
-    const Vocabulary::Node& child = nodes[static_cast<std::size_t>(edge.child)];
-    for (int32_t id : vocabulary_->tokens_at(child)) set(id);
-    stack.push_back({edge.child, 0});
-  }
-  if (state.columns.size() != base) fail("grammar matcher: the mask walk left the parser moved");
+  chart_->mask_key(key);
+  if (grammar_->cached_mask(vocabulary_.get(), key, mask)) return;
+  walk_automaton(*chart_, *vocabulary_, key, mask);
+  grammar_->store_mask(vocabulary_.get(), key, mask);
 }
 
 std::string Matcher::forced_bytes() const {
   std::string out;
   if (finished_) return out;
-  State& state = *state_;
-  const std::size_t base = state.columns.size();
+  Chart& chart = *chart_;
+  const std::size_t base = chart.columns.size();
   constexpr std::size_t kMaxForced = 256;
-  while (out.size() < kMaxForced && !state.columns.back().accepting) {
-    const ByteSet next = state.next_bytes();
+  while (out.size() < kMaxForced && !chart.columns.back().accepting) {
+    const ByteSet next = chart.next_bytes();
     int count = 0;
     uint8_t only = 0;
     for (unsigned b = 0; b < 256 && count < 2; ++b)
@@ -481,10 +163,10 @@ std::string Matcher::forced_bytes() const {
         only = static_cast<uint8_t>(b);
       }
     if (count != 1) break;
-    state.advance(only);
+    chart.advance(only);
     out += static_cast<char>(only);
   }
-  state.columns.resize(base);
+  chart.columns.resize(base);
   return out;
 }
 

@@ -47,6 +47,13 @@ class Vocabulary {
     return std::span(tokens_).subspan(static_cast<std::size_t>(node.first_token),
                                       static_cast<std::size_t>(node.token_count));
   }
+  std::size_t max_token_length() const { return max_token_length_; }
+  // The tokens of plain string text (grammar/text_slice.h) as a mask, and a second trie over the
+  // others (rooted at rest_root): a mask walk from a state that takes the whole slice copies the
+  // first and walks only the second.
+  std::span<const uint64_t> slice_tokens() const { return slice_tokens_; }
+  int32_t slice_token_count() const { return slice_token_count_; }
+  int32_t rest_root() const { return rest_root_; }
 
  private:
   std::vector<std::string> token_bytes_;
@@ -55,10 +62,17 @@ class Vocabulary {
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
   std::vector<int32_t> tokens_;
+  std::size_t max_token_length_ = 0;
+  std::vector<uint64_t> slice_tokens_;
+  int32_t slice_token_count_ = 0;
+  int32_t rest_root_ = 0;
+
+  int32_t build_trie(const std::vector<int32_t>& sorted_ids);  // returns the root
 };
 
 // A grammar prepared for matching (nullable rules, prediction tables); immutable, shareable.
 class CompiledGrammar;
+struct Chart;
 std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar);
 
 class Matcher {
@@ -84,7 +98,8 @@ class Matcher {
   // mask bit id set (bit id % 64 of word id / 64) for every token that may come next; `mask`
   // holds ceil(vocabulary size / 64) words. A mask computed once for a parse state the grammar
   // has met before (in any matcher of it) is copied from the grammar's cache; `cached` false
-  // always walks the vocabulary (the tests hold the two equal).
+  // always walks the vocabulary with the Earley parser (the reference: the tests hold the two
+  // equal); a cached mask not in the cache is walked over the grammar's chart-key automaton.
   void fill_mask(std::span<uint64_t> mask, bool cached = true) const;
   // The grammar's mask cache so far, over every matcher of it: masks copied, masks walked.
   struct MaskCacheStats {
@@ -96,9 +111,7 @@ class Matcher {
   std::string forced_bytes() const;
 
  private:
-  struct State;
-  void walk_mask(std::span<uint64_t> mask) const;  // the trie walk, into a zeroed mask
-  std::unique_ptr<State> state_;
+  std::unique_ptr<Chart> chart_;
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;
   bool finished_ = false;

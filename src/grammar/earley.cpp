@@ -1,0 +1,236 @@
+#include "grammar/earley.h"
+
+#include <algorithm>
+
+#include "grammar/mask_walk.h"
+
+namespace deepinfer::grammar {
+
+// ---- the prepared grammar ----
+
+CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar)) {
+  grammar_.validate();
+  const int32_t rules = grammar_.rule_count();
+  rule_productions_.resize(static_cast<std::size_t>(rules));
+  for (RuleId r = 0; r < rules; ++r)
+    for (const Sequence& alternative : grammar_.alternatives(r)) {
+      rule_productions_[static_cast<std::size_t>(r)].push_back(static_cast<uint32_t>(slot_next_.size()));
+      for (const Symbol& symbol : alternative) {
+        slot_next_.push_back({symbol.is_rule, symbol.index});
+        slot_lhs_.push_back(r);
+      }
+      slot_next_.push_back({false, kComplete});
+      slot_lhs_.push_back(r);
+    }
+  // Nullable rules by fixpoint: a rule is nullable when one alternative is all nullable rules.
+  nullable_.assign(static_cast<std::size_t>(rules), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (RuleId r = 0; r < rules; ++r) {
+      if (nullable_[static_cast<std::size_t>(r)]) continue;
+      for (const Sequence& alternative : grammar_.alternatives(r)) {
+        const bool all = std::all_of(alternative.begin(), alternative.end(), [&](const Symbol& s) {
+          return s.is_rule && nullable_[static_cast<std::size_t>(s.index)];
+        });
+        if (all) {
+          nullable_[static_cast<std::size_t>(r)] = 1;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  // Byte classes by refinement: each terminal splits every class into its bytes inside and out.
+  for (int32_t t = 0; t < grammar_.terminal_count(); ++t) {
+    const ByteSet& set = grammar_.terminal_set(t);
+    std::array<int16_t, 512> renumbered;
+    renumbered.fill(-1);
+    int count = 0;
+    for (unsigned b = 0; b < 256; ++b) {
+      const std::size_t split = std::size_t{byte_class_[b]} * 2 + (set.contains(static_cast<uint8_t>(b)) ? 1 : 0);
+      if (renumbered[split] < 0) renumbered[split] = static_cast<int16_t>(count++);
+      byte_class_[b] = static_cast<uint8_t>(renumbered[split]);
+    }
+    class_count_ = count;
+  }
+  automaton_ = std::make_unique<KeyAutomaton>(class_count_);
+}
+
+CompiledGrammar::~CompiledGrammar() = default;
+
+bool CompiledGrammar::cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const {
+  const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
+  const auto found = mask_cache_.vocabulary == vocabulary ? mask_cache_.masks.find(key) : mask_cache_.masks.end();
+  if (found == mask_cache_.masks.end() || found->second.size() != mask.size()) {
+    ++mask_cache_.stats.misses;
+    return false;
+  }
+  std::copy(found->second.begin(), found->second.end(), mask.begin());
+  ++mask_cache_.stats.hits;
+  return true;
+}
+
+void CompiledGrammar::store_mask(const Vocabulary* vocabulary, const std::string& key,
+                                 std::span<const uint64_t> mask) const {
+  const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
+  if (mask_cache_.vocabulary != vocabulary) {  // the first vocabulary keeps the cache
+    if (mask_cache_.vocabulary) return;
+    mask_cache_.vocabulary = vocabulary;
+  }
+  if (mask_cache_.masks.size() >= kCachedMasks) mask_cache_.masks.clear();  // the hot ones come back
+  mask_cache_.masks.emplace(key, std::vector<uint64_t>(mask.begin(), mask.end()));
+}
+
+std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar) {
+  return std::make_shared<const CompiledGrammar>(std::move(grammar));
+}
+
+// ---- Earley columns ----
+
+namespace {
+uint64_t key(const Item& item) { return (static_cast<uint64_t>(item.slot) << 32) | item.origin; }
+}  // namespace
+
+void Column::clear() {
+  items.clear();
+  scanners.clear();
+  waiting.clear();
+  predicted.clear();
+  seen.clear();
+  accepting = false;
+}
+
+void Column::add(const Item& item) {
+  if (items.size() < kLinearItems) {
+    if (std::find(items.begin(), items.end(), item) != items.end()) return;
+    items.push_back(item);
+    if (items.size() == kLinearItems)
+      for (const Item& held : items) seen.insert(key(held));
+    return;
+  }
+  if (seen.insert(key(item)).second) items.push_back(item);
+}
+
+bool Column::predict(RuleId rule) {
+  if (std::find(predicted.begin(), predicted.end(), rule) != predicted.end()) return false;
+  predicted.push_back(rule);
+  return true;
+}
+
+// ---- the chart ----
+
+Chart::Chart(const CompiledGrammar& g) : grammar(g) {
+  Column& first = columns.push();
+  for (uint32_t slot : grammar.productions(grammar.start())) first.add({slot, 0});
+  first.predict(grammar.start());
+  close(columns.size() - 1);
+}
+
+// Predictions and completions of column k until nothing changes (Aycock and Horspool's
+// nullable rule: predicting a nullable rule also steps over it, so completions whose origin is
+// this column need no second pass).
+void Chart::close(std::size_t k) {
+  Column& column = columns[k];
+  for (std::size_t i = 0; i < column.items.size(); ++i) {
+    const Item item = column.items[i];
+    const CompiledGrammar::Next next = grammar.next(item.slot);
+    if (next.index == CompiledGrammar::kComplete) {
+      const RuleId lhs = grammar.lhs(item.slot);
+      if (lhs == grammar.start() && item.origin == 0) column.accepting = true;
+      if (item.origin == k) continue;
+      // `from` is an earlier column: its lists no longer change while this one closes.
+      const Column& from = columns[item.origin];
+      for (const auto& [rule, parent] : from.waiting)
+        if (rule == lhs) column.add({parent.slot + 1, parent.origin});
+    } else if (next.is_rule) {
+      column.waiting.emplace_back(next.index, item);
+      if (column.predict(next.index))
+        for (uint32_t slot : grammar.productions(next.index)) column.add({slot, static_cast<uint32_t>(k)});
+      if (grammar.nullable(next.index)) column.add({item.slot + 1, item.origin});
+    } else {
+      column.scanners.push_back(item);
+    }
+  }
+}
+
+bool Chart::advance(uint8_t byte) {
+  const std::size_t k = columns.size();
+  Column& next = columns.push();
+  const Column& previous = columns[k - 1];
+  for (const Item& item : previous.scanners)
+    if (grammar.terminal(grammar.next(item.slot).index).contains(byte)) next.add({item.slot + 1, item.origin});
+  if (next.items.empty()) {
+    columns.pop();
+    return false;
+  }
+  close(k);
+  return true;
+}
+
+// New columns start from the last column's scanners; when an item completes, the items waiting
+// for its rule in its origin column step over it. A waiting item whose rule is its last symbol (a
+// tail: S -> "x" S in a right-linear rule, `string` at the end of `pair`) completes in turn at
+// once, so what matters of it is where that chain of tails ends: the first waiting items that are
+// not tails. So the key is: whether the last column accepts; each scanner's slot with the node
+// (origin column, its rule); and for each node, the non-tail items its chains of tails end at,
+// each with its own node, the nodes numbered in the order they are met. Which continuations the
+// grammar accepts depends on nothing else (the tails' own completions only complete further, and
+// whether a later column accepts does not change a mask), so two charts with equal keys get the
+// same mask wherever in the output they stand: at every position of a string or a right-linear
+// pattern, in each element of an array, in each string of the same property.
+void Chart::mask_key(std::string& key) const {
+  key.clear();
+  std::vector<KeyNode>& nodes = key_nodes_;
+  std::vector<KeyNode>& visiting = key_visiting_;
+  std::vector<std::pair<uint32_t, uint32_t>>& ends = key_ends_;  // (slot after the dot, node)
+  nodes.clear();
+  const auto node = [&](std::size_t column, RuleId rule) {
+    for (std::size_t n = 0; n < nodes.size(); ++n)
+      if (nodes[n].column == column && nodes[n].rule == rule) return static_cast<uint32_t>(n);
+    nodes.push_back({column, rule});
+    return static_cast<uint32_t>(nodes.size() - 1);
+  };
+  const auto put = [&](uint32_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
+  const Column& last = columns.back();
+  put(last.accepting ? 1 : 0);
+  put(static_cast<uint32_t>(last.scanners.size()));
+  for (const Item& item : last.scanners) {
+    put(item.slot);
+    put(node(item.origin, grammar.lhs(item.slot)));
+  }
+  // The non-tail items that completing `rule` in `column` reaches.
+  const auto chain_ends = [&](auto& self, std::size_t column, RuleId rule) -> void {
+    for (const KeyNode& seen : visiting)
+      if (seen.column == column && seen.rule == rule) return;
+    visiting.push_back({column, rule});
+    for (const auto& [waits_for, parent] : columns[column].waiting) {
+      if (waits_for != rule) continue;
+      const uint32_t after = parent.slot + 1;
+      if (grammar.next(after).index == CompiledGrammar::kComplete) {
+        self(self, parent.origin, grammar.lhs(parent.slot));
+      } else {
+        ends.emplace_back(after, node(parent.origin, grammar.lhs(parent.slot)));
+      }
+    }
+  };
+  for (std::size_t n = 0; n < nodes.size(); ++n) {  // grows while it runs
+    ends.clear();
+    visiting.clear();
+    chain_ends(chain_ends, nodes[n].column, nodes[n].rule);
+    std::sort(ends.begin(), ends.end());
+    ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+    put(static_cast<uint32_t>(ends.size()));
+    for (const auto& [slot, child] : ends) {
+      put(slot);
+      put(child);
+    }
+  }
+}
+
+ByteSet Chart::next_bytes() const {
+  ByteSet bytes;
+  for (const Item& item : columns.back().scanners) bytes.add(grammar.terminal(grammar.next(item.slot).index));
+  return bytes;
+}
+
+}  // namespace deepinfer::grammar

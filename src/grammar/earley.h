@@ -1,0 +1,154 @@
+#pragma once
+// The Earley parser the matcher runs (matcher.h): the prepared grammar's tables, the columns of a
+// chart, and the chart itself with its byte step and its mask key. Internal to src/grammar.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace deepinfer::grammar {
+
+class KeyAutomaton;
+
+// Every production gets length + 1 slots, one per dot position, so a slot number alone names an
+// item's production and dot; slot_next says what the dot is before.
+class CompiledGrammar {
+ public:
+  explicit CompiledGrammar(Grammar grammar);
+  ~CompiledGrammar();
+
+  static constexpr int32_t kComplete = -1;
+  struct Next {
+    bool is_rule = false;
+    int32_t index = kComplete;  // rule id, terminal index, or kComplete
+  };
+
+  const Grammar& grammar() const { return grammar_; }
+  Next next(uint32_t slot) const { return slot_next_[slot]; }
+  RuleId lhs(uint32_t slot) const { return slot_lhs_[slot]; }
+  std::span<const uint32_t> productions(RuleId rule) const { return rule_productions_[static_cast<std::size_t>(rule)]; }
+  bool nullable(RuleId rule) const { return nullable_[static_cast<std::size_t>(rule)] != 0; }
+  const ByteSet& terminal(int32_t index) const { return grammar_.terminal_set(index); }
+  RuleId start() const { return grammar_.start(); }
+
+  // Bytes no terminal tells apart share a class: the parser steps the same on each, so the mask
+  // walk's transitions (mask_walk.h) are kept per class, not per byte.
+  uint8_t byte_class(uint8_t byte) const { return byte_class_[byte]; }
+  int class_count() const { return class_count_; }
+
+  // Masks already computed, by chart key (Chart::mask_key), for one vocabulary: shared by every
+  // matcher of this grammar, so requests with the same schema share them too.
+  bool cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const;
+  Matcher::MaskCacheStats mask_cache_stats() const {
+    const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
+    return mask_cache_.stats;
+  }
+  void store_mask(const Vocabulary* vocabulary, const std::string& key, std::span<const uint64_t> mask) const;
+  // The chart-key automaton the cached walk builds as it goes, shared like the masks.
+  KeyAutomaton& automaton() const { return *automaton_; }
+
+ private:
+  // 2,020 words a mask for a 129,280-token vocabulary: 2 MiB at most per grammar.
+  static constexpr std::size_t kCachedMasks = 128;
+  struct MaskCache {
+    std::mutex mutex;
+    const Vocabulary* vocabulary = nullptr;
+    std::unordered_map<std::string, std::vector<uint64_t>> masks;
+    Matcher::MaskCacheStats stats;
+  };
+
+  Grammar grammar_;
+  std::vector<Next> slot_next_;
+  std::vector<RuleId> slot_lhs_;
+  std::vector<std::vector<uint32_t>> rule_productions_;  // first slot of each production
+  std::vector<char> nullable_;
+  std::array<uint8_t, 256> byte_class_{};
+  int class_count_ = 1;
+  mutable MaskCache mask_cache_;
+  std::unique_ptr<KeyAutomaton> automaton_;
+};
+
+struct Item {
+  uint32_t slot;
+  uint32_t origin;
+  bool operator==(const Item& other) const = default;
+};
+
+// The items after one byte of output (or at the start). A mask walk makes and drops one per trie
+// node it visits, so a column is reused rather than freed (its vectors keep their capacity) and
+// holds small flat lists: most columns have a few dozen items, where a linear search beats
+// hashing; a large one switches its duplicate check to a hash set.
+struct Column {
+  std::vector<Item> items;
+  std::vector<Item> scanners;                           // dot before a terminal
+  std::vector<std::pair<RuleId, Item>> waiting;         // dot before a rule
+  std::vector<RuleId> predicted;
+  std::unordered_set<uint64_t> seen;                    // only past kLinearItems
+  bool accepting = false;
+
+  static constexpr std::size_t kLinearItems = 48;
+
+  void clear();
+  void add(const Item& item);
+  bool predict(RuleId rule);
+};
+
+// Columns as a stack that keeps the popped ones for reuse.
+class Columns {
+ public:
+  std::size_t size() const { return size_; }
+  Column& operator[](std::size_t k) { return columns_[k]; }
+  const Column& operator[](std::size_t k) const { return columns_[k]; }
+  Column& back() { return columns_[size_ - 1]; }
+  const Column& back() const { return columns_[size_ - 1]; }
+  Column& push() {
+    if (size_ == columns_.size()) columns_.emplace_back();
+    Column& column = columns_[size_++];
+    column.clear();
+    return column;
+  }
+  void pop() { --size_; }
+  void resize(std::size_t size) { size_ = size; }  // shrink only
+
+ private:
+  std::vector<Column> columns_;
+  std::size_t size_ = 0;
+};
+
+// An Earley chart over the output so far, one column per byte, with the column count before each
+// accepted token so rollback is a pop.
+struct Chart {
+  const CompiledGrammar& grammar;
+  Columns columns;
+  std::vector<std::size_t> marks;  // columns.size() before each accepted token
+
+  explicit Chart(const CompiledGrammar& g);
+
+  // A new column after `byte`; false (and nothing added) when no item scans it.
+  bool advance(uint8_t byte);
+  // The part of the chart later bytes can reach, as bytes (earley.cpp says what it holds): two
+  // charts with equal keys accept the same continuations.
+  void mask_key(std::string& key) const;
+  ByteSet next_bytes() const;
+
+ private:
+  void close(std::size_t k);
+
+  // mask_key's working lists, kept so a key costs no allocation once they have grown.
+  struct KeyNode {
+    std::size_t column;
+    RuleId rule;
+  };
+  mutable std::vector<KeyNode> key_nodes_, key_visiting_;
+  mutable std::vector<std::pair<uint32_t, uint32_t>> key_ends_;
+};
+
+}  // namespace deepinfer::grammar
