@@ -53,6 +53,17 @@ CompiledGrammar::CompiledGrammar(Grammar grammar) : grammar_(std::move(grammar))
     }
     class_count_ = count;
   }
+  for (int b = 255; b >= 0; --b) class_byte_[byte_class_[static_cast<std::size_t>(b)]] = static_cast<uint8_t>(b);
+  for (int from = 0; from < text_slice::kStates; ++from)
+    for (unsigned b = 0; b < 256; ++b) {
+      const int to = text_slice::next(from, static_cast<uint8_t>(b));
+      if (to == text_slice::kDead) continue;
+      std::vector<SliceEdge>& edges = slice_edges_[static_cast<std::size_t>(from)];
+      const bool met = std::any_of(edges.begin(), edges.end(), [&](const SliceEdge& e) {
+        return e.slice_to == to && byte_class_[e.byte] == byte_class_[b];
+      });
+      if (!met) edges.push_back({static_cast<uint8_t>(b), static_cast<int8_t>(to)});
+    }
   automaton_ = std::make_unique<KeyAutomaton>(class_count_);
 }
 
@@ -231,6 +242,16 @@ ByteSet Chart::next_bytes() const {
   ByteSet bytes;
   for (const Item& item : columns.back().scanners) bytes.add(grammar.terminal(grammar.next(item.slot).index));
   return bytes;
+}
+
+ByteSet Chart::bytes_like(uint8_t byte) const {
+  ByteSet same = ByteSet::all();
+  for (const Item& item : columns.back().scanners) {
+    const ByteSet& set = grammar.terminal(grammar.next(item.slot).index);
+    const ByteSet side = set.contains(byte) ? set : set.complement();
+    for (std::size_t w = 0; w < same.words.size(); ++w) same.words[w] &= side.words[w];
+  }
+  return same;
 }
 
 }  // namespace deepinfer::grammar

@@ -13,6 +13,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "grammar/text_slice.h"
 
 namespace deepinfer::grammar {
 
@@ -43,6 +44,14 @@ class CompiledGrammar {
   // walk's transitions (mask_walk.h) are kept per class, not per byte.
   uint8_t byte_class(uint8_t byte) const { return byte_class_[byte]; }
   int class_count() const { return class_count_; }
+  uint8_t class_byte(int byte_class) const { return class_byte_[static_cast<std::size_t>(byte_class)]; }  // its first
+  // The plain-text slice's steps (text_slice.h) in these classes: from each slice state, one byte
+  // for each (byte class, next slice state) pair, so a slice check tries each step once.
+  struct SliceEdge {
+    uint8_t byte;
+    int8_t slice_to;
+  };
+  std::span<const SliceEdge> slice_edges(int slice_state) const { return slice_edges_[static_cast<std::size_t>(slice_state)]; }
 
   // Masks already computed, by chart key (Chart::mask_key), for one vocabulary: shared by every
   // matcher of this grammar, so requests with the same schema share them too.
@@ -72,6 +81,8 @@ class CompiledGrammar {
   std::vector<char> nullable_;
   std::array<uint8_t, 256> byte_class_{};
   int class_count_ = 1;
+  std::array<uint8_t, 256> class_byte_{};
+  std::array<std::vector<SliceEdge>, text_slice::kStates> slice_edges_;
   mutable MaskCache mask_cache_;
   std::unique_ptr<KeyAutomaton> automaton_;
 };
@@ -138,6 +149,9 @@ struct Chart {
   // charts with equal keys accept the same continuations.
   void mask_key(std::string& key) const;
   ByteSet next_bytes() const;
+  // The bytes the last column's scanners cannot tell from `byte`: each steps the chart to the same
+  // column (a class of the bytes this column reads, coarser than the grammar's byte classes).
+  ByteSet bytes_like(uint8_t byte) const;
 
  private:
   void close(std::size_t k);

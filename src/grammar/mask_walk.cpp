@@ -15,9 +15,11 @@ namespace {
 // makes memory run away (counted repetitions can mint a state per trie node).
 constexpr std::size_t kMaxAutomatonBytes = std::size_t{8} << 20;
 constexpr std::size_t kWalkAbandonBytes = std::size_t{32} << 20;
-// Product states (automaton state, slice state) the slice check may meet before it says no: a
-// free string needs a handful (one per slice state), a string that counts its characters more.
-constexpr std::size_t kSliceBudget = 64;
+// Product states (automaton state, slice state) a slice check may meet before it says no: a free
+// string or key needs a few dozen (its states between and inside characters, the prefixes of the
+// keys it may still become); a bounded check, up to a length, one per state and length left.
+constexpr std::size_t kClosureBudget = 64;
+constexpr std::size_t kBoundedBudget = 512;
 
 void allow(std::span<uint64_t> mask, int32_t id) {
   mask[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (id % 64);
@@ -45,9 +47,7 @@ class LazyChart {
     const uint8_t byte_class = chart_.grammar.byte_class(byte);
     const int32_t known = automaton_.next(state, byte_class);
     if (known != KeyAutomaton::kUnknown || broken_) return broken_ ? KeyAutomaton::kDead : known;
-    const int32_t to = compute(depth, byte);
-    if (!broken_) automaton_.set_next(state, byte_class, to);
-    return to;
+    return compute(state, depth, byte);
   }
 
   // The walk cannot trust its result: the automaton outgrew its bound, or a path it said was
@@ -55,20 +55,29 @@ class LazyChart {
   bool broken() const { return broken_; }
 
  private:
-  int32_t compute(std::size_t depth, uint8_t byte) {
+  // Brings the chart to `depth`, steps it by `byte` and records the transition for every class
+  // the chart cannot tell from byte's: one Earley step and one key for each way a state reads.
+  int32_t compute(int32_t state, std::size_t depth, uint8_t byte) {
     for (; real_ < depth; ++real_)
       if (!chart_.advance(path_[real_])) {
         broken_ = true;
         return KeyAutomaton::kDead;
       }
-    if (!chart_.advance(byte)) return KeyAutomaton::kDead;
-    ++real_;
-    chart_.mask_key(key_);
-    if (automaton_.bytes() > kWalkAbandonBytes) {
-      broken_ = true;
-      return KeyAutomaton::kDead;
+    const ByteSet same = chart_.bytes_like(byte);
+    int32_t to = KeyAutomaton::kDead;
+    if (chart_.advance(byte)) {
+      ++real_;
+      chart_.mask_key(key_);
+      if (automaton_.bytes() > kWalkAbandonBytes) {
+        broken_ = true;
+        return KeyAutomaton::kDead;
+      }
+      to = automaton_.intern(key_);
     }
-    return automaton_.intern(key_);
+    const CompiledGrammar& grammar = chart_.grammar;
+    for (int c = 0; c < grammar.class_count(); ++c)
+      if (same.contains(grammar.class_byte(c))) automaton_.set_next(state, static_cast<uint8_t>(c), to);
+    return to;
   }
 
   Chart& chart_;
@@ -80,35 +89,73 @@ class LazyChart {
   bool broken_ = false;
 };
 
-// Whether every token of the plain-text slice is allowed from `start`: no path of the product of
-// the automaton and the slice dies. Explored depth first; more than kSliceBudget product states
-// (a string whose length is bounded, a pattern) is a no, and the tokens are walked.
-bool takes_slice(LazyChart& chart, int32_t start) {
+// Whether every path of the plain-text slice up to `length` bytes (SIZE_MAX: of any length) stays
+// alive from `start`, so every slice token of at most that length is allowed: a depth first walk of
+// the product of the automaton and the slice, a product state skipped when met before with as much
+// length left. More product states than the budget is a no (the tokens are walked instead).
+// `seen` comes back with the product states met.
+struct Product {
+  int32_t state;
+  int slice_state;
+  std::size_t checked;  // bytes of slice paths checked from it
+};
+
+bool slice_paths_alive(LazyChart& chart, const KeyAutomaton& automaton, const CompiledGrammar& grammar,
+                       int32_t start, std::size_t length, std::vector<Product>& seen) {
+  const bool closure = length == SIZE_MAX;
+  const std::size_t budget = closure ? kClosureBudget : kBoundedBudget;
   struct Visit {
     int32_t state;
     int slice_state;
-    int next_byte;
+    std::size_t left;
+    std::size_t next_edge;
   };
-  std::vector<std::pair<int32_t, int>> seen{{start, text_slice::kStart}};
-  std::vector<Visit> stack{{start, text_slice::kStart, 0}};
+  seen.assign(1, {start, text_slice::kStart, length});
+  std::vector<Visit> stack{{start, text_slice::kStart, length, 0}};
   while (!stack.empty()) {
     Visit& top = stack.back();
-    if (top.next_byte == 256) {
+    const auto edges = grammar.slice_edges(top.slice_state);
+    if (top.left == 0 || top.next_edge == edges.size()) {
       stack.pop_back();
       continue;
     }
-    const auto byte = static_cast<uint8_t>(top.next_byte++);
-    const int slice_to = text_slice::next(top.slice_state, byte);
-    if (slice_to == text_slice::kDead) continue;
-    const int32_t to = chart.step(top.state, stack.size() - 1, byte);
+    const CompiledGrammar::SliceEdge edge = edges[top.next_edge++];
+    const int32_t to = chart.step(top.state, stack.size() - 1, edge.byte);
     if (to < 0) return false;
-    const std::pair<int32_t, int> product{to, slice_to};
-    if (std::find(seen.begin(), seen.end(), product) != seen.end()) continue;
-    if (seen.size() == kSliceBudget) return false;
-    seen.push_back(product);
-    stack.push_back({to, slice_to, 0});
+    const std::size_t left = closure ? SIZE_MAX : top.left - 1;
+    // Between characters, a state already known to take the whole slice needs no second look.
+    if (edge.slice_to == text_slice::kStart && automaton.slice_level(to) == text_slice::kLevels) continue;
+    const auto met = std::find_if(seen.begin(), seen.end(), [&](const Product& p) {
+      return p.state == to && p.slice_state == edge.slice_to;
+    });
+    if (met != seen.end()) {
+      if (met->checked >= left) continue;
+      met->checked = left;
+    } else {
+      if (seen.size() == budget) return false;
+      seen.push_back({to, edge.slice_to, left});
+    }
+    stack.push_back({to, edge.slice_to, left, 0});
   }
   return true;
+}
+
+// The highest slice level `start` takes. A whole-slice yes holds for every state met between
+// characters too (what is reachable from them is reachable from start), so they are marked and
+// the next masks inside the same string or key skip the check.
+int8_t check_slice(LazyChart& chart, KeyAutomaton& automaton, const CompiledGrammar& grammar, int32_t start) {
+  std::vector<Product> seen;
+  if (slice_paths_alive(chart, automaton, grammar, start, SIZE_MAX, seen)) {
+    for (const Product& p : seen)
+      if (p.slice_state == text_slice::kStart) automaton.set_slice_level(p.state, text_slice::kLevels);
+    return text_slice::kLevels;
+  }
+  int8_t level = text_slice::kLevels - 1;
+  for (; level > 0; --level)
+    if (slice_paths_alive(chart, automaton, grammar, start, text_slice::kLevelBytes[static_cast<std::size_t>(level)], seen))
+      break;
+  automaton.set_slice_level(start, level);
+  return level;
 }
 
 void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, int32_t root, int32_t start, std::span<uint64_t> mask) {
@@ -141,7 +188,7 @@ int32_t KeyAutomaton::intern(const std::string& key) {
   const auto [found, inserted] = ids_.try_emplace(key, static_cast<int32_t>(ids_.size()));
   if (inserted) {
     transitions_.resize(transitions_.size() + static_cast<std::size_t>(class_count_), kUnknown);
-    slices_.push_back(Slice::unknown);
+    slice_levels_.push_back(kUnknownLevel);
     bytes_ += 2 * key.size() + static_cast<std::size_t>(class_count_) * sizeof(int32_t) + 64;
   }
   return found->second;
@@ -150,7 +197,7 @@ int32_t KeyAutomaton::intern(const std::string& key) {
 void KeyAutomaton::clear() {
   ids_.clear();
   transitions_.clear();
-  slices_.clear();
+  slice_levels_.clear();
   bytes_ = 0;
 }
 
@@ -187,22 +234,16 @@ void walk_automaton(Chart& chart, const Vocabulary& vocabulary, const std::strin
   {
     const std::lock_guard<std::mutex> lock(automaton.mutex);
     if (automaton.bytes() > kMaxAutomatonBytes) automaton.clear();
-    LazyChart lazy(chart, automaton, std::max(vocabulary.max_token_length(), kSliceBudget));
+    LazyChart lazy(chart, automaton, std::max(vocabulary.max_token_length(), kBoundedBudget));
     if (chart.columns.back().accepting && vocabulary.eos() >= 0) allow(mask, vocabulary.eos());
     const int32_t start = automaton.intern(key);
-    int32_t root = 0;  // the whole trie
-    if (vocabulary.slice_token_count() > 0) {
-      if (automaton.slice(start) == KeyAutomaton::Slice::unknown) {
-        const bool taken = takes_slice(lazy, start);
-        if (!lazy.broken()) automaton.set_slice(start, taken ? KeyAutomaton::Slice::taken : KeyAutomaton::Slice::not_taken);
-      }
-      if (automaton.slice(start) == KeyAutomaton::Slice::taken) {
-        const std::span<const uint64_t> slice = vocabulary.slice_tokens();
-        for (std::size_t w = 0; w < slice.size(); ++w) mask[w] |= slice[w];
-        root = vocabulary.rest_root();
-      }
+    int8_t level = automaton.slice_level(start);
+    if (level == KeyAutomaton::kUnknownLevel) level = check_slice(lazy, automaton, chart.grammar, start);
+    if (level > 0) {
+      const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
+      for (std::size_t w = 0; w < slice.size(); ++w) mask[w] |= slice[w];
     }
-    walk_trie(lazy, vocabulary, root, start, mask);
+    walk_trie(lazy, vocabulary, vocabulary.trie_root(level), start, mask);
     trusted = !lazy.broken();
     if (!trusted) automaton.clear();
   }

@@ -9,8 +9,9 @@
 // trie node costs a table lookup (state, byte class) -> state; the chart is advanced only to
 // compute a transition not seen before, along the path the walk is on. Before walking, the start
 // state is checked once against the plain-text slice (text_slice.h): when every path of the slice
-// stays alive from it (the inside of a free string), the slice's tokens are added at once and only
-// the other tokens are walked. The states are the grammar's, so every matcher and request of the
+// stays alive from it (the inside of a free string or key), the slice's tokens are added at once
+// and only the other tokens are walked; when only paths up to a length do (a string whose length
+// is bounded), the tokens of that level. The states are the grammar's, so every matcher and request of the
 // grammar shares them, and a state met anywhere (any string of the same property, any array
 // element) is a first visit no more.
 #include <cstdint>
@@ -28,7 +29,7 @@ class Vocabulary;
 class KeyAutomaton {
  public:
   static constexpr int32_t kDead = -1, kUnknown = -2;
-  enum class Slice : int8_t { unknown, taken, not_taken };
+  static constexpr int8_t kUnknownLevel = -1;
 
   explicit KeyAutomaton(int class_count) : class_count_(class_count) {}
 
@@ -40,8 +41,9 @@ class KeyAutomaton {
   void set_next(int32_t state, uint8_t byte_class, int32_t to) {
     transitions_[static_cast<std::size_t>(state) * static_cast<std::size_t>(class_count_) + byte_class] = to;
   }
-  Slice slice(int32_t state) const { return slices_[static_cast<std::size_t>(state)]; }
-  void set_slice(int32_t state, Slice verdict) { slices_[static_cast<std::size_t>(state)] = verdict; }
+  // The slice level (text_slice.h) the state takes, kUnknownLevel before it is checked.
+  int8_t slice_level(int32_t state) const { return slice_levels_[static_cast<std::size_t>(state)]; }
+  void set_slice_level(int32_t state, int8_t level) { slice_levels_[static_cast<std::size_t>(state)] = level; }
 
   std::size_t bytes() const { return bytes_; }
   void clear();
@@ -53,7 +55,7 @@ class KeyAutomaton {
   int class_count_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> transitions_;  // state * class_count + class
-  std::vector<Slice> slices_;
+  std::vector<int8_t> slice_levels_;
   std::size_t bytes_ = 0;             // keys and tables, for the bound on memory
 };
 

@@ -25,24 +25,35 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return token_bytes_[static_cast<std::size_t>(a)] < token_bytes_[static_cast<std::size_t>(b)];
   });
-  // The plain-text slice, and the trie of everything else beside the whole one.
-  slice_tokens_.assign(static_cast<std::size_t>((size() + 63) / 64), 0);
-  std::vector<int32_t> rest;
-  for (int32_t id : order) {
-    const std::string& bytes = token_bytes_[static_cast<std::size_t>(id)];
+  // Each token's slice level (the first that holds it; past the last: not plain text), then a
+  // mask and a trie of the others for each level.
+  std::vector<int> level(order.size(), text_slice::kLevels + 1);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::string& bytes = token_bytes_[static_cast<std::size_t>(order[i])];
     max_token_length_ = std::max(max_token_length_, bytes.size());
     int state = text_slice::kStart;
-    for (std::size_t i = 0; i < bytes.size() && state != text_slice::kDead; ++i)
-      state = text_slice::next(state, static_cast<uint8_t>(bytes[i]));
-    if (state == text_slice::kDead) {
-      rest.push_back(id);
-      continue;
-    }
-    slice_tokens_[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (id % 64);
-    ++slice_token_count_;
+    for (std::size_t b = 0; b < bytes.size() && state != text_slice::kDead; ++b)
+      state = text_slice::next(state, static_cast<uint8_t>(bytes[b]));
+    if (state == text_slice::kDead) continue;
+    level[i] = 1;
+    while (bytes.size() > text_slice::kLevelBytes[static_cast<std::size_t>(level[i])]) ++level[i];
   }
   build_trie(order);
-  rest_root_ = build_trie(rest);
+  trie_roots_.push_back(0);
+  slice_tokens_.emplace_back(static_cast<std::size_t>((size() + 63) / 64), 0);
+  for (int l = 1; l <= text_slice::kLevels; ++l) {
+    std::vector<uint64_t> tokens(static_cast<std::size_t>((size() + 63) / 64), 0);
+    std::vector<int32_t> others;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (level[i] <= l) {
+        tokens[static_cast<std::size_t>(order[i]) / 64] |= uint64_t{1} << (order[i] % 64);
+      } else {
+        others.push_back(order[i]);
+      }
+    }
+    slice_tokens_.push_back(std::move(tokens));
+    trie_roots_.push_back(build_trie(others));
+  }
 }
 
 int32_t Vocabulary::build_trie(const std::vector<int32_t>& sorted_ids) {

@@ -48,12 +48,11 @@ class Vocabulary {
                                       static_cast<std::size_t>(node.token_count));
   }
   std::size_t max_token_length() const { return max_token_length_; }
-  // The tokens of plain string text (grammar/text_slice.h) as a mask, and a second trie over the
-  // others (rooted at rest_root): a mask walk from a state that takes the whole slice copies the
-  // first and walks only the second.
-  std::span<const uint64_t> slice_tokens() const { return slice_tokens_; }
-  int32_t slice_token_count() const { return slice_token_count_; }
-  int32_t rest_root() const { return rest_root_; }
+  // The tokens of plain string text up to a slice level (grammar/text_slice.h) as a mask, and the
+  // root of a trie over all the others (level 0: the whole trie, root 0): a mask walk from a state
+  // that takes the level's tokens copies the mask and walks only that trie.
+  std::span<const uint64_t> slice_tokens(int level) const { return slice_tokens_[static_cast<std::size_t>(level)]; }
+  int32_t trie_root(int level) const { return trie_roots_[static_cast<std::size_t>(level)]; }
 
  private:
   std::vector<std::string> token_bytes_;
@@ -63,9 +62,8 @@ class Vocabulary {
   std::vector<Edge> edges_;
   std::vector<int32_t> tokens_;
   std::size_t max_token_length_ = 0;
-  std::vector<uint64_t> slice_tokens_;
-  int32_t slice_token_count_ = 0;
-  int32_t rest_root_ = 0;
+  std::vector<std::vector<uint64_t>> slice_tokens_;  // by level
+  std::vector<int32_t> trie_roots_;                  // by level
 
   int32_t build_trie(const std::vector<int32_t>& sorted_ids);  // returns the root
 };

@@ -6,6 +6,8 @@
 // every such token, so a mask walk checks the slice once per state and adds its tokens at once
 // (mask_walk.cpp) instead of walking them: llguidance's "slices", for the one slice that matters
 // to JSON.
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace deepinfer::grammar::text_slice {
@@ -13,6 +15,12 @@ namespace deepinfer::grammar::text_slice {
 constexpr int kStart = 0;   // between characters
 constexpr int kStates = 8;  // kStart and the states inside a multi-byte character
 constexpr int kDead = -1;
+
+// The slice in levels by token length, so a string whose length is bounded (minLength, maxLength,
+// a counted pattern) still takes the short text tokens at once where the long ones need a walk.
+// Level l holds the text tokens of at most kLevelBytes[l] bytes; level 0 is none, the last all.
+constexpr int kLevels = 3;
+constexpr std::array<std::size_t, kLevels + 1> kLevelBytes = {0, 8, 16, SIZE_MAX};
 
 constexpr int next(int state, uint8_t byte) {
   const bool continuation = byte >= 0x80 && byte <= 0xBF;
