@@ -10,11 +10,6 @@ namespace deepinfer::grammar {
 
 namespace {
 
-// An automaton past this is dropped at the start of a walk (states come back as they are met);
-// a walk that grows one past kWalkAbandonBytes gives up and walks the chart instead, so no grammar
-// makes memory run away (counted repetitions can mint a state per trie node).
-constexpr std::size_t kMaxAutomatonBytes = std::size_t{8} << 20;
-constexpr std::size_t kWalkAbandonBytes = std::size_t{32} << 20;
 // Product states (automaton state, slice state) a slice check may meet before it says no: a free
 // string or key needs a few dozen (its states between and inside characters, the prefixes of the
 // keys it may still become); a bounded check, up to a length, one per state and length left.
@@ -68,7 +63,7 @@ class LazyChart {
     if (chart_.advance(byte)) {
       ++real_;
       chart_.mask_key(key_);
-      if (automaton_.bytes() > kWalkAbandonBytes) {
+      if (automaton_.bytes() > 4 * automaton_.max_bytes()) {
         broken_ = true;
         return KeyAutomaton::kDead;
       }
@@ -228,12 +223,12 @@ void walk_reference(Chart& chart, const Vocabulary& vocabulary, std::span<uint64
   if (chart.columns.size() != base) fail("grammar matcher: the mask walk left the parser moved");
 }
 
-void walk_automaton(Chart& chart, const Vocabulary& vocabulary, const std::string& key, std::span<uint64_t> mask) {
-  KeyAutomaton& automaton = chart.grammar.automaton();
+void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& vocabulary, const std::string& key,
+                    std::span<uint64_t> mask) {
   bool trusted = false;
   {
     const std::lock_guard<std::mutex> lock(automaton.mutex);
-    if (automaton.bytes() > kMaxAutomatonBytes) automaton.clear();
+    if (automaton.bytes() > automaton.max_bytes()) automaton.clear();
     LazyChart lazy(chart, automaton, std::max(vocabulary.max_token_length(), kBoundedBudget));
     if (chart.columns.back().accepting && vocabulary.eos() >= 0) allow(mask, vocabulary.eos());
     const int32_t start = automaton.intern(key);

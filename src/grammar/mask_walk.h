@@ -31,7 +31,13 @@ class KeyAutomaton {
   static constexpr int32_t kDead = -1, kUnknown = -2;
   static constexpr int8_t kUnknownLevel = -1;
 
-  explicit KeyAutomaton(int class_count) : class_count_(class_count) {}
+  // An automaton past max_bytes (keys and tables) is dropped at the start of a walk, and states
+  // come back as they are met; a walk that grows one past 4 x max_bytes gives up and walks the
+  // chart instead, so no grammar makes memory run away (a counted repetition can mint a state per
+  // trie node).
+  static constexpr std::size_t kDefaultMaxBytes = std::size_t{8} << 20;
+  explicit KeyAutomaton(int class_count, std::size_t max_bytes = kDefaultMaxBytes)
+      : class_count_(class_count), max_bytes_(max_bytes) {}
 
   // The state for a chart key, new states with every transition unknown.
   int32_t intern(const std::string& key);
@@ -45,7 +51,9 @@ class KeyAutomaton {
   int8_t slice_level(int32_t state) const { return slice_levels_[static_cast<std::size_t>(state)]; }
   void set_slice_level(int32_t state, int8_t level) { slice_levels_[static_cast<std::size_t>(state)] = level; }
 
+  int32_t state_count() const { return static_cast<int32_t>(slice_levels_.size()); }
   std::size_t bytes() const { return bytes_; }
+  std::size_t max_bytes() const { return max_bytes_; }
   void clear();
 
   // Held for a whole walk: matchers of one grammar build one automaton.
@@ -53,6 +61,7 @@ class KeyAutomaton {
 
  private:
   int class_count_;
+  std::size_t max_bytes_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> transitions_;  // state * class_count + class
   std::vector<int8_t> slice_levels_;
@@ -60,8 +69,10 @@ class KeyAutomaton {
 };
 
 // Both fill a zeroed mask with the tokens the chart allows next (EOS included) and leave the
-// chart as they found it. `key` is the chart's mask key.
+// chart as they found it. `key` is the chart's mask key; `automaton` is the chart's grammar's
+// (CompiledGrammar::automaton) or, in tests, one of the same byte classes.
 void walk_reference(Chart& chart, const Vocabulary& vocabulary, std::span<uint64_t> mask);
-void walk_automaton(Chart& chart, const Vocabulary& vocabulary, const std::string& key, std::span<uint64_t> mask);
+void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& vocabulary, const std::string& key,
+                    std::span<uint64_t> mask);
 
 }  // namespace deepinfer::grammar

@@ -154,7 +154,7 @@ void Matcher::fill_mask(std::span<uint64_t> mask, bool cached) const {
   std::string key;
   chart_->mask_key(key);
   if (grammar_->cached_mask(vocabulary_.get(), key, mask)) return;
-  walk_automaton(*chart_, *vocabulary_, key, mask);
+  walk_automaton(*chart_, grammar_->automaton(), *vocabulary_, key, mask);
   grammar_->store_mask(vocabulary_.get(), key, mask);
 }
 
