@@ -1,6 +1,7 @@
 #include "grammar/earley.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "grammar/mask_walk.h"
 
@@ -116,10 +117,18 @@ void Column::add(const Item& item) {
     if (std::find(items.begin(), items.end(), item) != items.end()) return;
     items.push_back(item);
     if (items.size() == kLinearItems)
-      for (const Item& held : items) seen.insert(key(held));
+      for (const Item& held : items) seen.emplace(key(held), 0);
     return;
   }
-  if (seen.insert(key(item)).second) items.push_back(item);
+  if (seen.emplace(key(item), 0).second) items.push_back(item);
+}
+
+std::span<const std::pair<RuleId, Item>> Column::waiting_for(RuleId rule) const {
+  const auto first = std::partition_point(waiting.begin(), waiting.end(),
+                                          [&](const std::pair<RuleId, Item>& w) { return w.first < rule; });
+  auto last = first;
+  while (last != waiting.end() && last->first == rule) ++last;
+  return {first, last};
 }
 
 bool Column::predict(RuleId rule) {
@@ -151,8 +160,7 @@ void Chart::close(std::size_t k) {
       if (item.origin == k) continue;
       // `from` is an earlier column: its lists no longer change while this one closes.
       const Column& from = columns[item.origin];
-      for (const auto& [rule, parent] : from.waiting)
-        if (rule == lhs) column.add({parent.slot + 1, parent.origin});
+      for (const auto& waiting : from.waiting_for(lhs)) column.add({waiting.second.slot + 1, waiting.second.origin});
     } else if (next.is_rule) {
       column.waiting.emplace_back(next.index, item);
       if (column.predict(next.index))
@@ -162,6 +170,9 @@ void Chart::close(std::size_t k) {
       column.scanners.push_back(item);
     }
   }
+  std::sort(column.waiting.begin(), column.waiting.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first, a.second.slot, a.second.origin) < std::tie(b.first, b.second.slot, b.second.origin);
+  });
 }
 
 bool Chart::advance(uint8_t byte) {
@@ -192,14 +203,16 @@ bool Chart::advance(uint8_t byte) {
 void Chart::mask_key(std::string& key) const {
   key.clear();
   std::vector<KeyNode>& nodes = key_nodes_;
-  std::vector<KeyNode>& visiting = key_visiting_;
   std::vector<std::pair<uint32_t, uint32_t>>& ends = key_ends_;  // (slot after the dot, node)
   nodes.clear();
+  key_node_ids_.clear();
+  const auto pair_key = [](std::size_t column, RuleId rule) {
+    return (static_cast<uint64_t>(column) << 32) | static_cast<uint32_t>(rule);
+  };
   const auto node = [&](std::size_t column, RuleId rule) {
-    for (std::size_t n = 0; n < nodes.size(); ++n)
-      if (nodes[n].column == column && nodes[n].rule == rule) return static_cast<uint32_t>(n);
-    nodes.push_back({column, rule});
-    return static_cast<uint32_t>(nodes.size() - 1);
+    const auto [id, inserted] = key_node_ids_.emplace(pair_key(column, rule), static_cast<uint32_t>(nodes.size()));
+    if (inserted) nodes.push_back({column, rule});
+    return id;
   };
   const auto put = [&](uint32_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
   const Column& last = columns.back();
@@ -211,11 +224,9 @@ void Chart::mask_key(std::string& key) const {
   }
   // The non-tail items that completing `rule` in `column` reaches.
   const auto chain_ends = [&](auto& self, std::size_t column, RuleId rule) -> void {
-    for (const KeyNode& seen : visiting)
-      if (seen.column == column && seen.rule == rule) return;
-    visiting.push_back({column, rule});
-    for (const auto& [waits_for, parent] : columns[column].waiting) {
-      if (waits_for != rule) continue;
+    if (!key_visiting_.emplace(pair_key(column, rule), 0).second) return;
+    for (const auto& waiting : columns[column].waiting_for(rule)) {
+      const Item& parent = waiting.second;
       const uint32_t after = parent.slot + 1;
       if (grammar.next(after).index == CompiledGrammar::kComplete) {
         self(self, parent.origin, grammar.lhs(parent.slot));
@@ -226,7 +237,7 @@ void Chart::mask_key(std::string& key) const {
   };
   for (std::size_t n = 0; n < nodes.size(); ++n) {  // grows while it runs
     ends.clear();
-    visiting.clear();
+    key_visiting_.clear();
     chain_ends(chain_ends, nodes[n].column, nodes[n].rule);
     std::sort(ends.begin(), ends.end());
     ends.erase(std::unique(ends.begin(), ends.end()), ends.end());

@@ -8,11 +8,11 @@
 #include <span>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "grammar/stamped_map.h"
 #include "grammar/text_slice.h"
 
 namespace deepinfer::grammar {
@@ -100,9 +100,9 @@ struct Item {
 struct Column {
   std::vector<Item> items;
   std::vector<Item> scanners;                           // dot before a terminal
-  std::vector<std::pair<RuleId, Item>> waiting;         // dot before a rule
+  std::vector<std::pair<RuleId, Item>> waiting;         // dot before a rule; by rule once closed
   std::vector<RuleId> predicted;
-  std::unordered_set<uint64_t> seen;                    // only past kLinearItems
+  StampedMap seen;                                      // only past kLinearItems
   bool accepting = false;
 
   static constexpr std::size_t kLinearItems = 48;
@@ -110,6 +110,9 @@ struct Column {
   void clear();
   void add(const Item& item);
   bool predict(RuleId rule);
+  // The items of a closed column waiting for `rule`: a completion looks them up, and a grammar
+  // with many alternatives at one place (a large anyOf) keeps thousands waiting in one column.
+  std::span<const std::pair<RuleId, Item>> waiting_for(RuleId rule) const;
 };
 
 // Columns as a stack that keeps the popped ones for reuse.
@@ -161,7 +164,8 @@ struct Chart {
     std::size_t column;
     RuleId rule;
   };
-  mutable std::vector<KeyNode> key_nodes_, key_visiting_;
+  mutable std::vector<KeyNode> key_nodes_;
+  mutable StampedMap key_node_ids_, key_visiting_;  // by column << 32 | rule
   mutable std::vector<std::pair<uint32_t, uint32_t>> key_ends_;
 };
 

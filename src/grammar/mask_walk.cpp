@@ -145,10 +145,11 @@ int8_t check_slice(LazyChart& chart, KeyAutomaton& automaton, const CompiledGram
       if (p.slice_state == text_slice::kStart) automaton.set_slice_level(p.state, text_slice::kLevels);
     return text_slice::kLevels;
   }
-  int8_t level = text_slice::kLevels - 1;
-  for (; level > 0; --level)
-    if (slice_paths_alive(chart, automaton, grammar, start, text_slice::kLevelBytes[static_cast<std::size_t>(level)], seen))
-      break;
+  // Short paths first: a state that fails them fails the longer ones, and they cost less.
+  int8_t level = 0;
+  while (level < text_slice::kLevels - 1 &&
+         slice_paths_alive(chart, automaton, grammar, start, text_slice::kLevelBytes[static_cast<std::size_t>(level) + 1], seen))
+    ++level;
   automaton.set_slice_level(start, level);
   return level;
 }
