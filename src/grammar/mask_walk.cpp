@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "grammar/earley.h"
 #include "grammar/text_slice.h"
 
@@ -154,27 +153,21 @@ int8_t check_slice(LazyChart& chart, KeyAutomaton& automaton, const CompiledGram
   return level;
 }
 
-void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, int32_t root, int32_t start, std::span<uint64_t> mask) {
-  const auto& nodes = vocabulary.nodes();
-  const auto& edges = vocabulary.edges();
-  struct Frame {
-    int32_t node;
-    int32_t next_edge;
-    int32_t state;
-  };
-  std::vector<Frame> stack{{root, 0, start}};
-  while (!stack.empty()) {
-    Frame& frame = stack.back();
-    const Vocabulary::Node& node = nodes[static_cast<std::size_t>(frame.node)];
-    if (frame.next_edge == node.edge_count) {
-      stack.pop_back();
+void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, std::span<const Vocabulary::Node> trie, int32_t start,
+               std::span<uint64_t> mask) {
+  std::vector<int32_t> states(vocabulary.max_token_length() + 1);  // on the path, by depth
+  states[0] = start;
+  for (std::size_t i = 1; i < trie.size();) {
+    const Vocabulary::Node& node = trie[i];
+    const std::size_t depth = node.depth - std::size_t{1};  // the parent's
+    const int32_t to = chart.step(states[depth], depth, node.byte);
+    if (to < 0) {
+      i += static_cast<std::size_t>(node.subtree_size);
       continue;
     }
-    const Vocabulary::Edge& edge = edges[static_cast<std::size_t>(node.first_edge + frame.next_edge++)];
-    const int32_t to = chart.step(frame.state, stack.size() - 1, edge.byte);
-    if (to < 0) continue;
-    for (int32_t id : vocabulary.tokens_at(nodes[static_cast<std::size_t>(edge.child)])) allow(mask, id);
-    stack.push_back({edge.child, 0, to});
+    states[depth + 1] = to;
+    for (int32_t id : vocabulary.tokens_at(node)) allow(mask, id);
+    ++i;
   }
 }
 
@@ -199,29 +192,20 @@ void KeyAutomaton::clear() {
 
 void walk_reference(Chart& chart, const Vocabulary& vocabulary, std::span<uint64_t> mask) {
   if (chart.columns.back().accepting && vocabulary.eos() >= 0) allow(mask, vocabulary.eos());
-  // The chart's columns grow and shrink like a stack along the path.
-  const auto& nodes = vocabulary.nodes();
-  const auto& edges = vocabulary.edges();
+  // The chart holds a column per byte of the path to the node before: its parent's path.
+  const std::span<const Vocabulary::Node> trie = vocabulary.trie(0);
   const std::size_t base = chart.columns.size();
-  struct Frame {
-    int32_t node;
-    int32_t next_edge;
-  };
-  std::vector<Frame> stack{{0, 0}};
-  while (!stack.empty()) {
-    Frame& frame = stack.back();
-    const Vocabulary::Node& node = nodes[static_cast<std::size_t>(frame.node)];
-    if (frame.next_edge == node.edge_count) {
-      stack.pop_back();
-      if (!stack.empty()) chart.columns.pop();
+  for (std::size_t i = 1; i < trie.size();) {
+    const Vocabulary::Node& node = trie[i];
+    chart.columns.resize(base + node.depth - 1);
+    if (!chart.advance(node.byte)) {
+      i += static_cast<std::size_t>(node.subtree_size);
       continue;
     }
-    const Vocabulary::Edge& edge = edges[static_cast<std::size_t>(node.first_edge + frame.next_edge++)];
-    if (!chart.advance(edge.byte)) continue;
-    for (int32_t id : vocabulary.tokens_at(nodes[static_cast<std::size_t>(edge.child)])) allow(mask, id);
-    stack.push_back({edge.child, 0});
+    for (int32_t id : vocabulary.tokens_at(node)) allow(mask, id);
+    ++i;
   }
-  if (chart.columns.size() != base) fail("grammar matcher: the mask walk left the parser moved");
+  chart.columns.resize(base);
 }
 
 void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& vocabulary, const std::string& key,
@@ -239,7 +223,7 @@ void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& voc
       const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
       for (std::size_t w = 0; w < slice.size(); ++w) mask[w] |= slice[w];
     }
-    walk_trie(lazy, vocabulary, vocabulary.trie_root(level), start, mask);
+    walk_trie(lazy, vocabulary, vocabulary.trie(level), start, mask);
     trusted = !lazy.broken();
     if (!trusted) automaton.clear();
   }

@@ -31,6 +31,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   for (std::size_t i = 0; i < order.size(); ++i) {
     const std::string& bytes = token_bytes_[static_cast<std::size_t>(order[i])];
     max_token_length_ = std::max(max_token_length_, bytes.size());
+    if (bytes.size() > UINT16_MAX) fail("vocabulary: token ", order[i], " has ", bytes.size(), " bytes");
     int state = text_slice::kStart;
     for (std::size_t b = 0; b < bytes.size() && state != text_slice::kDead; ++b)
       state = text_slice::next(state, static_cast<uint8_t>(bytes[b]));
@@ -38,8 +39,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     level[i] = 1;
     while (bytes.size() > text_slice::kLevelBytes[static_cast<std::size_t>(level[i])]) ++level[i];
   }
-  build_trie(order);
-  trie_roots_.push_back(0);
+  trie_roots_.push_back(build_trie(order));
   slice_tokens_.emplace_back(static_cast<std::size_t>((size() + 63) / 64), 0);
   for (int l = 1; l <= text_slice::kLevels; ++l) {
     std::vector<uint64_t> tokens(static_cast<std::size_t>((size() + 63) / 64), 0);
@@ -57,37 +57,30 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
 }
 
 int32_t Vocabulary::build_trie(const std::vector<int32_t>& sorted_ids) {
-  // Recursive construction over [begin, end) of `order` sharing a prefix of `depth` bytes:
-  // children of a node are contiguous edges.
+  // Preorder over [begin, end) of `order`, tokens sharing a prefix of `depth` bytes.
   struct Builder {
     Vocabulary& v;
     const std::vector<int32_t>& order;
-    int32_t build(std::size_t begin, std::size_t end, std::size_t depth) {
-      const auto node = static_cast<int32_t>(v.nodes_.size());
-      v.nodes_.push_back({});
+    const std::string& bytes(std::size_t i) const { return v.token_bytes_[static_cast<std::size_t>(order[i])]; }
+    void build(std::size_t begin, std::size_t end, std::size_t depth, uint8_t byte) {
+      const std::size_t node = v.nodes_.size();
+      v.nodes_.push_back({byte, static_cast<uint16_t>(depth), 1, static_cast<int32_t>(v.tokens_.size()), 0});
       std::size_t i = begin;
-      // Tokens that end exactly here come first in sorted order.
-      const auto first_token = static_cast<int32_t>(v.tokens_.size());
-      while (i < end && v.token_bytes_[static_cast<std::size_t>(order[i])].size() == depth) v.tokens_.push_back(order[i++]);
-      v.nodes_[static_cast<std::size_t>(node)].first_token = first_token;
-      v.nodes_[static_cast<std::size_t>(node)].token_count = static_cast<int32_t>(v.tokens_.size()) - first_token;
-      std::vector<std::pair<uint8_t, std::pair<std::size_t, std::size_t>>> groups;
+      while (i < end && bytes(i).size() == depth) v.tokens_.push_back(order[i++]);  // sorted: shorter first
+      v.nodes_[node].token_count = static_cast<int32_t>(v.tokens_.size()) - v.nodes_[node].first_token;
       while (i < end) {
-        const auto byte = static_cast<uint8_t>(v.token_bytes_[static_cast<std::size_t>(order[i])][depth]);
+        const auto next = static_cast<uint8_t>(bytes(i)[depth]);
         std::size_t j = i;
-        while (j < end && static_cast<uint8_t>(v.token_bytes_[static_cast<std::size_t>(order[j])][depth]) == byte) ++j;
-        groups.push_back({byte, {i, j}});
+        while (j < end && static_cast<uint8_t>(bytes(j)[depth]) == next) ++j;
+        build(i, j, depth + 1, next);
         i = j;
       }
-      std::vector<Edge> edges;
-      for (const auto& [byte, range] : groups) edges.push_back({byte, build(range.first, range.second, depth + 1)});
-      v.nodes_[static_cast<std::size_t>(node)].first_edge = static_cast<int32_t>(v.edges_.size());
-      v.nodes_[static_cast<std::size_t>(node)].edge_count = static_cast<int32_t>(edges.size());
-      v.edges_.insert(v.edges_.end(), edges.begin(), edges.end());
-      return node;
+      v.nodes_[node].subtree_size = static_cast<int32_t>(v.nodes_.size() - node);
     }
   };
-  return Builder{*this, sorted_ids}.build(0, sorted_ids.size(), 0);
+  const auto root = static_cast<int32_t>(nodes_.size());
+  Builder{*this, sorted_ids}.build(0, sorted_ids.size(), 0, 0);
+  return root;
 }
 
 // ---- the matcher ----

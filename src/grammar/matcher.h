@@ -32,34 +32,35 @@ class Vocabulary {
   const std::string& bytes(int32_t id) const { return token_bytes_[static_cast<std::size_t>(id)]; }
   bool special(int32_t id) const { return special_[static_cast<std::size_t>(id)] != 0; }
 
-  // Trie nodes: node 0 is the root; children are ranges of `edges`.
+  // A trie's nodes in depth-first preorder, the root first: a node's subtree is it and the
+  // subtree_size - 1 nodes after it, and its parent is the last node before it one level up, so a
+  // walk is a scan that keeps a state per depth and skips a rejected subtree in one jump.
   struct Node {
-    int32_t first_edge = 0, edge_count = 0;
+    uint8_t byte = 0;     // the byte from the parent (the root: none)
+    uint16_t depth = 0;   // bytes from the root
+    int32_t subtree_size = 1;
     int32_t first_token = 0, token_count = 0;  // tokens ending here: tokens_[first..first+count)
   };
-  struct Edge {
-    uint8_t byte;
-    int32_t child;
-  };
-  const std::vector<Node>& nodes() const { return nodes_; }
-  const std::vector<Edge>& edges() const { return edges_; }
   std::span<const int32_t> tokens_at(const Node& node) const {
     return std::span(tokens_).subspan(static_cast<std::size_t>(node.first_token),
                                       static_cast<std::size_t>(node.token_count));
   }
   std::size_t max_token_length() const { return max_token_length_; }
-  // The tokens of plain string text up to a slice level (grammar/text_slice.h) as a mask, and the
-  // root of a trie over all the others (level 0: the whole trie, root 0): a mask walk from a state
+  // The tokens of plain string text up to a slice level (grammar/text_slice.h) as a mask, and a
+  // trie over all the others (level 0: no slice, the whole vocabulary): a mask walk from a state
   // that takes the level's tokens copies the mask and walks only that trie.
   std::span<const uint64_t> slice_tokens(int level) const { return slice_tokens_[static_cast<std::size_t>(level)]; }
-  int32_t trie_root(int level) const { return trie_roots_[static_cast<std::size_t>(level)]; }
+  std::span<const Node> trie(int level) const {
+    const int32_t root = trie_roots_[static_cast<std::size_t>(level)];
+    return std::span(nodes_).subspan(static_cast<std::size_t>(root),
+                                     static_cast<std::size_t>(nodes_[static_cast<std::size_t>(root)].subtree_size));
+  }
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<char> special_;
   int32_t eos_ = -1;
-  std::vector<Node> nodes_;
-  std::vector<Edge> edges_;
+  std::vector<Node> nodes_;  // every trie, one after another
   std::vector<int32_t> tokens_;
   std::size_t max_token_length_ = 0;
   std::vector<std::vector<uint64_t>> slice_tokens_;  // by level

@@ -56,22 +56,24 @@ TEST(TextSlice, TakesExactlyTheCharactersAStringHoldsUnescaped) {
 TEST(TextSlice, LevelsPartitionTheVocabularyWithTheirTries) {
   const Vocabulary& vocabulary = *deepseek_vocabulary();
   std::vector<char> in_trie(static_cast<std::size_t>(vocabulary.size()));
-  const auto trie_tokens = [&](int32_t root) {
+  // A trie's tokens, each checked to spell its path (the bytes of the nodes at each depth).
+  const auto trie_tokens = [&](int level) {
     std::fill(in_trie.begin(), in_trie.end(), 0);
-    std::vector<int32_t> stack{root};
-    while (!stack.empty()) {
-      const Vocabulary::Node& node = vocabulary.nodes()[static_cast<std::size_t>(stack.back())];
-      stack.pop_back();
-      for (int32_t id : vocabulary.tokens_at(node)) in_trie[static_cast<std::size_t>(id)] = 1;
-      for (int32_t e = 0; e < node.edge_count; ++e)
-        stack.push_back(vocabulary.edges()[static_cast<std::size_t>(node.first_edge + e)].child);
+    std::string path;
+    for (const Vocabulary::Node& node : vocabulary.trie(level).subspan(1)) {
+      path.resize(node.depth - std::size_t{1});
+      path += static_cast<char>(node.byte);
+      for (int32_t id : vocabulary.tokens_at(node)) {
+        ASSERT_EQ(vocabulary.bytes(id), path) << "token " << id << " at level " << level;
+        in_trie[static_cast<std::size_t>(id)] = 1;
+      }
     }
   };
-  trie_tokens(vocabulary.trie_root(0));
+  trie_tokens(0);
   const std::vector<char> whole = in_trie;
   int64_t previous = 0;
   for (int level = 0; level <= text_slice::kLevels; ++level) {
-    trie_tokens(vocabulary.trie_root(level));
+    trie_tokens(level);
     const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
     int64_t count = 0;
     for (int32_t id = 0; id < vocabulary.size(); ++id) {
