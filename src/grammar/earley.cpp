@@ -200,15 +200,50 @@ bool Chart::advance(uint8_t byte) {
 // whether a later column accepts does not change a mask), so two charts with equal keys get the
 // same mask wherever in the output they stand: at every position of a string or a right-linear
 // pattern, in each element of an array, in each string of the same property.
+namespace {
+uint64_t pair_key(std::size_t column, RuleId rule) {
+  return (static_cast<uint64_t>(column) << 32) | static_cast<uint32_t>(rule);
+}
+}  // namespace
+
+std::span<const Chart::ChainEnd> Chart::chain_ends(std::size_t column, RuleId rule) const {
+  const uint64_t generation = columns[column].generation;
+  const auto cached = chain_ends_.find(pair_key(column, rule));
+  if (cached != chain_ends_.end() && cached->second.generation == generation)
+    return std::span(chain_arena_).subspan(cached->second.first, cached->second.count);
+  // The non-tail items that completing `rule` in `column` reaches, in the order met.
+  const auto first = static_cast<uint32_t>(chain_arena_.size());
+  key_visiting_.clear();
+  const auto follow = [&](auto& self, std::size_t at, RuleId completed) -> void {
+    if (!key_visiting_.emplace(pair_key(at, completed), 0).second) return;
+    for (const auto& waiting : columns[at].waiting_for(completed)) {
+      const Item& parent = waiting.second;
+      const uint32_t after = parent.slot + 1;
+      if (grammar.next(after).index == CompiledGrammar::kComplete) {
+        self(self, parent.origin, grammar.lhs(parent.slot));
+      } else {
+        chain_arena_.push_back({after, parent.origin, grammar.lhs(parent.slot)});
+      }
+    }
+  };
+  follow(follow, column, rule);
+  const auto count = static_cast<uint32_t>(chain_arena_.size()) - first;
+  chain_ends_[pair_key(column, rule)] = {generation, first, count};
+  return std::span(chain_arena_).subspan(first, count);
+}
+
 void Chart::mask_key(std::string& key) const {
+  // Entries of columns gone since (popped by walks and rollbacks) are dropped now and then.
+  constexpr std::size_t kMaxChainArena = std::size_t{1} << 20;
+  if (chain_arena_.size() > kMaxChainArena) {
+    chain_arena_.clear();
+    chain_ends_.clear();
+  }
   key.clear();
   std::vector<KeyNode>& nodes = key_nodes_;
   std::vector<std::pair<uint32_t, uint32_t>>& ends = key_ends_;  // (slot after the dot, node)
   nodes.clear();
   key_node_ids_.clear();
-  const auto pair_key = [](std::size_t column, RuleId rule) {
-    return (static_cast<uint64_t>(column) << 32) | static_cast<uint32_t>(rule);
-  };
   const auto node = [&](std::size_t column, RuleId rule) {
     const auto [id, inserted] = key_node_ids_.emplace(pair_key(column, rule), static_cast<uint32_t>(nodes.size()));
     if (inserted) nodes.push_back({column, rule});
@@ -222,23 +257,10 @@ void Chart::mask_key(std::string& key) const {
     put(item.slot);
     put(node(item.origin, grammar.lhs(item.slot)));
   }
-  // The non-tail items that completing `rule` in `column` reaches.
-  const auto chain_ends = [&](auto& self, std::size_t column, RuleId rule) -> void {
-    if (!key_visiting_.emplace(pair_key(column, rule), 0).second) return;
-    for (const auto& waiting : columns[column].waiting_for(rule)) {
-      const Item& parent = waiting.second;
-      const uint32_t after = parent.slot + 1;
-      if (grammar.next(after).index == CompiledGrammar::kComplete) {
-        self(self, parent.origin, grammar.lhs(parent.slot));
-      } else {
-        ends.emplace_back(after, node(parent.origin, grammar.lhs(parent.slot)));
-      }
-    }
-  };
   for (std::size_t n = 0; n < nodes.size(); ++n) {  // grows while it runs
     ends.clear();
-    key_visiting_.clear();
-    chain_ends(chain_ends, nodes[n].column, nodes[n].rule);
+    for (const ChainEnd& end : chain_ends(nodes[n].column, nodes[n].rule))
+      ends.emplace_back(end.slot, node(end.column, end.rule));
     std::sort(ends.begin(), ends.end());
     ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
     put(static_cast<uint32_t>(ends.size()));

@@ -104,6 +104,7 @@ struct Column {
   std::vector<RuleId> predicted;
   StampedMap seen;                                      // only past kLinearItems
   bool accepting = false;
+  uint64_t generation = 0;  // which push of its slot this column is (Columns::push)
 
   static constexpr std::size_t kLinearItems = 48;
 
@@ -127,6 +128,7 @@ class Columns {
     if (size_ == columns_.size()) columns_.emplace_back();
     Column& column = columns_[size_++];
     column.clear();
+    column.generation = ++pushes_;
     return column;
   }
   void pop() { --size_; }
@@ -135,6 +137,7 @@ class Columns {
  private:
   std::vector<Column> columns_;
   std::size_t size_ = 0;
+  uint64_t pushes_ = 0;
 };
 
 // An Earley chart over the output so far, one column per byte, with the column count before each
@@ -167,6 +170,21 @@ struct Chart {
   mutable std::vector<KeyNode> key_nodes_;
   mutable StampedMap key_node_ids_, key_visiting_;  // by column << 32 | rule
   mutable std::vector<std::pair<uint32_t, uint32_t>> key_ends_;
+  // Where each node's chains of tails end, as met: it depends only on the columns up to the
+  // node's, which stay while that column does (same generation), so the nodes of the output
+  // before a mask walk are followed once, not again for every state the walk keys.
+  struct ChainEnd {
+    uint32_t slot;  // after the dot
+    uint32_t column;
+    RuleId rule;
+  };
+  struct ChainEnds {
+    uint64_t generation;
+    uint32_t first, count;  // in chain_arena_
+  };
+  std::span<const ChainEnd> chain_ends(std::size_t column, RuleId rule) const;
+  mutable std::unordered_map<uint64_t, ChainEnds> chain_ends_;
+  mutable std::vector<ChainEnd> chain_arena_;
 };
 
 }  // namespace deepinfer::grammar
