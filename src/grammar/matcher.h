@@ -3,12 +3,12 @@
 // over the vocabulary), accepting a token, rolling back, whether the output is complete, and the
 // bytes the grammar forces next (jump-forward).
 //
-// The parser is Earley's over bytes (every CFG, ambiguity and left recursion included), with
-// the state after each accepted token kept so rollback is a pop. A mask walks the vocabulary's
-// token trie depth first, advancing a copy of the parser byte by byte along the trie's edges and
-// cutting every subtree whose first bytes the grammar rejects, so a step visits only the tokens
-// that can start where the output is; the masks of parse states met before come from a cache the
-// grammar keeps (by the part of the chart later bytes can reach, matcher.cpp mask_key).
+// The parser is Earley's over bytes (every CFG, ambiguity and left recursion included; earley.h),
+// with the state after each accepted token kept so rollback is a pop. A mask walks the
+// vocabulary's token trie, cutting every subtree whose first bytes the grammar rejects, over an
+// automaton of parse states the grammar builds as it goes (mask_walk.h), adding the plain-text
+// tokens at once where a state takes them all; the masks of parse states met before come from a
+// cache the grammar keeps (by the part of the chart later bytes can reach, Chart::mask_key).
 #include <cstdint>
 #include <memory>
 #include <span>
