@@ -211,8 +211,12 @@ std::span<const Chart::ChainEnd> Chart::chain_ends(std::size_t column, RuleId ru
   const auto cached = chain_ends_.find(pair_key(column, rule));
   if (cached != chain_ends_.end() && cached->second.generation == generation)
     return std::span(chain_arena_).subspan(cached->second.first, cached->second.count);
-  // The non-tail items that completing `rule` in `column` reaches, in the order met.
-  const auto first = static_cast<uint32_t>(chain_arena_.size());
+  // The non-tail items that completing `rule` in `column` reaches, in the order met. The last
+  // column's would not outlive the next step of a walk, so they go to scratch, not the cache.
+  const bool kept = column + 1 < columns.size();
+  std::vector<ChainEnd>& out = kept ? chain_arena_ : chain_scratch_;
+  if (!kept) out.clear();
+  const auto first = static_cast<uint32_t>(out.size());
   key_visiting_.clear();
   const auto follow = [&](auto& self, std::size_t at, RuleId completed) -> void {
     if (!key_visiting_.emplace(pair_key(at, completed), 0).second) return;
@@ -222,20 +226,21 @@ std::span<const Chart::ChainEnd> Chart::chain_ends(std::size_t column, RuleId ru
       if (grammar.next(after).index == CompiledGrammar::kComplete) {
         self(self, parent.origin, grammar.lhs(parent.slot));
       } else {
-        chain_arena_.push_back({after, parent.origin, grammar.lhs(parent.slot)});
+        out.push_back({after, parent.origin, grammar.lhs(parent.slot)});
       }
     }
   };
   follow(follow, column, rule);
-  const auto count = static_cast<uint32_t>(chain_arena_.size()) - first;
-  chain_ends_[pair_key(column, rule)] = {generation, first, count};
-  return std::span(chain_arena_).subspan(first, count);
+  const auto count = static_cast<uint32_t>(out.size()) - first;
+  if (kept) chain_ends_[pair_key(column, rule)] = {generation, first, count};
+  return std::span(out).subspan(first, count);
 }
 
 void Chart::mask_key(std::string& key) const {
-  // Entries of columns gone since (popped by walks and rollbacks) are dropped now and then.
-  constexpr std::size_t kMaxChainArena = std::size_t{1} << 20;
-  if (chain_arena_.size() > kMaxChainArena) {
+  // Entries of columns gone since (popped by walks and rollbacks) are dropped now and then; the
+  // bound keeps a matcher's share small (~1 MiB).
+  constexpr std::size_t kMaxChainArena = std::size_t{1} << 16, kMaxChainNodes = std::size_t{1} << 14;
+  if (chain_arena_.size() > kMaxChainArena || chain_ends_.size() > kMaxChainNodes) {
     chain_arena_.clear();
     chain_ends_.clear();
   }

@@ -184,7 +184,7 @@ struct Chart {
   };
   std::span<const ChainEnd> chain_ends(std::size_t column, RuleId rule) const;
   mutable std::unordered_map<uint64_t, ChainEnds> chain_ends_;
-  mutable std::vector<ChainEnd> chain_arena_;
+  mutable std::vector<ChainEnd> chain_arena_, chain_scratch_;
 };
 
 }  // namespace deepinfer::grammar
