@@ -1,7 +1,11 @@
 // Arbitrary bytes -> a regex, GBNF or Lark grammar (the first byte picks which) -> the grammar
 // compiled, then the matcher run over the rest of the input split in two: bytes, then a mask
-// walk over a small vocabulary and a rollback. A constraint compiles or is refused with
-// CompileError within the limits; nothing else may escape, and the matcher never throws on bytes.
+// over a small vocabulary and a rollback. A constraint compiles or is refused with CompileError
+// within the limits; nothing else may escape, and the matcher never throws on bytes. The mask
+// comes from the automaton walk and must equal the reference Earley walk, and again (from the
+// cache) after each allowed token is accepted and rolled back. The vocabulary holds plain-text
+// tokens of every slice level (up to 8 bytes, up to 16, longer), a partial and a stray UTF-8 byte,
+// and tokens that leave a string.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,18 +36,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   auto vocabulary = std::make_shared<const deepinfer::grammar::Vocabulary>(
-      std::vector<std::string>{"a", "b", "ab", "{", "}", "\"", " ", "0", "1", "é", "\xff", ""}, std::vector<int32_t>{},
-      11);
+      std::vector<std::string>{"a", "b", "ab", "{", "}", "\"", " ", "0", "1", "é", "\xff", "", "hello wor",
+                               "abababababababab", "a b a b a b a b a", "\xc3", "\xa9", "a\"", "\\n", "\":", "\n"},
+      std::vector<int32_t>{}, 11);
   deepinfer::grammar::Matcher matcher(deepinfer::grammar::prepare(std::move(grammar)), vocabulary);
   int64_t rejected_at = 0;
   (void)matcher.accept_bytes(text.substr(0, std::min<std::size_t>(text.size(), 256)), &rejected_at);
-  std::vector<uint64_t> mask(1);
+  std::vector<uint64_t> mask(1), walked(1);
   matcher.fill_mask(mask);
+  matcher.fill_mask(walked, /*cached=*/false);
+  if (mask != walked) __builtin_trap();  // the automaton walk disagrees with the reference
   (void)matcher.forced_bytes();
   for (int32_t id = 0; id < vocabulary->size(); ++id)
     if ((mask[0] >> id) & 1) {
       if (!matcher.accept_token(id)) __builtin_trap();  // the mask promised it
+      matcher.fill_mask(walked);
       matcher.rollback(1);
     }
+  matcher.fill_mask(walked);
+  if (mask != walked) __builtin_trap();  // rollback restored the state the mask was for
   return 0;
 }

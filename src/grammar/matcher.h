@@ -3,12 +3,12 @@
 // over the vocabulary), accepting a token, rolling back, whether the output is complete, and the
 // bytes the grammar forces next (jump-forward).
 //
-// The parser is Earley's over bytes (every CFG, ambiguity and left recursion included), with
-// the state after each accepted token kept so rollback is a pop. A mask walks the vocabulary's
-// token trie depth first, advancing a copy of the parser byte by byte along the trie's edges and
-// cutting every subtree whose first bytes the grammar rejects, so a step visits only the tokens
-// that can start where the output is; the masks of parse states met before come from a cache the
-// grammar keeps (by the part of the chart later bytes can reach, matcher.cpp mask_key).
+// The parser is Earley's over bytes (every CFG, ambiguity and left recursion included; earley.h),
+// with the state after each accepted token kept so rollback is a pop. A mask walks the
+// vocabulary's token trie, cutting every subtree whose first bytes the grammar rejects, over an
+// automaton of parse states the grammar builds as it goes (mask_walk.h), adding the plain-text
+// tokens at once where a state takes them all; the masks of parse states met before come from a
+// cache the grammar keeps (by the part of the chart later bytes can reach, Chart::mask_key).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,29 +32,41 @@ class Vocabulary {
   const std::string& bytes(int32_t id) const { return token_bytes_[static_cast<std::size_t>(id)]; }
   bool special(int32_t id) const { return special_[static_cast<std::size_t>(id)] != 0; }
 
-  // Trie nodes: node 0 is the root; children are ranges of `edges`.
+  // A trie's nodes in depth-first preorder, the root first: a node's subtree is it and the
+  // subtree_size - 1 nodes after it, and its parent is the last node before it one level up, so a
+  // walk is a scan that keeps a state per depth and skips a rejected subtree in one jump.
   struct Node {
-    int32_t first_edge = 0, edge_count = 0;
+    uint8_t byte = 0;     // the byte from the parent (the root: none)
+    uint16_t depth = 0;   // bytes from the root
+    int32_t subtree_size = 1;
     int32_t first_token = 0, token_count = 0;  // tokens ending here: tokens_[first..first+count)
   };
-  struct Edge {
-    uint8_t byte;
-    int32_t child;
-  };
-  const std::vector<Node>& nodes() const { return nodes_; }
-  const std::vector<Edge>& edges() const { return edges_; }
   std::span<const int32_t> tokens_at(const Node& node) const {
     return std::span(tokens_).subspan(static_cast<std::size_t>(node.first_token),
                                       static_cast<std::size_t>(node.token_count));
+  }
+  std::size_t max_token_length() const { return max_token_length_; }
+  // The tokens of plain string text up to a slice level (grammar/text_slice.h) as a mask, and a
+  // trie over all the others (level 0: no slice, the whole vocabulary): a mask walk from a state
+  // that takes the level's tokens copies the mask and walks only that trie.
+  std::span<const uint64_t> slice_tokens(int level) const { return slice_tokens_[static_cast<std::size_t>(level)]; }
+  std::span<const Node> trie(int level) const {
+    const int32_t root = trie_roots_[static_cast<std::size_t>(level)];
+    return std::span(nodes_).subspan(static_cast<std::size_t>(root),
+                                     static_cast<std::size_t>(nodes_[static_cast<std::size_t>(root)].subtree_size));
   }
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<char> special_;
   int32_t eos_ = -1;
-  std::vector<Node> nodes_;
-  std::vector<Edge> edges_;
+  std::vector<Node> nodes_;  // every trie, one after another
   std::vector<int32_t> tokens_;
+  std::size_t max_token_length_ = 0;
+  std::vector<std::vector<uint64_t>> slice_tokens_;  // by level
+  std::vector<int32_t> trie_roots_;                  // by level
+
+  int32_t build_trie(const std::vector<int32_t>& sorted_ids);  // returns the root
 };
 
 // A grammar prepared for matching (nullable rules, prediction tables); immutable, shareable.
@@ -62,6 +74,7 @@ class Vocabulary {
 // at limits.deadline (CompileTimeout).
 class CompiledGrammar;
 struct CompileLimits;
+struct Chart;
 std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar);
 std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar, const CompileLimits& limits);
 // What a prepared grammar holds, in bytes (its tables and the grammar; not its mask cache, which
@@ -93,7 +106,8 @@ class Matcher {
   // mask bit id set (bit id % 64 of word id / 64) for every token that may come next; `mask`
   // holds ceil(vocabulary size / 64) words. A mask computed once for a parse state the grammar
   // has met before (in any matcher of it) is copied from the grammar's cache; `cached` false
-  // always walks the vocabulary (the tests hold the two equal).
+  // always walks the vocabulary with the Earley parser (the reference: the tests hold the two
+  // equal); a cached mask not in the cache is walked over the grammar's chart-key automaton.
   void fill_mask(std::span<uint64_t> mask, bool cached = true) const;
   // The grammar's mask cache so far, over every matcher of it: masks copied, masks walked.
   struct MaskCacheStats {
@@ -105,9 +119,7 @@ class Matcher {
   std::string forced_bytes() const;
 
  private:
-  struct State;
-  void walk_mask(std::span<uint64_t> mask) const;  // the trie walk, into a zeroed mask
-  std::unique_ptr<State> state_;
+  std::unique_ptr<Chart> chart_;
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;
   bool finished_ = false;
