@@ -238,8 +238,9 @@ TEST(MaskWalk, DevSchemasEqualTheReference) {
       break;  // one instance a schema
     }
   }
-  EXPECT_GT(schemas, 30);
-  EXPECT_GT(compared, 500);
+  // The sample was walked (every 15th: 30 schemas and 500 masks at least; fewer under ASan).
+  EXPECT_GT(schemas, 30 * 15 / kSchemaStride);
+  EXPECT_GT(compared, 500 * 15 / kSchemaStride);
 }
 
 }  // namespace
