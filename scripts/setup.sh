@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-14-dev            # libFuzzer and sanitizer runtimes
+  clang libclang-rt-14-dev lld        # libFuzzer and sanitizer runtimes; lld links the sanitizer build
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev
   libutf8proc-dev                     # Unicode normalisation (Engram token map)
