@@ -274,6 +274,7 @@ struct AttentionCase {
   int64_t region_offset = 0;
   int32_t topk = 0;  // Picked: picks per row (fewer where fewer are visible, and some rows fewer still)
   std::vector<SegmentSpec> segments;
+  bool tensor_cores = false;  // sink_attention_on_tensor_cores: the case runs both kernels
 };
 
 // Random bytes: what a row the kernel must not read holds.
@@ -433,8 +434,6 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
   const DeviceBytes device_pick_count = to_device(pick_count);
   const DeviceBytes device_q = to_device(q);
   const DeviceBytes device_sink = to_device(sink);
-  DeviceBytes device_out =
-      to_device(std::vector<float>(q.size(), std::numeric_limits<float>::quiet_NaN()));  // unwritten shows
 
   AttentionParams params;
   params.heads = c.heads;
@@ -461,10 +460,7 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
     params.pick_count = device_pick_count.at<int32_t>();
     params.pick_stride = pick_stride;
   }
-  sink_attention(params, device_segments.at<SegmentRows>(), device_row_segment.at<int32_t>(), total_rows,
-                 device_q.at<float>(), device_out.at<float>(), kDefaultStream);
-  synchronize();
-  const std::vector<float> got = from_device(device_out.at<float>(), q.size());
+  EXPECT_EQ(sink_attention_on_tensor_cores(params), c.tensor_cores);
 
   // The host: attention_core's key order, then attend_head.
   std::vector<float> expected(q.size());
@@ -486,16 +482,27 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
       host_attend_head(q.data() + (t * heads + h) * d, keys, d, params.scale, sink[h],
                        expected.data() + (t * heads + h) * d);
   }
-  int failures = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double tolerance = 1e-5 * std::fabs(expected[i]) + 1e-6;
-    if (!(std::fabs(got[i] - expected[i]) <= tolerance) && failures++ < 5) {
-      const auto pair = static_cast<int64_t>(i) / d;
-      ADD_FAILURE() << "row " << pair / heads << " head " << pair % heads << " element " << static_cast<int64_t>(i) % d
-                    << ": got " << got[i] << " expected " << expected[i];
+  // Both kernels where the tensor-core one applies (the SIMT one is DEEPINFER_CUDA_SIMT=1's).
+  for (const bool tensor_cores : {true, false}) {
+    if (tensor_cores && !c.tensor_cores) continue;
+    SCOPED_TRACE(tensor_cores ? "tensor cores" : "SIMT");
+    params.tensor_cores = tensor_cores;
+    DeviceBytes out = to_device(std::vector<float>(q.size(), std::numeric_limits<float>::quiet_NaN()));
+    sink_attention(params, device_segments.at<SegmentRows>(), device_row_segment.at<int32_t>(), total_rows,
+                   device_q.at<float>(), out.at<float>(), kDefaultStream);
+    synchronize();
+    const std::vector<float> got = from_device(out.at<float>(), q.size());
+    int failures = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double tolerance = 1e-5 * std::fabs(expected[i]) + 1e-6;
+      if (!(std::fabs(got[i] - expected[i]) <= tolerance) && failures++ < 5) {
+        const auto pair = static_cast<int64_t>(i) / d;
+        ADD_FAILURE() << "row " << pair / heads << " head " << pair % heads << " element "
+                      << static_cast<int64_t>(i) % d << ": got " << got[i] << " expected " << expected[i];
+      }
     }
+    EXPECT_EQ(failures, 0);
   }
-  EXPECT_EQ(failures, 0);
 }
 
 TEST(CudaSinkAttention, WindowOnlyReadsTheRingAndTheCallRows) {
@@ -544,6 +551,7 @@ TEST(CudaSinkAttention, V41PickedFp4EntriesAndFp8Window) {
   c.region_offset = 100;
   c.topk = 8;
   // Position 0 has nothing to pick; row 4 (t % 5 == 4) picks half of what it could.
+  c.tensor_cores = true;
   c.segments = {{4, 64, 49}, {3, 9, 0}, {1, 0, 0}};
   expect_sink_attention_matches_host(c, 3);
 }
@@ -561,8 +569,44 @@ TEST(CudaSinkAttention, SixtyFourHeadsOf512) {
   c.block_tokens = 64;
   c.region_offset = 4096;
   c.topk = 32;
+  c.tensor_cores = true;
   c.segments = {{3, 300, 173}, {2, 130, 3}};
   expect_sink_attention_matches_host(c, 4);
+}
+
+// The tensor-core kernel's edges: heads not a multiple of its 16, head_dim 128 (one k step per
+// warp, ldmatrix x2) and 384 (x4 then x2), several 32-key tiles with a partial last one, and
+// FP4 entries under E8M0 scales.
+TEST(CudaSinkAttention, TensorCoreKernelAtOddWidthsAndHeadCounts) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  for (const int32_t head_dim : {128, 384}) {
+    AttentionCase c;
+    c.heads = head_dim == 128 ? 20 : 40;
+    c.head_dim = head_dim;
+    c.window = 45;
+    c.window_format = CacheFormat::Fp8Ue8m0x32;
+    c.compressed = CompressedKeys::Visible;
+    c.ratio = 4;
+    c.entry_format = CacheFormat::Fp4Ue8m0x32;
+    c.block_tokens = 32;
+    c.region_offset = 64;
+    c.tensor_cores = true;
+    c.segments = {{3, 97, 40}, {2, 0, 0}, {1, 33, 0}};
+    SCOPED_TRACE(head_dim);
+    expect_sink_attention_matches_host(c, 7);
+  }
+}
+
+TEST(CudaSinkAttention, TensorCoreKernelWithNoKeysGivesZeros) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  AttentionCase c;
+  c.heads = 16;
+  c.head_dim = 256;
+  c.window = 0;
+  c.window_format = CacheFormat::Fp8Ue8m0x32;
+  c.tensor_cores = true;
+  c.segments = {{2, 5, 5}};
+  expect_sink_attention_matches_host(c, 8);
 }
 
 TEST(CudaSinkAttention, HeadsNotAMultipleOfEightAndAWidthThatDoesNotBlock) {

@@ -210,6 +210,8 @@ class CudaBackend final : public model::Backend {
           found->second = found->second && k::expert_mma_supports(weights_.matrix(*w));
     return found->second;
   }
+  // False under DEEPINFER_CUDA_SIMT=1: every kernel with a tensor-core and a SIMT form runs the SIMT one.
+  bool tensor_cores() const { return !simt_; }
   StepGraphs& graphs() { return *graphs_; }
   GraphCounts& graph_counts() { return graph_counts_; }
   GraphCounts graph_counts() const {
@@ -251,7 +253,8 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       live_rows_(call.rows),
       linear_(backend.linear_runner()),
       attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
-                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, backend.profile()) {
+                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, backend.profile(),
+                 backend.tensor_cores()) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);

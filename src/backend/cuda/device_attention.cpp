@@ -453,6 +453,7 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   params.sink = weights_.floats(weights.sink);
   params.call_rows = call_rows;
   params.ratio = static_cast<int32_t>(weights.ratio);
+  params.tensor_cores = tensor_cores_;
   const model::AttentionSegment& first = segments.front();
   if (weights.compressor) {
     const OpProfile::Section timed(profile_, "attention.core: compress", stream_);

@@ -44,10 +44,11 @@ struct AttentionInputs {
 class DeviceAttention {
  public:
   // linear: how the pass runs linear (linear_runner.h); profile: times the middle's parts
-  // (DEEPINFER_CUDA_PROFILE=1).
+  // (DEEPINFER_CUDA_PROFILE=1); tensor_cores false keeps the sink attention on its SIMT kernel
+  // (DEEPINFER_CUDA_SIMT=1).
   DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
                   cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, const LinearRunner& linear,
-                  OpProfile& profile)
+                  OpProfile& profile, bool tensor_cores)
       : weights_(weights),
         arena_(arena),
         staging_(staging),
@@ -56,7 +57,8 @@ class DeviceAttention {
         call_rows_(call_rows),
         context_bound_(context_bound),
         linear_(linear),
-        profile_(profile) {}
+        profile_(profile),
+        tensor_cores_(tensor_cores) {}
 
   // attended [rows, heads, d], rotated back; the segments' states move past their rows.
   void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
@@ -89,6 +91,7 @@ class DeviceAttention {
   int64_t context_bound_;
   LinearRunner linear_;
   OpProfile& profile_;
+  bool tensor_cores_;
   bool tables_ready_ = false;
   std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
   int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows

@@ -181,12 +181,21 @@ struct AttentionParams {
   const int32_t* picks = nullptr;       // Picked: [rows, pick_stride], ascending
   const int32_t* pick_count = nullptr;  // Picked: [rows]
   int32_t pick_stride = 0;
+  // false: part 1's SIMT kernel even where the tensor-core one applies (DEEPINFER_CUDA_SIMT=1).
+  bool tensor_cores = true;
 };
+
+// Whether sink_attention runs on the tensor cores for these parameters: every key format stores
+// BF16-exact values (FP8 or FP4 codes under a block scale, as V4.1's window and entries; not F32)
+// and head_dim is a multiple of 128 up to 512. Otherwise the SIMT kernel runs.
+bool sink_attention_on_tensor_cores(const AttentionParams& params);
 
 // attended [rows, heads, head_dim]: for row t at position p and head h, the sink softmax over the
 // keys K = V (window positions max(0, p - W + 1, window_first) .. p in order, then the compressed
 // entries in ascending order): sum_j softmax_j(q . k_j * scale with the sink logit sink[h] in the
-// denominator) * k_j. Not rotated back (the caller runs rope(inverse) on the result).
+// denominator) * k_j. Not rotated back (the caller runs rope(inverse) on the result). Both kernels
+// sum in f32 (the tensor-core one from three-term BF16 splits of q and of the weights), so they
+// agree with each other and with the CPU to rounding.
 void sink_attention(const AttentionParams& params, const SegmentRows* segments, const int32_t* row_segment,
                     int64_t rows, const float* q, float* attended, Stream stream);
 

@@ -1,6 +1,8 @@
 // sink_attention: model/attention.cpp's attend_head over the keys attention_core gathers (window
 // positions oldest..p, then the compressed entries ascending), read from the stored rows on the
-// device.
+// device. Where sink_attention_on_tensor_cores holds (V4.1's FP8 window and FP4 entries), the
+// tensor-core kernel of sink_attention_mma.cu runs instead; this SIMT kernel serves F32 keys
+// (V4's cache), other head widths and DEEPINFER_CUDA_SIMT=1.
 //
 // One thread block per (call row, group of kHeadsPerBlock heads), one warp per head. The row's
 // keys go through shared memory a tile at a time, each decoded once (by all the block's threads)
@@ -14,7 +16,9 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/attention_keys.cuh"
 #include "kernels/cuda/launch_gate.h"
+#include "kernels/cuda/sink_attention_mma.h"
 #include "kernels/cuda/cache_codes.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -29,58 +33,6 @@ constexpr int kMaxHeadDim = 512;
 constexpr int kValuesPerLane = kMaxHeadDim / kWarp;
 // Keys decoded per barrier pair: 16 keys of 512 floats are 32 KiB of shared memory.
 constexpr int kKeysPerTile = 16;
-
-// Where row t's keys are. Window key j < window_keys is position oldest + j; the rest are the
-// compressed entries in the order attention_core lists them.
-struct RowKeys {
-  int64_t t = 0;
-  int64_t position = 0;
-  int64_t oldest = 0;
-  int64_t window_keys = 0;
-  int64_t entry_keys = 0;
-  SegmentRows segment;
-};
-
-__device__ RowKeys row_keys(const AttentionParams& params, const SegmentRows* segments, const int32_t* row_segment,
-                            int64_t t) {
-  RowKeys keys;
-  keys.t = t;
-  if (row_segment[t] < 0) return keys;  // a padding row: no keys, attended 0
-  keys.segment = segments[row_segment[t]];
-  keys.position = keys.segment.first_position + (t - keys.segment.row_begin);
-  // The store starts no later than the window, except after a window replay restarted it.
-  int64_t oldest = keys.position - params.window + 1;
-  if (oldest < keys.segment.window_first) oldest = keys.segment.window_first;
-  if (oldest < 0) oldest = 0;
-  keys.oldest = oldest;
-  keys.window_keys = keys.position >= oldest ? keys.position - oldest + 1 : 0;
-  if (params.compressed == CompressedKeys::Visible) keys.entry_keys = (keys.position + 1) / params.ratio;
-  else if (params.compressed == CompressedKeys::Picked) keys.entry_keys = params.pick_count[t];
-  return keys;
-}
-
-// model/paged_rows.cpp's row_address.
-__device__ const uint8_t* entry_row(const PagedRegion& region, std::byte* const* blocks, int64_t w) {
-  const int64_t block = ((w + 1) * region.ratio - 1) / region.block_tokens;
-  const int64_t slot = w - block * region.block_tokens / region.ratio;
-  return reinterpret_cast<const uint8_t*>(blocks[block] + region.offset + slot * region.row_bytes);
-}
-
-__device__ const uint8_t* key_row(const AttentionParams& params, const RowKeys& keys, int64_t j) {
-  if (j < keys.window_keys) {
-    const int64_t position = keys.oldest + j;
-    const SegmentRows& segment = keys.segment;
-    if (position >= segment.first_position) {
-      const int64_t call_row = segment.row_begin + (position - segment.first_position);
-      return reinterpret_cast<const uint8_t*>(params.call_rows + call_row * params.window_row_bytes);
-    }
-    return reinterpret_cast<const uint8_t*>(segment.window_ring +
-                                            (position % params.window_capacity) * params.window_row_bytes);
-  }
-  const int64_t i = j - keys.window_keys;
-  const int64_t w = params.compressed == CompressedKeys::Picked ? params.picks[keys.t * params.pick_stride + i] : i;
-  return entry_row(params.entries, keys.segment.blocks, w);
-}
 
 __global__ void __launch_bounds__(kThreads)
     sink_attention_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
@@ -208,6 +160,10 @@ void sink_attention(const AttentionParams& params, const SegmentRows* segments, 
   check_params(params);
   if (rows == 0 || params.heads == 0 || params.head_dim == 0) return;
   if (rows >= (int64_t{1} << 31)) fail("cuda::sink_attention: ", rows, " rows, over 2^31");
+  if (sink_attention_on_tensor_cores(params)) {
+    detail::sink_attention_mma(params, segments, row_segment, rows, q, attended, stream);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(rows),
                   static_cast<unsigned>((params.heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
   const std::size_t shared_bytes = static_cast<std::size_t>(kKeysPerTile) * params.head_dim * sizeof(float);
