@@ -230,15 +230,25 @@ void StepExecutor::compute_drawing() {
     ++row;
   }
   histories.resize(owners.size());
+  std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
+  const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
+  const auto with_mask = [&](model::TokenDraw draw, SequenceId id) {
+    for (const RowMask& mask : masks)
+      if (mask.id == id) {
+        draw.mask = mask.mask;
+        draw.mask_fallback_token = requests_.at(id.request)->params.constraint->vocabulary->eos();
+      }
+    return draw;
+  };
   row = 0;
   std::size_t owner = 0;
   for (PreparedItem& item : prepared.items) {
     if (!item.needs_logits) continue;
-    draws.push_back(draw_for(item.id, row, item.end, histories[owner]));
+    draws.push_back(with_mask(draw_for(item.id, row, item.end, histories[owner]), item.id));
     ++owner;
     for (const PreparedFork& fork : prepared.forks)
       if (fork.parent == item.id) {
-        draws.push_back(draw_for(fork.child, row, item.end, histories[owner]));
+        draws.push_back(with_mask(draw_for(fork.child, row, item.end, histories[owner]), fork.child));
         ++owner;
       }
     ++row;
@@ -257,16 +267,9 @@ void StepExecutor::compute_drawing() {
 void StepExecutor::compute() {
   if (!prepared_) fail("engine: compute() without a prepared step");
   Prepared& prepared = *prepared_;
-  // The backend draws the tokens itself unless a row's logits must come back (prompt scoring).
-  // (and unless a grammar constrains a sequence of the step: its mask applies on the host).
-  const bool constrained_step =
-      std::any_of(prepared.items.begin(), prepared.items.end(), [&](const PreparedItem& item) {
-        return item.needs_logits && constrained(item.id);
-      }) ||
-      std::any_of(prepared.forks.begin(), prepared.forks.end(), [&](const PreparedFork& fork) {
-        return constrained(fork.child);
-      });
-  if (model_.backend().draws_tokens() && !constrained_step &&
+  // The backend draws the tokens itself (constrained rows with their masks) unless a row's
+  // logits must come back (prompt scoring).
+  if (model_.backend().draws_tokens() &&
       std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) {
         return item.scores_prompt();
       })) {

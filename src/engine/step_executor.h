@@ -131,9 +131,10 @@ class StepExecutor {
   // mask: the row's grammar mask when computed ahead (start_masks); null computes it here.
   ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position,
                            const std::vector<uint64_t>* mask = nullptr);
-  // The grammar masks of the step's constrained rows, computed on a worker thread while the
-  // forward pass runs (the matchers stand at the tokens so far, which the pass does not change;
-  // on a GPU the host would otherwise only wait). Invalid when no row is constrained.
+  // The grammar masks of the step's constrained rows, computed on a worker thread (the matchers
+  // stand at the tokens so far, which the pass does not change): compute() overlaps them with
+  // the forward pass; compute_drawing() waits for them before it, since the backend draws inside
+  // the pass. Invalid when no row is constrained.
   struct RowMask {
     SequenceId id;
     std::vector<uint64_t> mask;
@@ -141,12 +142,12 @@ class StepExecutor {
   std::future<std::vector<RowMask>> start_masks(const Prepared& prepared);
   // A fresh sequence's matcher, when its request is constrained.
   void start_matcher(SequenceId id);
-  bool constrained(SequenceId id) { return context(id).constrained; }
   // The sampler's inputs for one draw by the backend (model::TokenDraw); `generated` keeps the
   // flattened history the draw points into.
   model::TokenDraw draw_for(SequenceId id, int64_t row, int64_t position,
                             std::vector<model::TokenDraw::Generated>& generated);
-  // compute() when the backend draws the tokens where the logits are (a GPU): only tokens come back.
+  // compute() when the backend draws the tokens where the logits are (a GPU): only tokens come
+  // back; constrained rows take their masks along (computed before the pass: the draw is in it).
   void compute_drawing();
   // compute()'s parts after the forward: fork copies and snapshots, then the host sampler.
   void run_forks_and_snapshots(Prepared& prepared);

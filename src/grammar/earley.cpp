@@ -108,12 +108,10 @@ CompiledGrammar::~CompiledGrammar() = default;
 
 bool CompiledGrammar::cached_mask(const Vocabulary* vocabulary, const std::string& key, std::span<uint64_t> mask) const {
   const std::lock_guard<std::mutex> lock(mask_cache_.mutex);
-  const auto found = mask_cache_.vocabulary == vocabulary ? mask_cache_.masks.find(key) : mask_cache_.masks.end();
-  if (found == mask_cache_.masks.end() || found->second.size() != mask.size()) {
+  if (mask_cache_.vocabulary != vocabulary || !mask_cache_.masks.find(key, mask)) {
     ++mask_cache_.stats.misses;
     return false;
   }
-  std::copy(found->second.begin(), found->second.end(), mask.begin());
   ++mask_cache_.stats.hits;
   return true;
 }
@@ -125,8 +123,7 @@ void CompiledGrammar::store_mask(const Vocabulary* vocabulary, const std::string
     if (mask_cache_.vocabulary) return;
     mask_cache_.vocabulary = vocabulary;
   }
-  if (mask_cache_.masks.size() >= kCachedMasks) mask_cache_.masks.clear();  // the hot ones come back
-  mask_cache_.masks.emplace(key, std::vector<uint64_t>(mask.begin(), mask.end()));
+  mask_cache_.masks.store(key, mask);
 }
 
 std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar) { return prepare(std::move(grammar), CompileLimits{}); }

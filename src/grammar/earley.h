@@ -12,6 +12,7 @@
 
 #include "grammar/compile.h"
 #include "grammar/grammar.h"
+#include "grammar/lru_masks.h"
 #include "grammar/matcher.h"
 #include "grammar/stamped_map.h"
 #include "grammar/text_slice.h"
@@ -79,7 +80,7 @@ class CompiledGrammar {
   struct MaskCache {
     std::mutex mutex;
     const Vocabulary* vocabulary = nullptr;
-    std::unordered_map<std::string, std::vector<uint64_t>> masks;
+    LruMasks masks{kCachedMasks};
     Matcher::MaskCacheStats stats;
   };
 

@@ -74,6 +74,12 @@ struct TokenDraw {
   std::span<const int32_t> prompt_tokens;  // distinct, ascending
   std::span<const Generated> generated;    // distinct, first-seen order
   std::vector<std::pair<int32_t, float>> logit_bias;  // distinct ids
+  // A structured-output mask (empty: none): bit i % 64 of word i / 64 allows token i; ids past
+  // its words are forbidden. Forbidden logits are -inf for the draw and the logprobs; when no
+  // allowed token has a non-NaN logit the draw is mask_fallback_token (the grammar's EOS) with
+  // logprob 0, as engine StepExecutor::sample_for answers on the host.
+  std::span<const uint64_t> mask;
+  int32_t mask_fallback_token = -1;
 };
 
 struct DrawnToken {

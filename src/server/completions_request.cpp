@@ -14,8 +14,8 @@ namespace fields = api::fields;
 CompletionsRequest parse_completions_request(const nlohmann::ordered_json& body, const Tokenizer& tokenizer) {
   CompletionsRequest out;
   api::GenerationOptions& options = out.options;
-  options.model = fields::string(fields::require(body, "model", "model"), "model");
-  const nlohmann::ordered_json& prompt = fields::require(body, "prompt", "prompt");
+  options.model = fields::string(fields::require(body, "model", ""), "model");
+  const nlohmann::ordered_json& prompt = fields::require(body, "prompt", "");
   out.prompt = api::encode_completion_prompt(prompt, tokenizer);
   if (prompt.is_string()) {
     out.prompt_text = prompt.get<std::string>();

@@ -40,6 +40,9 @@ struct Row {
   uint64_t seed = 0;
   uint64_t request_id = 0;
   int64_t position = 0;
+  // A structured-output mask over (vocab + 63) / 64 words (empty: none) and its fallback token.
+  std::vector<uint64_t> mask;
+  int32_t fallback = -1;
 };
 
 struct Outcome {
@@ -56,11 +59,26 @@ engine::TokenHistory history_of(const Row& row) {
   return history;
 }
 
+// With a mask, what the engine's host path does (engine/step_executor.cpp sample_for): forbidden
+// logits become -inf before sample(), and no allowed non-NaN logit gives the fallback token.
 Outcome cpu_sample(const Row& row) {
   Outcome out;
+  std::vector<float> logits = row.logits;
+  if (!row.mask.empty()) {
+    bool any = false;
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      if (((row.mask[i / 64] >> (i % 64)) & 1) == 0) logits[i] = -kInfinity;
+      else any = any || logits[i] == logits[i];
+    }
+    if (!any) {
+      out.token = row.fallback;
+      out.logprob = 0.0f;
+      return out;
+    }
+  }
   try {
     const engine::SampleResult result =
-        engine::sample(row.logits, row.params, history_of(row), row.seed, row.request_id, row.position);
+        engine::sample(logits, row.params, history_of(row), row.seed, row.request_id, row.position);
     out.token = result.token;
     out.logprob = result.logprob;
     out.top = result.top_logprobs;
@@ -86,6 +104,7 @@ std::vector<Outcome> gpu_sample(const std::vector<Row>& rows, int64_t vocab) {
   std::vector<int32_t> prompt_tokens;
   std::vector<GeneratedCount> generated;
   std::vector<LogitBias> bias;
+  std::vector<uint64_t> masks;
   logits.reserve(rows.size() * static_cast<std::size_t>(vocab));
   for (const Row& row : rows) {
     EXPECT_EQ(static_cast<int64_t>(row.logits.size()), vocab);
@@ -113,6 +132,12 @@ std::vector<Outcome> gpu_sample(const std::vector<Row>& rows, int64_t vocab) {
     p.bias_begin = static_cast<int32_t>(bias.size());
     for (const auto& [token, value] : row.params.logit_bias) bias.push_back({token, value});
     p.bias_end = static_cast<int32_t>(bias.size());
+    if (!row.mask.empty()) {
+      EXPECT_EQ(static_cast<int64_t>(row.mask.size()), (vocab + 63) / 64);
+      p.mask_row = static_cast<int32_t>(masks.size() / row.mask.size());
+      p.mask_fallback_token = row.fallback;
+      masks.insert(masks.end(), row.mask.begin(), row.mask.end());
+    }
     params.push_back(p);
   }
   const auto rows_count = static_cast<int64_t>(rows.size());
@@ -121,11 +146,13 @@ std::vector<Outcome> gpu_sample(const std::vector<Row>& rows, int64_t vocab) {
   const DeviceBytes prompt_d = to_device(prompt_tokens);
   const DeviceBytes generated_d = to_device(generated);
   const DeviceBytes bias_d = to_device(bias);
+  const DeviceBytes masks_d = to_device(masks);
   const std::size_t scratch_bytes = sample_scratch_bytes(rows_count, vocab);
   const DeviceBytes scratch(scratch_bytes);
   const DeviceBytes results_d(rows.size() * sizeof(SampleRowResult));
   sample_rows(logits_d.at<float>(), rows_count, vocab, params_d.at<SampleRowParams>(), prompt_d.at<int32_t>(),
-              generated_d.at<GeneratedCount>(), bias_d.at<LogitBias>(), scratch.get(), scratch_bytes,
+              generated_d.at<GeneratedCount>(), bias_d.at<LogitBias>(), masks.empty() ? nullptr : masks_d.at<uint64_t>(),
+              scratch.get(), scratch_bytes,
               results_d.at<SampleRowResult>(), kDefaultStream);
   synchronize();
   const std::vector<SampleRowResult> results = from_device(results_d.at<SampleRowResult>(), rows.size());
@@ -434,6 +461,43 @@ TEST(CudaSampler, ReportsTheCpuErrors) {
 }
 
 // A row's result does not depend on the rows around it.
+// Structured-output masks: dense, sparse, a single allowed token, none, allowed tokens whose
+// logits are all NaN (the fallback) or all -inf (no finite maximum), beside unmasked rows, with
+// every sampling option random_row draws.
+TEST(CudaSampler, MasksMatchTheEnginesHostPath) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(1414);
+  for (const int64_t vocab : {int64_t{7}, int64_t{1000}, int64_t{129280}}) {
+    const auto words = static_cast<std::size_t>((vocab + 63) / 64);
+    std::vector<Row> rows;
+    for (int r = 0; r < 48; ++r) {
+      Row row = random_row(vocab, rng);
+      const int kind = r % 8;
+      if (kind == 7) {  // unmasked, in the same launch
+        rows.push_back(std::move(row));
+        continue;
+      }
+      row.mask.assign(words, 0);
+      row.fallback = static_cast<int32_t>(vocab - 1);
+      const double density = kind == 0 ? 0.5 : kind == 1 ? 0.01 : 0.0;
+      std::uniform_real_distribution<double> unit(0.0, 1.0);
+      for (int64_t i = 0; i < vocab; ++i)
+        if (unit(rng) < density) row.mask[static_cast<std::size_t>(i / 64)] |= uint64_t{1} << (i % 64);
+      const auto any_token = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+      if (kind == 2 || kind == 4 || kind == 5) row.mask[static_cast<std::size_t>(any_token / 64)] |= uint64_t{1} << (any_token % 64);
+      if (kind == 4) row.logits[static_cast<std::size_t>(any_token)] = kNaN;         // nothing but NaN: fallback
+      if (kind == 5) row.logits[static_cast<std::size_t>(any_token)] = -kInfinity;  // no finite maximum
+      if (kind == 6) {  // the bits past the vocabulary are set too: ignored
+        row.mask.back() = ~uint64_t{0};
+        row.mask.front() |= 1;
+      }
+      rows.push_back(std::move(row));
+    }
+    SCOPED_TRACE(vocab);
+    expect_same_as_cpu(rows, vocab);
+  }
+}
+
 TEST(CudaSampler, RowsAreIndependentOfTheBatch) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   constexpr int64_t kVocab = 1000;
@@ -448,15 +512,15 @@ TEST(CudaSampler, RowsAreIndependentOfTheBatch) {
 TEST(CudaSampler, RejectsBadSizes) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   EXPECT_EQ(sample_scratch_bytes(0, 1000), 0u);
-  EXPECT_THROW(sample_rows(nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, kDefaultStream),
+  EXPECT_THROW(sample_rows(nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, kDefaultStream),
                Error);
-  EXPECT_THROW(sample_rows(nullptr, -1, 10, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, kDefaultStream),
+  EXPECT_THROW(sample_rows(nullptr, -1, 10, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, kDefaultStream),
                Error);
   const DeviceBytes scratch(64);
-  EXPECT_THROW(sample_rows(nullptr, 4, 1000, nullptr, nullptr, nullptr, nullptr, scratch.get(), 64, nullptr,
+  EXPECT_THROW(sample_rows(nullptr, 4, 1000, nullptr, nullptr, nullptr, nullptr, nullptr, scratch.get(), 64, nullptr,
                            kDefaultStream),
                Error);
-  sample_rows(nullptr, 0, 1000, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, kDefaultStream);
+  sample_rows(nullptr, 0, 1000, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, kDefaultStream);
   synchronize();
 }
 

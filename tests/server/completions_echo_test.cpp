@@ -152,5 +152,16 @@ TEST_F(CompletionsEchoTest, MaxTokensZeroNeedsEcho) {
   EXPECT_TRUE(echoed["choices"][0]["logprobs"].is_null());
 }
 
+// A missing field's error names it once, as the chat endpoint's does.
+TEST_F(CompletionsEchoTest, AMissingModelOrPromptIsA400NamingTheField) {
+  for (const auto& [body, message] : {std::pair{Json{{"prompt", kPrompt}}, "model: field required"},
+                                      std::pair{Json{{"model", "tiny"}}, "prompt: field required"}}) {
+    const auto result = server_->client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 400);
+    EXPECT_EQ(Json::parse(result->body)["error"]["message"], message) << result->body;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::server::testing

@@ -690,6 +690,9 @@ void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<con
   std::vector<int32_t> prompt;
   std::vector<k::GeneratedCount> generated;
   std::vector<k::LogitBias> bias;
+  // Each masked draw's mask, widened (or cut) to the logits' vocabulary.
+  const auto mask_words = static_cast<std::size_t>((vocab + 63) / 64);
+  std::vector<uint64_t> masks;
   for (int64_t i = 0; i < count; ++i) {
     const model::TokenDraw& draw = draws[i];
     k::SampleRowParams& p = params[static_cast<std::size_t>(i)];
@@ -714,11 +717,20 @@ void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<con
     p.bias_begin = static_cast<int32_t>(bias.size());
     for (const auto& [token, value] : draw.logit_bias) bias.push_back({token, value});
     p.bias_end = static_cast<int32_t>(bias.size());
+    if (!draw.mask.empty()) {
+      p.mask_row = static_cast<int32_t>(masks.size() / mask_words);
+      p.mask_fallback_token = draw.mask_fallback_token;
+      const std::size_t kept = std::min(mask_words, draw.mask.size());
+      masks.insert(masks.end(), draw.mask.begin(), draw.mask.begin() + static_cast<std::ptrdiff_t>(kept));
+      masks.resize(masks.size() + (mask_words - kept), 0);
+      // Bits past the vocabulary in the last word are never read (the kernel stops at vocab).
+    }
   }
   const std::size_t scratch_bytes = k::sample_scratch_bytes(count, vocab);
   void* scratch = arena.get<std::byte>(kSampleScratch, scratch_bytes);
   k::SampleRowResult* results = arena.get<k::SampleRowResult>(kSampleResults, static_cast<std::size_t>(count));
-  k::sample_rows(logits, count, vocab, put(params), put(prompt), put(generated), put(bias), scratch, scratch_bytes,
+  k::sample_rows(logits, count, vocab, put(params), put(prompt), put(generated), put(bias),
+                 masks.empty() ? nullptr : put(masks), scratch, scratch_bytes,
                  results, stream);
   std::vector<k::SampleRowResult> host(static_cast<std::size_t>(count));
   check(cudaMemcpyAsync(host.data(), results, host.size() * sizeof(k::SampleRowResult), cudaMemcpyDeviceToHost,

@@ -589,7 +589,8 @@ __device__ int32_t draw_token(float* weights, int64_t vocab, float max_logit, co
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const float* logits, int64_t vocab, const SampleRowParams* all_params,
                        const int32_t* prompt_tokens, const GeneratedCount* generated, const LogitBias* bias,
-                       float* weights_scratch, double* blocks_scratch, SampleRowResult* results) {
+                       const uint64_t* masks, float* weights_scratch, double* blocks_scratch,
+                       SampleRowResult* results) {
   __shared__ RowShared sh;
   const int64_t row = blockIdx.x;
   const SampleRowParams params = all_params[row];
@@ -597,6 +598,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* weights = weights_scratch + row * vocab;
   double* blocks = blocks_scratch + row * block_count(vocab);
   SampleRowResult* result = results + row;
+  const uint64_t* mask = params.mask_row >= 0 ? masks + params.mask_row * ((vocab + 63) / 64) : nullptr;
+  // The logits as the CPU's constrained path hands them to sample(): -inf where the mask forbids.
+  const auto logit = [&](int64_t i) {
+    if (mask != nullptr && ((mask[i >> 6] >> (i & 63)) & 1u) == 0) return kMinusInfinity;
+    return sanitized(raw[i]);
+  };
+
+  // A mask that leaves no token with a number for a logit ends the answer with its fallback
+  // token (engine StepExecutor::sample_for), before any other check.
+  if (mask != nullptr) {
+    int any = 0;
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+      any |= ((mask[i >> 6] >> (i & 63)) & 1u) != 0 && raw[i] == raw[i];
+    if (!__syncthreads_or(any)) {
+      if (threadIdx.x == 0) {
+        result->token = params.mask_fallback_token;
+        result->error = kSampleOk;
+        result->logprob = 0.0f;
+        result->top_count = 0;
+      }
+      return;
+    }
+  }
 
   // Errors in the order the CPU throws them: the position (CounterRng), then history ids
   // (id_bound), then logit_bias ids, then no finite maximum.
@@ -617,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   int32_t token = -1;
   if (error == kSampleOk) {
-    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) weights[i] = sanitized(raw[i]);
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) weights[i] = logit(i);
     __syncthreads();
     // apply_penalties: each id is touched by one thread (prompt ids distinct; generated ids
     // distinct and those in the prompt skipped).
@@ -676,22 +700,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     // x - (+-0) is x for x != 0, exp gives 1 for either zero, and +-0 + log(sum) is the same.
     uint64_t best_key = 0;
     for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-      const uint64_t key = value_key(sanitized(raw[i]), i);
+      const uint64_t key = value_key(logit(i), i);
       best_key = key > best_key ? key : best_key;
     }
-    const float max_raw = sanitized(raw[token_of(block_extreme<true>(best_key, sh))]);
+    const float max_raw = logit(token_of(block_extreme<true>(best_key, sh)));
     for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-      weights[i] = exp_of_shifted(sanitized(raw[i]), max_raw, 1.0f);
+      weights[i] = exp_of_shifted(logit(i), max_raw, 1.0f);
     __syncthreads();
     const double log_normalizer = __dadd_rn(static_cast<double>(max_raw), log(sum_of(weights, vocab, sh)));
     const auto logprob_of = [&](int64_t t) {
-      return __double2float_rn(__dsub_rn(static_cast<double>(sanitized(raw[t])), log_normalizer));
+      return __double2float_rn(__dsub_rn(static_cast<double>(logit(t)), log_normalizer));
     };
     logprob = logprob_of(token);
     const int64_t wanted = params.logprobs < vocab ? params.logprobs : vocab;
     if (wanted > 0) {
       const auto raw_key = [&](int64_t i, uint64_t& key) {
-        key = value_key(sanitized(raw[i]), i);
+        key = value_key(logit(i), i);
         return true;
       };
       const uint64_t boundary = radix_select<false>(raw_key, vocab, Wide{static_cast<uint64_t>(wanted), 0, 0}, sh);
@@ -740,8 +764,9 @@ std::size_t sample_scratch_bytes(int64_t rows, int64_t vocab) {
 }
 
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleRowParams* params,
-                 const int32_t* prompt_tokens, const GeneratedCount* generated, const LogitBias* bias, void* scratch,
-                 std::size_t scratch_bytes, SampleRowResult* results, Stream stream) {
+                 const int32_t* prompt_tokens, const GeneratedCount* generated, const LogitBias* bias,
+                 const uint64_t* masks, void* scratch, std::size_t scratch_bytes, SampleRowResult* results,
+                 Stream stream) {
   if (rows < 0) fail("cuda::sample_rows: negative row count ", rows);
   if (vocab < 1 || vocab > int64_t{0x7FFFFFFF})
     fail("cuda::sample_rows: vocabulary ", vocab, " is outside [1, 2^31)");
@@ -756,7 +781,7 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleR
                                            align16(static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab) *
                                                    sizeof(float)));
   sample_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
-      logits, vocab, params, prompt_tokens, generated, bias, weights, blocks, results);
+      logits, vocab, params, prompt_tokens, generated, bias, masks, weights, blocks, results);
   check_launch("cuda::sample_rows");
 }
 

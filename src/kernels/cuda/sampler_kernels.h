@@ -39,6 +39,13 @@ struct SampleRowParams {
   int32_t prompt_begin = 0, prompt_end = 0;        // prompt_tokens: distinct ids, ascending
   int32_t generated_begin = 0, generated_end = 0;  // generated: distinct ids, first-seen order
   int32_t bias_begin = 0, bias_end = 0;            // bias: distinct ids (std::map order)
+  // A structured-output mask: row mask_row of the masks passed to sample_rows ((vocab + 63) / 64
+  // words; bit i % 64 of word i / 64 allows token i). Forbidden tokens' logits are -inf for every
+  // step of the draw and the logprobs. When no allowed token has a non-NaN logit, the result is
+  // mask_fallback_token (the grammar's EOS) with logprob 0 and no alternatives, as the engine's
+  // host path answers. -1: no mask.
+  int32_t mask_row = -1;
+  int32_t mask_fallback_token = -1;
 };
 
 // TokenHistory::generated_counts() entry.
@@ -74,11 +81,13 @@ std::size_t sample_scratch_bytes(int64_t rows, int64_t vocab);
 
 // results[r] = engine::sample(logits[r, :], params[r], history of params[r], params[r].seed,
 // params[r].request_id, params[r].position), errors reported in results[r].error instead of
-// thrown. Every pointer is device memory; `scratch` holds at least sample_scratch_bytes(rows,
+// thrown. masks: the rows' structured-output masks (SampleRowParams::mask_row; null when no row
+// has one). Every pointer is device memory; `scratch` holds at least sample_scratch_bytes(rows,
 // vocab) bytes, 16-byte aligned. vocab in [1, 2^31); rows >= 0 (0 launches nothing). Raises
 // deepinfer::Error on bad sizes or a failed launch.
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleRowParams* params,
                  const int32_t* prompt_tokens, const GeneratedCount* generated, const LogitBias* bias,
-                 void* scratch, std::size_t scratch_bytes, SampleRowResult* results, Stream stream);
+                 const uint64_t* masks, void* scratch, std::size_t scratch_bytes, SampleRowResult* results,
+                 Stream stream);
 
 }  // namespace deepinfer::kernels::cuda
