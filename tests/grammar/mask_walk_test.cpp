@@ -20,6 +20,7 @@
 #include "grammar/text_slice.h"
 #include "io/tokenizer/tokenizer.h"
 #include "mask_checks.h"
+#include "sanitizer_scale.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -111,7 +112,7 @@ TEST(MaskWalk, BoundedStringsEqualTheReference) {
   bool bounded_level_met = false;
   for (const std::string& text : schemas) {
     const auto grammar = prepare(compile_json_schema(nlohmann::ordered_json::parse(text), {}));
-    for (int walk = 0; walk < 4; ++walk) {
+    for (int walk = 0; walk < deepinfer::testing::release_or_sanitized(4, 1); ++walk) {
       Matcher matcher(grammar, vocabulary);
       for (int step = 0; step < 24 && !matcher.finished(); ++step) {
         matcher.fill_mask(cached);
@@ -159,17 +160,7 @@ TEST(MaskWalk, GivesUpPastItsMemoryBound) {
 // one before the detour. (The reference walk is the slow part: ~25 ms a mask inside a string.)
 // Under AddressSanitizer (CI's -O1 instrumented run of the unit suites) every 150th: the release
 // run covers the sample, this one looks for memory errors, and the whole sample took 7 minutes.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr int kSchemaStride = 150;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr int kSchemaStride = 150;
-#else
-constexpr int kSchemaStride = 15;
-#endif
-#else
-constexpr int kSchemaStride = 15;
-#endif
+constexpr int kSchemaStride = deepinfer::testing::release_or_sanitized(15, 150);
 
 TEST(MaskWalk, DevSchemasEqualTheReference) {
   const std::filesystem::path path =

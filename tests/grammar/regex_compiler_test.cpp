@@ -13,6 +13,7 @@
 #include "grammar/compile_util.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "sanitizer_scale.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -303,7 +304,7 @@ TEST(RegexCompiler, MatchesStdRegexOnRandomPatterns) {
   std::mt19937 rng(2024);
   const std::string alphabet = "ab1\n";
   const std::vector<std::string> inputs = strings_over(alphabet, 4);
-  for (int n = 0; n < 100; ++n) {
+  for (int n = 0; n < deepinfer::testing::release_or_sanitized(100, 25); ++n) {
     const std::string pattern = random_regex(rng, 2);
     SCOPED_TRACE(pattern);
     const std::regex reference(pattern, std::regex::ECMAScript);

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "server_fixture.h"
+#include "sanitizer_scale.h"
 
 namespace deepinfer::server::testing {
 namespace {
@@ -190,7 +191,7 @@ Json chat_tools(bool strict_forecast) {
 // answer is exactly one call of that function with arguments valid against its parameters.
 TEST_F(StructuredOutput, ANamedToolChoiceGivesOneSchemaValidCall) {
   int complete = 0;
-  for (int seed = 1; seed <= 4; ++seed) {
+  for (int seed = 1; seed <= deepinfer::testing::release_or_sanitized(4, 1); ++seed) {
     const Json body = chat({{"seed", seed},
                             {"max_tokens", 400},
                             {"tools", chat_tools(false)},
@@ -211,7 +212,7 @@ TEST_F(StructuredOutput, ANamedToolChoiceGivesOneSchemaValidCall) {
 // tool_choice required (Anthropic's any, and a named tool) likewise: one or more calls, each valid.
 TEST_F(StructuredOutput, RequiredAndAnthropicToolChoicesGiveSchemaValidCalls) {
   int complete = 0;
-  for (int seed = 1; seed <= 3; ++seed) {
+  for (int seed = 1; seed <= deepinfer::testing::release_or_sanitized(3, 1); ++seed) {
     const Json body = chat({{"seed", seed}, {"max_tokens", 400}, {"tools", chat_tools(false)}, {"tool_choice", "required"}});
     const Json& choice = body.at("choices").at(0);
     if (choice.at("finish_reason") == "length") continue;
@@ -251,7 +252,7 @@ TEST_F(StructuredOutput, RequiredAndAnthropicToolChoicesGiveSchemaValidCalls) {
 
 // auto with a strict tool: free text, or calls whose strict arguments are valid.
 TEST_F(StructuredOutput, UnderAutoAStrictToolsCallIsSchemaValid) {
-  for (int seed = 1; seed <= 3; ++seed) {
+  for (int seed = 1; seed <= deepinfer::testing::release_or_sanitized(3, 1); ++seed) {
     const Json body = chat({{"seed", seed}, {"max_tokens", 120}, {"tools", chat_tools(true)}});
     const Json& message = body.at("choices").at(0).at("message");
     if (!message.contains("tool_calls")) continue;
