@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <limits>
 
@@ -230,32 +231,37 @@ void StepExecutor::compute_drawing() {
     ++row;
   }
   histories.resize(owners.size());
-  std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
-  const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
-  const auto with_mask = [&](model::TokenDraw draw, SequenceId id) {
-    for (const RowMask& mask : masks)
-      if (mask.id == id) {
-        draw.mask = mask.mask;
-        draw.mask_fallback_token = requests_.at(id.request)->params.constraint->vocabulary->eos();
-      }
-    return draw;
-  };
   row = 0;
   std::size_t owner = 0;
   for (PreparedItem& item : prepared.items) {
     if (!item.needs_logits) continue;
-    draws.push_back(with_mask(draw_for(item.id, row, item.end, histories[owner]), item.id));
+    draws.push_back(draw_for(item.id, row, item.end, histories[owner]));
     ++owner;
     for (const PreparedFork& fork : prepared.forks)
       if (fork.parent == item.id) {
-        draws.push_back(with_mask(draw_for(fork.child, row, item.end, histories[owner]), fork.child));
+        draws.push_back(draw_for(fork.child, row, item.end, histories[owner]));
         ++owner;
       }
     ++row;
   }
   for (std::size_t i = 0; i < draws.size(); ++i) draws[i].generated = histories[i];
+  // The constrained rows' masks are computed on a worker while the device runs the pass; the
+  // backend waits for them (before_draw) only when it is about to read the draws.
+  std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
+  std::vector<RowMask> masks;
+  const std::function<void()> attach_masks = [&] {
+    if (!masks_ahead.valid()) return;
+    masks = masks_ahead.get();
+    for (std::size_t i = 0; i < draws.size(); ++i)
+      for (const RowMask& mask : masks)
+        if (mask.id == owners[i].id) {
+          draws[i].mask = mask.mask;
+          draws[i].mask_fallback_token = requests_.at(mask.id.request)->params.constraint->vocabulary->eos();
+        }
+  };
   std::vector<model::DrawnToken> drawn(draws.size());
-  model_.forward_batch_draw(batch, draws, drawn);
+  // (If the pass throws, masks_ahead's destructor waits for the worker, which reads the matchers.)
+  model_.forward_batch_draw(batch, draws, drawn, attach_masks);
   run_forks_and_snapshots(prepared);
   for (std::size_t i = 0; i < drawn.size(); ++i) {
     ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}};

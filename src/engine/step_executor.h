@@ -132,9 +132,9 @@ class StepExecutor {
   ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position,
                            const std::vector<uint64_t>* mask = nullptr);
   // The grammar masks of the step's constrained rows, computed on a worker thread (the matchers
-  // stand at the tokens so far, which the pass does not change): compute() overlaps them with
-  // the forward pass; compute_drawing() waits for them before it, since the backend draws inside
-  // the pass. Invalid when no row is constrained.
+  // stand at the tokens so far, which the pass does not change), overlapping the forward pass:
+  // compute() collects them after it, compute_drawing() when the backend is about to draw.
+  // Invalid when no row is constrained.
   struct RowMask {
     SequenceId id;
     std::vector<uint64_t> mask;
@@ -147,7 +147,7 @@ class StepExecutor {
   model::TokenDraw draw_for(SequenceId id, int64_t row, int64_t position,
                             std::vector<model::TokenDraw::Generated>& generated);
   // compute() when the backend draws the tokens where the logits are (a GPU): only tokens come
-  // back; constrained rows take their masks along (computed before the pass: the draw is in it).
+  // back; constrained rows take their masks along, computed while the device runs the pass.
   void compute_drawing();
   // compute()'s parts after the forward: fork copies and snapshots, then the host sampler.
   void run_forks_and_snapshots(Prepared& prepared);

@@ -13,6 +13,7 @@
 // hyper_connections.cpp and engram.cpp. The CUDA backend lives in backend/cuda.
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -119,9 +120,11 @@ class ForwardPass {
                     std::vector<float>* hidden) = 0;
   // As head, but the logits stay in the backend and draws[i] picks a token from row
   // draws[i].row into drawn[i] (Backend::draws_tokens() backends only). Throws deepinfer::Error
-  // where engine::sample would (no finite logit, an id outside the vocabulary).
+  // where engine::sample would (no finite logit, an id outside the vocabulary). before_read (if
+  // set) runs once the pass's device work is issued and before `draws` is read: what it does
+  // overlaps the device, and it may finish filling what the draws point to (their masks).
   virtual void head_draw(const HeadWeights& weights, std::span<const int64_t> rows, std::span<const TokenDraw> draws,
-                         std::span<DrawnToken> drawn);
+                         std::span<DrawnToken> drawn, const std::function<void()>* before_read);
 };
 
 class Backend {

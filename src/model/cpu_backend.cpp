@@ -14,7 +14,7 @@
 namespace deepinfer::model {
 
 void ForwardPass::head_draw(const HeadWeights&, std::span<const int64_t>, std::span<const TokenDraw>,
-                            std::span<DrawnToken>) {
+                            std::span<DrawnToken>, const std::function<void()>*) {
   fail("this backend does not draw tokens itself: ask for logits");
 }
 

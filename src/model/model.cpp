@@ -126,10 +126,10 @@ void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, st
 void Model::forward_batch(std::span<const BatchItem> items) const { run(items, ForwardOptions{}); }
 
 void Model::forward_batch_draw(std::span<const BatchItem> items, std::span<const TokenDraw> draws,
-                               std::span<DrawnToken> drawn) const {
+                               std::span<DrawnToken> drawn, const std::function<void()>& before_draw) const {
   if (!backend_->draws_tokens()) fail("forward: backend ", backend_->name(), " does not draw tokens itself");
   if (draws.size() != drawn.size()) fail("forward: ", draws.size(), " draws into ", drawn.size(), " results");
-  run(items, ForwardOptions{}, Draws{draws, drawn, true});
+  run(items, ForwardOptions{}, Draws{draws, drawn, true, before_draw ? &before_draw : nullptr});
 }
 
 void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& options, const Draws& draws) const {
@@ -337,7 +337,8 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     for (const TokenDraw& draw : draws.draws)
       if (draw.row < 0 || draw.row >= logit_rows)
         fail("forward: a draw reads head row ", draw.row, " of ", logit_rows);
-    if (logit_rows > 0) pass->head_draw(head_weights(), head_rows, draws.draws, draws.drawn);
+    if (logit_rows > 0) pass->head_draw(head_weights(), head_rows, draws.draws, draws.drawn, draws.before_draw);
+    else if (draws.before_draw) (*draws.before_draw)();
     return;
   }
   if (logit_rows == 0) return;

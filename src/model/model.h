@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -145,8 +146,11 @@ class Model {
   // forward_batch on a backend that draws tokens itself (Backend::draws_tokens): items ask for
   // their Last row or None, with empty logits; draws[i].row indexes the items that ask for their
   // last row, in order, and drawn[i] gets the token engine::sample would pick from that row.
+  // before_draw (if set) runs on this thread once the pass's device work is issued, right before
+  // the draw reads `draws` (ForwardPass::head_draw's before_read): it overlaps the device's work,
+  // and it may finish filling what the draws point to (their structured-output masks).
   void forward_batch_draw(std::span<const BatchItem> items, std::span<const TokenDraw> draws,
-                          std::span<DrawnToken> drawn) const;
+                          std::span<DrawnToken> drawn, const std::function<void()>& before_draw = {}) const;
 
   // The first layer that decoder window replay runs on the trailing window only (the one after the
   // last kv source); -1 when the config does not allow the mode (replay_refusal() says why).
@@ -178,6 +182,7 @@ class Model {
     std::span<const TokenDraw> draws;
     std::span<DrawnToken> drawn;
     bool enabled;
+    const std::function<void()>* before_draw = nullptr;
     bool active() const { return enabled; }
   };
   void run(std::span<const BatchItem> items, const ForwardOptions& options) const {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <vector>
 
 #include "server_fixture.h"
 #include "sanitizer_scale.h"
@@ -228,7 +229,10 @@ TEST_F(StructuredOutput, RequiredAndAnthropicToolChoicesGiveSchemaValidCalls) {
     }
     ++complete;
   }
-  for (const Json& tool_choice : {Json{{"type", "any"}}, Json{{"type", "tool"}, {"name", "get_forecast"}}}) {
+  const std::vector<Json> anthropic_choices = {Json{{"type", "any"}}, Json{{"type", "tool"}, {"name", "get_forecast"}}};
+  for (std::size_t i = 0; i < anthropic_choices.size(); ++i) {
+    if (deepinfer::testing::kUnderSanitizer && i % 2 == 0) continue;  // the named one only
+    const Json& tool_choice = anthropic_choices[i];
     const Json answer = post("/v1/messages",
                              {{"model", "tiny"},
                               {"max_tokens", 400},

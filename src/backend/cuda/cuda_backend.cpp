@@ -71,7 +71,8 @@ class CudaForwardPass final : public model::ForwardPass {
   void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
             std::vector<float>* hidden) override;
   void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
-                 std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn) override;
+                 std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
+                 const std::function<void()>* before_read) override;
 
  private:
   float* streams() const { return streams_ + first_ * shape_.hc.streams * shape_.hc.hidden; }
@@ -664,13 +665,15 @@ void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const in
 }
 
 void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
-                                std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn) {
+                                std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
+                                const std::function<void()>* before_read) {
   const OpProfile::Section timed(backend_.profile(), "head + sampler", backend_.stream());
   Arena& arena = backend_.sampler_arena();
   cudaStream_t stream = backend_.stream();
   const int64_t vocab = weights.head->rows;
   const float* logits = head_logits(weights, rows, nullptr);
-  finish_graph();
+  finish_graph();  // a replayed step's graph starts here: before_read overlaps all of it
+  if (before_read) (*before_read)();
   const auto count = static_cast<int64_t>(draws.size());
   if (count == 0) return;
   // One logits row per draw (the children of a fork draw from their parent's row).
