@@ -147,8 +147,34 @@ std::future<std::vector<StepExecutor::RowMask>> StepExecutor::start_masks(const 
   });
 }
 
-ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position,
-                                       const std::vector<uint64_t>* ahead) {
+namespace {
+
+// logits[i] = -inf wherever the mask forbids token i (and for ids at or past allowed_ids, the
+// grammar's vocabulary), word by word; true when an allowed token's logit is a number.
+bool mask_logits(std::span<float> logits, std::span<const uint64_t> mask, std::size_t allowed_ids) {
+  constexpr float kForbidden = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (std::size_t base = 0; base < logits.size(); base += 64) {
+    const std::size_t end = std::min(logits.size(), base + 64);
+    uint64_t word = base < allowed_ids ? mask[base / 64] : 0;
+    if (allowed_ids < end && allowed_ids > base) word &= (uint64_t{1} << (allowed_ids - base)) - 1;
+    if (word == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(base), logits.begin() + static_cast<std::ptrdiff_t>(end),
+                kForbidden);
+      continue;
+    }
+    for (std::size_t i = base; i < end; ++i) {
+      if ((word >> (i - base)) & 1) any = any || logits[i] == logits[i];
+      else logits[i] = kForbidden;
+    }
+  }
+  return any;
+}
+
+}  // namespace
+
+ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<float> logits, bool shared,
+                                       int64_t position, const std::vector<uint64_t>* ahead) {
   const RequestSampling& request = *requests_.at(id.request);
   SequenceContext& sequence = context(id);
   if (!sequence.constrained) {
@@ -165,15 +191,11 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
     sequence.matcher->fill_mask(computed);
   }
   const std::vector<uint64_t>& mask = ahead ? *ahead : computed;
-  std::vector<float> masked(logits.begin(), logits.end());
-  bool any = false;
-  for (std::size_t id_index = 0; id_index < masked.size(); ++id_index) {
-    const bool allowed = id_index < static_cast<std::size_t>(vocabulary.size()) &&
-                         ((mask[id_index / 64] >> (id_index % 64)) & 1);
-    if (!allowed) masked[id_index] = -std::numeric_limits<float>::infinity();
-    else any = any || masked[id_index] == masked[id_index];
-  }
-  if (!any) {
+  // A row another draw reads too (a fork's children sample their parent's row) is masked in a copy.
+  std::vector<float> copy;
+  if (shared) copy.assign(logits.begin(), logits.end());
+  const std::span<float> masked = shared ? std::span<float>(copy) : logits;
+  if (!mask_logits(masked, mask, static_cast<std::size_t>(vocabulary.size()))) {
     // No token can continue (the grammar is complete and closed, or the model's logits are NaN
     // where it could): the answer ends here.
     return ProducedToken{id, epoch, vocabulary.eos(), 0.0f, {}};
@@ -332,11 +354,14 @@ void StepExecutor::sample_rows(Prepared& prepared, const std::vector<RowMask>& m
       prepared.scored_prompts.push_back(std::move(scored));
     }
     if (!item.needs_logits) continue;
-    const std::span<const float> last_row = std::span<const float>(item.logits).last(vocab);
-    prepared.tokens.push_back(sample_for(item.id, item.epoch, last_row, item.end, mask_of(item.id)));
+    const std::span<float> last_row = std::span<float>(item.logits).last(vocab);
+    const bool shared = std::any_of(prepared.forks.begin(), prepared.forks.end(),
+                                    [&](const PreparedFork& fork) { return fork.parent == item.id; });
+    prepared.tokens.push_back(sample_for(item.id, item.epoch, last_row, shared, item.end, mask_of(item.id)));
     for (const PreparedFork& fork : prepared.forks)
       if (fork.parent == item.id)
-        prepared.tokens.push_back(sample_for(fork.child, fork.child_epoch, last_row, item.end, mask_of(fork.child)));
+        prepared.tokens.push_back(
+            sample_for(fork.child, fork.child_epoch, last_row, shared, item.end, mask_of(fork.child)));
   }
 }
 

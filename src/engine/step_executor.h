@@ -128,8 +128,9 @@ class StepExecutor {
 
   SequenceContext& context(SequenceId id);
   std::vector<std::byte*> payloads(const std::vector<BlockId>& table);
-  // mask: the row's grammar mask when computed ahead (start_masks); null computes it here.
-  ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<const float> logits, int64_t position,
+  // mask: the row's grammar mask when computed ahead (start_masks); null computes it here. A
+  // constrained row's logits are masked in place unless `shared` (other draws read the row too).
+  ProducedToken sample_for(SequenceId id, uint64_t epoch, std::span<float> logits, bool shared, int64_t position,
                            const std::vector<uint64_t>* mask = nullptr);
   // The grammar masks of the step's constrained rows, computed on a worker thread (the matchers
   // stand at the tokens so far, which the pass does not change), overlapping the forward pass:
