@@ -158,9 +158,9 @@ TEST(MaskWalk, GivesUpPastItsMemoryBound) {
 // reference at each of the first steps and every fourth one after; at every sixth step a detour
 // through a random allowed token (its mask compared), then a rollback, after which the mask is the
 // one before the detour. (The reference walk is the slow part: ~25 ms a mask inside a string.)
-// Under AddressSanitizer (CI's -O1 instrumented run of the unit suites) every 150th: the release
+// Under AddressSanitizer (CI's -O1 instrumented run of the unit suites) every 300th: the release
 // run covers the sample, this one looks for memory errors, and the whole sample took 7 minutes.
-constexpr int kSchemaStride = deepinfer::testing::release_or_sanitized(15, 150);
+constexpr int kSchemaStride = deepinfer::testing::release_or_sanitized(15, 300);
 
 TEST(MaskWalk, DevSchemasEqualTheReference) {
   const std::filesystem::path path =
