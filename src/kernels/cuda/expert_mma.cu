@@ -103,26 +103,10 @@ __global__ void __launch_bounds__(kTileThreads)
 
 constexpr int kGroups = kExpertTilePairs / kTokensPerMma;
 
-// The decoded pair times 2^126 times the E8M0 scale 2^(s - 127). One exact multiply by 2^(s - 1)
-// where the chunk's scales allow it (s <= 128: every scale of DeepSeek's experts, whose weights
-// are far below 2^2 * 6); past that 2^(s - 1) overflows BF16, and two exact steps do it. Both give
-// the same bits. The decode is a third of the kernels' instructions, so the step saved counts.
-template <bool OneStep>
-__device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t factor) {
-  if constexpr (OneStep) return bf16x2_mul(pair, factor);
-  else return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), factor);
-}
-
-// The factor `scaled` takes for scale byte s: 2^(s - 1) twice (s <= 128; s = 0, the subnormal
-// 2^-127, gives 2^-1 by the same formula), or the E8M0 pair itself.
-template <bool OneStep>
-__device__ __forceinline__ uint32_t scale_factor(uint32_t s) {
-  if constexpr (OneStep) {
-    const uint32_t bits = (s + 126u) << 7;
-    return bits | (bits << 16);
-  } else {
-    return e8m0_pair(s);
-  }
+// The decoded pair times 2^126 times the E8M0 scale, in two exact steps (one factor 2^(s - 1)
+// would overflow BF16 for s > 128).
+__device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t scale) {
+  return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), scale);
 }
 
 // One 128-column chunk as a lane holds it: 16 bytes of rows g and g + 8 of each of the two row
@@ -157,13 +141,12 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint
   }
 }
 
-template <bool OneStep>
-__device__ __forceinline__ void multiply_chunk_scaled(const Chunk& chunk, int groups, float (&acc)[2][kGroups][4]) {
+__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, int groups, float (&acc)[2][kGroups][4]) {
   uint32_t scale[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) scale[m][h] = scale_factor<OneStep>(chunk.scales[m][h]);
+    for (int h = 0; h < 2; ++h) scale[m][h] = e8m0_pair(chunk.scales[m][h]);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int i = j / 2;
@@ -173,15 +156,15 @@ __device__ __forceinline__ void multiply_chunk_scaled(const Chunk& chunk, int gr
       const uint32_t high = word_of(chunk.weights[m][1], i);
       uint32_t a0, a1, a2, a3;
       if (j % 2 == 0) {
-        a0 = scaled<OneStep>(e2m1_pair<0>(low), scale[m][0]);
-        a1 = scaled<OneStep>(e2m1_pair<0>(high), scale[m][1]);
-        a2 = scaled<OneStep>(e2m1_pair<1>(low), scale[m][0]);
-        a3 = scaled<OneStep>(e2m1_pair<1>(high), scale[m][1]);
+        a0 = scaled(e2m1_pair<0>(low), scale[m][0]);
+        a1 = scaled(e2m1_pair<0>(high), scale[m][1]);
+        a2 = scaled(e2m1_pair<1>(low), scale[m][0]);
+        a3 = scaled(e2m1_pair<1>(high), scale[m][1]);
       } else {
-        a0 = scaled<OneStep>(e2m1_pair<2>(low), scale[m][0]);
-        a1 = scaled<OneStep>(e2m1_pair<2>(high), scale[m][1]);
-        a2 = scaled<OneStep>(e2m1_pair<3>(low), scale[m][0]);
-        a3 = scaled<OneStep>(e2m1_pair<3>(high), scale[m][1]);
+        a0 = scaled(e2m1_pair<2>(low), scale[m][0]);
+        a1 = scaled(e2m1_pair<2>(high), scale[m][1]);
+        a2 = scaled(e2m1_pair<3>(low), scale[m][0]);
+        a3 = scaled(e2m1_pair<3>(high), scale[m][1]);
       }
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
@@ -190,18 +173,6 @@ __device__ __forceinline__ void multiply_chunk_scaled(const Chunk& chunk, int gr
       }
     }
   }
-}
-
-// The one-multiply decode when every scale the warp holds for this chunk allows it (a
-// warp-uniform choice, so the branch does not diverge).
-__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, int groups, float (&acc)[2][kGroups][4]) {
-  bool small = true;
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) small = small && chunk.scales[m][h] <= 128u;
-  if (__all_sync(kFullMask, small)) multiply_chunk_scaled<true>(chunk, groups, acc);
-  else multiply_chunk_scaled<false>(chunk, groups, acc);
 }
 
 // acc[m][u] += the two row tiles times the lane's activation columns, over all chunks, with the
