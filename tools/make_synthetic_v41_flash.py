@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Writes a synthetic DeepSeek-V4.1-Flash checkpoint: the release's widths, a few layers, random weights.
+"""Writes a synthetic DeepSeek-V4.1-Flash or V4-Flash checkpoint: release widths, few layers, random weights.
 
-    python3 tools/make_synthetic_v41_flash.py --out /tmp/v41flash            # 4 layers, ~32 GB
-    python3 tools/make_synthetic_v41_flash.py --out /tmp/v41tiny --layers 2 --small   # ~30 MB, for checks
+    python3 tools/make_synthetic_v41_flash.py --out /tmp/v41flash            # V4.1, 4 layers, ~32 GB
+    python3 tools/make_synthetic_v41_flash.py --out /tmp/v41tiny --layers 2 --small   # ~7 MB, for checks
+    python3 tools/make_synthetic_v41_flash.py --family v4 --out /tmp/v4flash  # V4, 4 layers, ~16 GB
+    python3 tools/make_synthetic_v41_flash.py --family v4 --out /tmp/v4tiny --layers 4 --small   # ~11 MB
+
+--family v41 (the default) makes V4.1-Flash; its output is unchanged by the V4 option (same bytes
+for the same command and seed). --family v4 makes V4-Flash (below the V4.1 description).
 
 What it writes into --out (DeepSeek's release layout, which deepinfer's loader reads):
-  config.json                      tests/data/configs/v41_flash.json with num_hidden_layers = N and
-                                   every per-layer schedule made consistent for N layers (below)
+  config.json                      tests/data/configs/v41_flash.json (v4: v4_flash.json) with
+                                   num_hidden_layers = N and every per-layer schedule made
+                                   consistent for N layers (below)
   model-0000K-of-0000M.safetensors shards of about --shard-gb each, written one after the other
   model.safetensors.index.json     weight_map + metadata.total_size
   SYNTHETIC.txt                    how it was made (the command line, the schedule, the seed)
@@ -28,13 +34,32 @@ The candidate source is the last kv source (the release's rule: candidate 20 = i
 source). No Engram layers (so the loader needs no tokenizer), no hash-routed MoE layers (V4.1 has
 none), num_nextn_predict_layers 0 and no DSpark fields.
 
-Values are random but sane: FP8 codes are U(-1, 1) rounded to e4m3 (never the NaN codes 0x7f /
-0xff) with tile scales 2^(-round(log2 sqrt(cols)) + {-1, 0, 0, +1}), so weights ~ 1/sqrt(cols);
-FP4 bytes are uniform (every e2m1 nibble is finite) with group scales one power of two below that
-(e2m1 values have RMS ~2.9); BF16 matrices U(-1, 1) * 2/sqrt(cols) (embedding U(-1, 1)); norms
-1 + 0.1 U; mHC base and router bias 0.1 U, mHC scale 0.5 + 0.1 U, sinks 0.5 U. For speed one
-random block per kind (--block-mb) is made once and tensors are slices of it at random offsets,
-so nothing larger than one block is ever held in memory; shards stream to disk.
+--family v4 (V4-Flash, tests/data/configs/v4_flash.json: hidden 4096, 64 heads x 512, 256 routed
+experts top-6 of width 2048 + 1 shared, vocab 129280; flat config, expert_dtype at the top level):
+tensors are the required entries of expected_tensors(config) for a V4 release checkpoint: dense
+linears (attention, indexer wq_b, shared experts) F8_E4M3 with an F8_E8M0 scale per 128x128 tile,
+routed experts I8 (two e2m1 per byte) with an F8_E8M0 scale per 32 inputs, compressor, indexer
+compressor and weights_proj, router, embedding and head BF16, mHC parameters (per layer and the
+global hc_head_fn / hc_head_base / hc_head_scale), compressor ape, sinks and router bias F32, and
+gate.tid2eid I64 [vocab, top-k] on hash-routed layers (6 distinct experts per token id, random).
+Optional entries (MTP layer mtp.0) are left out. Schedule for N layers (the release has 43:
+ratios 0,0 then 4,128 alternating from layer 2 to 41 and 4 at 42; layers 0-2 hash-routed): layer i
+takes the compress ratio of release layer floor(i * 43 / N) unless --ratios gives them (V4 ratios:
+0, 4 = CSA with the lightning indexer, another >= 2 = HCA), and is hash-routed when that release
+layer is (layer 0 always is, and hash layers stay a prefix, so num_hash_layers = their count).
+N = 4: release layers 0, 10, 21, 32 -> layer 0 SWA + hash-routed, 1 CSA (ratio 4), 2 HCA (128),
+3 CSA; N = 2: 0 (SWA + hash), 21 (HCA); N = 3: 0, 14, 28 -> SWA + hash, CSA, CSA. Every N >= 4
+has both ratios 4 and 128; every N has one hash layer (N >= 15 more; with --ratios the hash layers
+still follow this mapping). num_nextn_predict_layers 0 and no DSpark fields; the 4-layer
+full-width V4 checkpoint is 16.4 GB (15.3 GiB), the V4.1 one 32.2 GB (30.0 GiB).
+
+Values are random but sane (both families): FP8 codes are U(-1, 1) rounded to e4m3 (never the NaN
+codes 0x7f / 0xff) with tile scales 2^(-round(log2 sqrt(cols)) + {-1, 0, 0, +1}), so weights ~
+1/sqrt(cols); FP4 bytes are uniform (every e2m1 nibble is finite) with group scales one power of two
+below that (e2m1 values have RMS ~2.9); BF16 matrices U(-1, 1) * 2/sqrt(cols) (embedding U(-1, 1));
+norms 1 + 0.1 U; mHC base, compressor ape and router bias 0.1 U, mHC scale 0.5 + 0.1 U, sinks 0.5 U.
+For speed one random block per kind (--block-mb) is made once and tensors are slices of it at
+random offsets, so nothing larger than one block is ever held in memory; shards stream to disk.
 Needs numpy only (safetensors is written by hand: 8-byte header length, JSON header, data).
 """
 
@@ -51,7 +76,12 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_BASE_CONFIG = REPO / "tests" / "data" / "configs" / "v41_flash.json"
+BASE_CONFIGS = {
+    "v41": REPO / "tests" / "data" / "configs" / "v41_flash.json",
+    "v4": REPO / "tests" / "data" / "configs" / "v4_flash.json",
+}
+MODEL_TYPES = {"v41": ("deepseek_v41",), "v4": ("deepseek_v4",)}
+FAMILY_NAMES = {"v41": "DeepSeek-V4.1-Flash", "v4": "DeepSeek-V4-Flash"}
 
 # --small: the same structure with narrow widths, for checking the tool and the loader quickly.
 SMALL_WIDTHS = {
@@ -78,6 +108,11 @@ ENGRAM_KEYS = ("engram_num_embeddings", "engram_max_ngram_size", "engram_vocab_s
 
 def ceil_div(a, b):
     return (a + b - 1) // b
+
+
+def text_of(config):
+    """The text parameters: nested under text_config in V4.1, the top level in V4."""
+    return config.get("text_config", config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +150,42 @@ def derive_schedule(text, layers, ratios_override):
     return ratios, kv, index, candidate, source_of
 
 
-def make_config(base, layers, ratios_override, small):
+def derive_schedule_v4(text, layers, ratios_override):
+    """Per-layer compress ratios and the number of hash-routed layers for a V4 model of `layers` layers."""
+    release_layers = text["num_hidden_layers"]
+    release_ratios = text["compress_ratios"][:release_layers]
+    source_of = [i * release_layers // layers for i in range(layers)]
+    if ratios_override is not None:
+        if len(ratios_override) != layers:
+            sys.exit(f"--ratios has {len(ratios_override)} entries, --layers is {layers}")
+        ratios = list(ratios_override)
+    else:
+        ratios = [release_ratios[s] for s in source_of]
+    for r in ratios:
+        if r == 1 or r < 0:
+            sys.exit(f"compress ratio {r}: V4 ratios are 0, 4 (CSA) or another ratio >= 2 (HCA)")
+    # source_of ascends, so the hash-routed layers (release layers < num_hash_layers) are a prefix.
+    hash_layers = sum(1 for s in source_of if s < text.get("num_hash_layers", 0))
+    return ratios, hash_layers, source_of
+
+
+def make_config_v4(base, layers, ratios_override, small):
+    config = copy.deepcopy(base)
+    ratios, hash_layers, source_of = derive_schedule_v4(config, layers, ratios_override)
+    config["num_hidden_layers"] = layers
+    config["num_nextn_predict_layers"] = 0
+    config["compress_ratios"] = ratios
+    config["num_hash_layers"] = hash_layers
+    for key in DSPARK_KEYS:
+        config.pop(key, None)
+    if small:
+        config.update(SMALL_WIDTHS)
+    return config, (source_of if ratios_override is None else [None] * layers)
+
+
+def make_config(base, layers, ratios_override, small, family="v41"):
+    if family == "v4":
+        return make_config_v4(base, layers, ratios_override, small)
     config = copy.deepcopy(base)
     text = config["text_config"]
     ratios, kv, index, candidate, source_of = derive_schedule(text, layers, ratios_override)
@@ -151,25 +221,28 @@ class Tensor:
 
     @property
     def nbytes(self):
-        n = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1}[self.dtype]
+        n = {"I64": 8, "F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1}[self.dtype]
         for d in self.shape:
             n *= d
         return n
 
 
 def expected_tensors(config):
-    t = config["text_config"]
+    t = text_of(config)
     q = config["quantization_config"]
+    v4 = config["model_type"] == "deepseek_v4"
     block_rows, block_cols = q["weight_block_size"]
-    if q.get("quant_method") != "fp8" or q.get("expert_dtype") != "fp4":
-        sys.exit("the base config must be a V4.1 release config (fp8 dense, fp4 experts)")
+    expert_dtype = config.get("expert_dtype") if v4 else q.get("expert_dtype")
+    if q.get("quant_method") != "fp8" or expert_dtype != "fp4":
+        sys.exit("the base config must be a release config (fp8 dense, fp4 experts)")
     D = t["hidden_size"]
     V = t["vocab_size"]
     n = t["hc_mult"]
     L = t["num_hidden_layers"]
     ratios = t["compress_ratios"]
-    kv = set(t["kv_source_layer_ids"])
-    index = set(t["index_source_layer_ids"])
+    kv = set(t.get("kv_source_layer_ids", []))
+    index = set(t.get("index_source_layer_ids", []))
+    hash_layers = t.get("num_hash_layers", 0) if v4 else 0
     out = []
 
     def add(name, dtype, shape, kind, cols=None):
@@ -190,6 +263,10 @@ def expected_tensors(config):
     if not t.get("tie_word_embeddings", config.get("tie_word_embeddings", False)):
         bf16_matrix("head.weight", V, D)
     add("norm.weight", "BF16", [D], "norm")
+    if v4:  # V4's head collapses the streams with its own mHC parameters (V4.1 has none)
+        add("hc_head_fn", "F32", [n, n * D], "f32_matrix", n * D)
+        add("hc_head_base", "F32", [n], "small_0.1")
+        add("hc_head_scale", "F32", [1], "hc_scale")
     heads_width = t["num_attention_heads"] * t["head_dim"]
     groups_width = t["o_groups"] * t["o_lora_rank"]
     hd = t["head_dim"]
@@ -214,6 +291,22 @@ def expected_tensors(config):
         fp8_linear(a + "wo_a", groups_width, heads_width // t["o_groups"])
         fp8_linear(a + "wo_b", D, groups_width)
         add(a + "attn_sink", "F32", [t["num_attention_heads"]], "sink")
+        if v4 and ratios[layer] > 0:
+            # V4 compressed branch (checkpoint_schema.cpp v4_compressed_branch): ratio 4 (CSA)
+            # overlaps two windows (c = 2) and has the lightning indexer with its own compressor.
+            ratio = ratios[layer]
+            c = 2 if ratio == 4 else 1
+            bf16_matrix(a + "compressor.wkv.weight", c * hd, D)
+            bf16_matrix(a + "compressor.wgate.weight", c * hd, D)
+            add(a + "compressor.ape", "F32", [ratio, c * hd], "small_0.1")
+            add(a + "compressor.norm.weight", "BF16", [hd], "norm")
+            if ratio == 4:
+                fp8_linear(a + "indexer.wq_b", t["index_n_heads"] * idx, t["q_lora_rank"])
+                bf16_matrix(a + "indexer.weights_proj.weight", t["index_n_heads"], D)
+                bf16_matrix(a + "indexer.compressor.wkv.weight", c * idx, D)
+                bf16_matrix(a + "indexer.compressor.wgate.weight", c * idx, D)
+                add(a + "indexer.compressor.ape", "F32", [ratio, c * idx], "small_0.1")
+                add(a + "indexer.compressor.norm.weight", "BF16", [idx], "norm")
         # V4.1 compressed branch (checkpoint_schema.cpp v41_compressed_branch); the projections of
         # unstated storage ship as BF16, the first dtype the schema accepts.
         if layer in kv:
@@ -228,7 +321,11 @@ def expected_tensors(config):
             bf16_matrix(a + "indexer.weights_proj.weight", t["index_n_heads"], D)
         f = p + "ffn."
         bf16_matrix(f + "gate.weight", experts, D)
-        add(f + "gate.bias", "F32", [experts], "small_0.1")
+        if layer < hash_layers:
+            # Hash routing: top-k expert ids per vocabulary entry (I64, as DeepSeek ships it).
+            add(f + "gate.tid2eid", "I64", [V, t["num_experts_per_tok"]], "tid2eid", experts)
+        else:
+            add(f + "gate.bias", "F32", [experts], "small_0.1")
         for e in range(experts):
             ex = f + f"experts.{e}."
             fp4_linear(ex + "w1", inter, D)
@@ -349,6 +446,13 @@ def tensor_data(tensor, blocks, rng):
         yield (0.5 + 0.1 * (rng.random(count, dtype=np.float32) * 2 - 1)).astype(np.float32).tobytes()
     elif kind == "sink":
         yield (0.5 * (rng.random(count, dtype=np.float32) * 2 - 1)).astype(np.float32).tobytes()
+    elif kind == "tid2eid":
+        # Each row: k distinct expert ids of `cols` experts, uniformly at random (a few MB at most).
+        rows, k = tensor.shape
+        for start in range(0, rows, 4096):
+            n = min(4096, rows - start)
+            order = np.argsort(rng.random((n, tensor.cols), dtype=np.float32), axis=1)
+            yield order[:, :k].astype(np.int64).tobytes()
     else:
         raise ValueError(f"{tensor.name}: no values for kind {kind}")
 
@@ -370,7 +474,7 @@ def plan_shards(tensors, shard_bytes):
     return shards
 
 
-DTYPE_ORDER = {"F32": 0, "BF16": 1, "F8_E4M3": 2, "I8": 2, "F8_E8M0": 3}
+DTYPE_ORDER = {"I64": -1, "F32": 0, "BF16": 1, "F8_E4M3": 2, "I8": 2, "F8_E8M0": 3}
 
 
 def write_all(f, piece):
@@ -408,10 +512,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="checkpoint folder to write (created; must be empty or absent)")
     parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
-    parser.add_argument("--ratios", help="comma-separated compress ratios per layer (0, 1, 2), instead of the "
-                                         "ones sampled from the release schedule")
+    parser.add_argument("--family", choices=("v41", "v4"), default="v41",
+                        help="v41: DeepSeek-V4.1-Flash (default); v4: DeepSeek-V4-Flash")
+    parser.add_argument("--ratios", help="comma-separated compress ratios per layer (v41: 0, 1, 2; v4: 0, 4, or "
+                                         "another >= 2), instead of the ones sampled from the release schedule")
     parser.add_argument("--small", action="store_true", help="narrow widths and 16 experts (quick checks)")
-    parser.add_argument("--base-config", default=str(DEFAULT_BASE_CONFIG), help="V4.1 release config.json")
+    parser.add_argument("--base-config", help="release config.json (default: tests/data/configs/v41_flash.json, "
+                                              "v4_flash.json with --family v4)")
     parser.add_argument("--shard-gb", type=float, default=4.0, help="target shard size in GB (default 4)")
     parser.add_argument("--block-mb", type=int, default=64, help="size of each random block (default 64 MB)")
     parser.add_argument("--seed", type=int, default=0)
@@ -429,16 +536,21 @@ def main():
         for old in out.glob("model*.safetensors*"):
             old.unlink()
 
-    base = json.loads(Path(args.base_config).read_text())
+    base = json.loads(Path(args.base_config or BASE_CONFIGS[args.family]).read_text())
+    if base.get("model_type") not in MODEL_TYPES[args.family]:
+        sys.exit(f"--base-config has model_type {base.get('model_type')!r}, not a --family {args.family} config")
     ratios = [int(r) for r in args.ratios.split(",")] if args.ratios else None
-    config, source_of = make_config(base, args.layers, ratios, args.small)
+    config, source_of = make_config(base, args.layers, ratios, args.small, args.family)
     tensors = expected_tensors(config)
     total = sum(t.nbytes for t in tensors)
     shards = plan_shards(tensors, int(args.shard_gb * 1e9))
-    text = config["text_config"]
+    text = text_of(config)
     kinds = []
     for layer, ratio in enumerate(text["compress_ratios"]):
-        if ratio == 0:
+        if args.family == "v4":
+            kind = "SWA" if ratio == 0 else f"CSA r{ratio}" if ratio == 4 else f"HCA r{ratio}"
+            kinds.append(kind + (", hash-routed" if layer < text["num_hash_layers"] else ""))
+        elif ratio == 0:
             kinds.append("SWA")
         elif layer in text["kv_source_layer_ids"]:
             kinds.append(f"r{ratio} kv source")
@@ -449,12 +561,17 @@ def main():
     schedule = "; ".join(
         f"layer {i}: {k}" + (f" (release layer {source_of[i]})" if source_of[i] is not None else "")
         for i, k in enumerate(kinds))
-    print(f"{out}: {args.layers} layers ({schedule}); candidate source {text['candidate_source_layer_id']}")
+    if args.family == "v4":
+        print(f"{out}: {FAMILY_NAMES['v4']}-shaped, {args.layers} layers ({schedule})")
+    else:
+        print(f"{out}: {args.layers} layers ({schedule}); candidate source {text['candidate_source_layer_id']}")
     print(f"{len(tensors)} tensors, {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB) in {len(shards)} shard(s)", flush=True)
     by_kind = {}
     for t in tensors:
         part = ("routed experts" if ".experts." in t.name else "embed + head" if t.name in ("embed.weight", "head.weight")
                 else "rest (attention, shared experts, router, mHC, norms)")
+        if t.name.endswith("gate.tid2eid"):
+            part = "hash-routing tables (tid2eid)"
         by_kind[part] = by_kind.get(part, 0) + t.nbytes
     for part, size in by_kind.items():
         print(f"  {part}: {size / 1e9:.2f} GB")
@@ -478,7 +595,7 @@ def main():
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     (out / "SYNTHETIC.txt").write_text(
-        "Synthetic DeepSeek-V4.1-Flash-shaped checkpoint: random weights, no trained behaviour.\n"
+        f"Synthetic {FAMILY_NAMES[args.family]}-shaped checkpoint: random weights, no trained behaviour.\n"
         f"made by: {' '.join(sys.argv)}\nseed: {args.seed}\nschedule: {schedule}\n"
         f"total tensor bytes: {total}\n")
     on_disk = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
