@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test, on the device machine (an H200 box). Two modes:
 #
-#   scripts/test-gpu.sh pack        here, on the build machine: build the release tree `build`
+#   scripts/test-gpu.sh pack        here, on the build machine: build what the bundle holds in `build`
 #                                   (scripts/build.sh build; CUDA on, sm_90a + sm_100a) and put
 #                                   what the GPU tests run into .gpu-bundle/ (gitignored)
 #   scripts/test-gpu.sh run [ARGS]  on the device, in the repository root with .gpu-bundle/
@@ -50,6 +50,8 @@ bundled_libraries() {
     case $(basename "$path") in
       libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
         libutil.so.* | ld-linux*.so.* | libstdc++.so.* | libgcc_s.so.* | libcuda.so.* | libnvidia-*) ;;
+      # cuBLASLt (cuda_gemm_bench only) is ~540 MB, past any carry: the device's CUDA 13 has it.
+      libcublas.so.* | libcublasLt.so.*) ;;
       *) echo "$path" ;;
     esac
   done
@@ -57,7 +59,11 @@ bundled_libraries() {
 
 pack() {
   local missing
-  scripts/build.sh build
+  # Only what the bundle holds is built (the first time, build.sh configures and builds the tree).
+  [ -f build/build.ninja ] || scripts/build.sh build
+  local targets=(test_cuda test_engine deepinfer)
+  local benches=(decode_step_bench cuda_gemm_bench)
+  cmake --build build --parallel "$(nproc)" --target "${targets[@]}" "${benches[@]}"
   if ! grep -q '^DEEPINFER_CUDA:BOOL=ON' build/CMakeCache.txt; then
     echo "test-gpu pack: build/ was configured without the CUDA backend (DEEPINFER_CUDA is off: was nvcc" >&2
     echo "  on PATH?). Reconfigure it: rm -rf build && scripts/build.sh build" >&2
@@ -70,6 +76,8 @@ pack() {
   rm -rf "$bundle"
   mkdir -p "$bundle/lib" "$bundle/compat"
   local binaries=(build/tests/test_cuda build/tests/test_engine build/deepinfer)
+  # The device benchmarks, beside the tests (docs/BENCHMARKS.md runs them from the bundle).
+  for binary in "${benches[@]}"; do [ -x "build/bench/$binary" ] && binaries+=("build/bench/$binary"); done
   for binary in "${binaries[@]}"; do
     cp "$binary" "$bundle/"
     strip --strip-unneeded "$bundle/$(basename "$binary")"
