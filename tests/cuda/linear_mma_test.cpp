@@ -71,7 +71,8 @@ TEST(CudaLinearMma, MatchesCpu) {
     const HostWeight w_abs = absolute(w);
     const DeviceWeight d = upload(w);
     ASSERT_TRUE(linear_mma_supports(d.matrix));
-    for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{17}, int64_t{40}}) {
+    // 1 .. 64 tokens run two 8-token column groups a warp, more run four (groups_for).
+    for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{17}, int64_t{40}, int64_t{100}}) {
       const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * shape.cols), rng);
       std::vector<float> x_abs = x;
       for (auto& v : x_abs) v = std::fabs(v);
@@ -97,14 +98,17 @@ TEST(CudaLinearMma, BatchInvariantBitForBit) {
     const HostWeight w = make_weight(shape.encoding, shape.rows, shape.cols, rng, ScaleEncoding::E8M0,
                                      shape.block_rows, shape.block_cols);
     const DeviceWeight d = upload(w);
-    constexpr int64_t kTokens = 37;
-    const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * shape.cols), rng, 2.0f);
-    const std::vector<float> batched = gpu_linear_mma(x, kTokens, d.matrix);
-    for (const int64_t t : {int64_t{0}, int64_t{5}, int64_t{18}, int64_t{36}}) {
-      const std::vector<float> row(x.begin() + t * shape.cols, x.begin() + (t + 1) * shape.cols);
-      const std::vector<float> alone = gpu_linear_mma(row, 1, d.matrix);
-      const std::vector<float> in_batch(batched.begin() + t * shape.rows, batched.begin() + (t + 1) * shape.rows);
-      EXPECT_TRUE(same_bits(alone, in_batch)) << "encoding " << static_cast<int>(shape.encoding) << " token " << t;
+    // 37 tokens run two column groups a warp and 100 four: a row's bits are the same in both and alone.
+    for (const int64_t tokens : {int64_t{37}, int64_t{100}}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * shape.cols), rng, 2.0f);
+      const std::vector<float> batched = gpu_linear_mma(x, tokens, d.matrix);
+      for (const int64_t t : {int64_t{0}, int64_t{5}, int64_t{18}, int64_t{36}, tokens - 1}) {
+        const std::vector<float> row(x.begin() + t * shape.cols, x.begin() + (t + 1) * shape.cols);
+        const std::vector<float> alone = gpu_linear_mma(row, 1, d.matrix);
+        const std::vector<float> in_batch(batched.begin() + t * shape.rows, batched.begin() + (t + 1) * shape.rows);
+        EXPECT_TRUE(same_bits(alone, in_batch))
+            << "encoding " << static_cast<int>(shape.encoding) << " token " << t << " of " << tokens;
+      }
     }
   }
 }

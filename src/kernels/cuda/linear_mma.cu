@@ -1,20 +1,31 @@
 // linear on the tensor cores, for the dense weights of DeepSeek's releases: FP8 e4m3 with E8M0
 // block scales (32 x 32 in V4.1, 128 x 128 in V4) and BF16 (the LM head). y[t, r] = sum_c x[t, c]
 // W[r, c] with x split into three BF16 planes (split_rows) and W decoded exactly in registers
-// (mma_common.cuh: the operand order, and why the result is an f32 sum in another order).
+// (mma_common.cuh: the operand order, and why three planes keep an f32 sum).
 //
 // Why: the SIMT linear (linear.cu) reduces a weight row per warp against each token's f32
 // activations, so activations are re-read from L1 / L2 once per output row, and at batch 64
 // that traffic, not the weights' bytes, sets its time. Here a warp holds 32 weight rows (two
-// m16 tiles) and multiplies each 128-column chunk with up to 8 tokens (4 MMA column groups of 2
-// tokens x 3 terms): activations are read once per 32 rows, weights once per 8 tokens.
+// m16 tiles) and multiplies each 128-column chunk with up to 16 or 32 tokens (groups_for):
+// activations are read once per 32 rows, weights once per 16 or 32 tokens.
 //
-// Work split: blockIdx.x = 8-token blocks (fastest, so the blocks that read the same weight
+// Planes as MMAs, tokens as columns: an MMA's 8 columns are 8 tokens of one plane, and each
+// 16-column step takes three MMAs, hi, mid and lo. Only hi's sum needs the rounded add of
+// mma_common.cuh (each MMA from zero, then an f32 add): mid and lo are at most 2^-8 and 2^-16 of
+// hi, so the tensor cores' own accumulation (its truncation ~2^-23 of their running sum) adds an
+// error ~2^-31 of the result, and they accumulate in place in one accumulator. y = hi sum + (mid
+// + lo) sum. Against the expert kernel's layout (a token's three planes in one MMA, 2 tokens an
+// MMA, every MMA rounded-added) this is 3 MMAs and 4 adds per 8 tokens instead of 4 MMAs and 16
+// adds, and the weights are decoded once per 16 or 32 tokens instead of per 8, which is what
+// sets the time past a few tokens (docs/BENCHMARKS.md, "cuda_gemm_bench").
+//
+// Work split: blockIdx.x = token blocks (fastest, so the blocks that read the same weight
 // rows run together and share them through L2), blockIdx.y = 128-row blocks (4 warps),
 // blockIdx.z = column ranges. The ranges follow the weight's shape alone (enough blocks for the
 // SMs when a matrix has few rows, as wq_a's 1280 rows are 10 blocks), never the token count, and
 // each range's partial sums land in a workspace added in range order: so a token's result is
-// the same bits alone or in any batch (batch invariance, with no mode of its own).
+// the same bits alone or in any batch (a token is its own MMA column; batch invariance, with no
+// mode of its own).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,12 +47,19 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kRowsPerWarp = 32;
 constexpr int64_t kRowsPerBlock = int64_t{kWarpsPerBlock} * kRowsPerWarp;
-constexpr int kGroups = 4;                    // MMA column groups per warp
-constexpr int64_t kTokensPerBlock = int64_t{kTokensPerMma} * kGroups;
+constexpr int kTokensPerGroup = 8;           // an MMA's columns: 8 tokens of one plane
 constexpr int64_t kTargetBlocks = 264;        // 2 per SM of an H200
 constexpr int64_t kMinRangeChunks = 2;
 constexpr int64_t kMaxRanges = 32;
 constexpr int64_t kMaxGrid = 65535;
+
+// MMA column groups per warp (8 tokens each), by the call's token count: 2 up to 64 tokens (128
+// registers, 4 blocks an SM: at batch 1 the head then streams at the byte bound), 4 past it (162
+// registers, 3 blocks an SM, weights decoded once per 32 tokens). Measured on the H200
+// (docs/BENCHMARKS.md, "cuda_gemm_bench"). A token's bits do not depend on it: a token is its own
+// MMA column, reduced in the same order either way.
+constexpr int64_t kTwoGroupTokens = 64;
+int groups_for(int64_t tokens) { return tokens <= kTwoGroupTokens ? 2 : 4; }
 
 struct Plan {
   int64_t row_blocks = 0, token_blocks = 0, chunks = 0, ranges = 1, range_chunks = 0;
@@ -50,7 +68,8 @@ struct Plan {
 Plan plan_of(int64_t tokens, const WeightMatrix& w) {
   Plan p;
   p.row_blocks = (w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  p.token_blocks = (tokens + kTokensPerBlock - 1) / kTokensPerBlock;
+  const int64_t per_block = int64_t{kTokensPerGroup} * groups_for(tokens);
+  p.token_blocks = (tokens + per_block - 1) / per_block;
   p.chunks = w.cols / kChunkColumns;
   if (p.row_blocks < kTargetBlocks)
     p.ranges = std::clamp<int64_t>(std::min((kTargetBlocks + p.row_blocks - 1) / p.row_blocks,
@@ -118,8 +137,8 @@ __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t 
     }
 }
 
-template <WeightEncoding E>
-__global__ void __launch_bounds__(kThreads)
+template <WeightEncoding E, int kGroups>
+__global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
     linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, int64_t range_chunks,
                       float* __restrict__ out, int64_t out_stride) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
@@ -128,8 +147,8 @@ __global__ void __launch_bounds__(kThreads)
       (static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kRowsPerWarp;
   if (first_row >= w.rows) return;
   const bool second = first_row + 16 < w.rows;  // warp-uniform: rows is a multiple of 16
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
-  const int64_t live_groups = (tokens - t0 + kTokensPerMma - 1) / kTokensPerMma;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerGroup * kGroups;
+  const int64_t live_groups = (tokens - t0 + kTokensPerGroup - 1) / kTokensPerGroup;
   const int groups = static_cast<int>(live_groups < kGroups ? live_groups : kGroups);
   const int64_t chunks = w.cols / kChunkColumns;
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_chunks;
@@ -146,16 +165,17 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t row = first_row + (second ? 16 * m : 0) + g + 8 * r;
       rows.data[m][r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     }
+  // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it).
+  const int64_t plane_words = w.cols / 2;
   const uint32_t* x_words[kGroups];
-  int slot, plane;
-  column_of(g, slot, plane);
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
-    const int64_t t = t0 + kTokensPerMma * u + slot;
-    x_words[u] = slot >= 0 && t < tokens ? x_split + (kPlanes * t + plane) * (w.cols / 2) : nullptr;
+    const int64_t t = t0 + kTokensPerGroup * u + g;
+    x_words[u] = t < tokens ? x_split + kPlanes * t * plane_words : nullptr;
   }
 
-  float acc[2][kGroups][4] = {};
+  float hi[2][kGroups][4] = {};       // rounded adds of each MMA
+  float mid_lo[2][kGroups][4] = {};   // the tensor cores' accumulation
   for (int64_t c = begin; c < end; ++c) {
     if constexpr (E == WeightEncoding::FP8_E4M3) {
       const auto* scales = static_cast<const uint8_t*>(w.scales);
@@ -175,38 +195,45 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         if (u >= groups) break;  // warp-uniform
-        uint4 b[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-        if (x_words[u]) {
-          const auto* p = reinterpret_cast<const uint4*>(x_words[u] + (4 * c + q) * kSegmentWords);
-          b[0] = __ldg(p + 2 * h);
-          b[1] = __ldg(p + 2 * h + 1);
+        uint4 b[kPlanes][2];
+#pragma unroll
+        for (int p = 0; p < kPlanes; ++p) {
+          b[p][0] = b[p][1] = make_uint4(0, 0, 0, 0);
+          if (x_words[u]) {
+            const auto* at = reinterpret_cast<const uint4*>(x_words[u] + p * plane_words + (4 * c + q) * kSegmentWords);
+            b[p][0] = __ldg(at + 2 * h);
+            b[p][1] = __ldg(at + 2 * h + 1);
+          }
         }
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {  // MMA j = 4 h + jj: words (2 j, 2 j + 1), i = j / 2
           const int ii = jj / 2, n0 = (jj % 2) * 2;
-          const uint32_t b0 = word_of(b[ii], n0), b1 = word_of(b[ii], n0 + 1);
 #pragma unroll
-          for (int m = 0; m < 2; ++m)
-            mma_bf16_add(acc[m][u], a.words[m][0][ii][n0], a.words[m][1][ii][n0], a.words[m][0][ii][n0 + 1],
-                     a.words[m][1][ii][n0 + 1], b0, b1);
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t a0 = a.words[m][0][ii][n0], a1 = a.words[m][1][ii][n0];
+            const uint32_t a2 = a.words[m][0][ii][n0 + 1], a3 = a.words[m][1][ii][n0 + 1];
+            mma_bf16_add(hi[m][u], a0, a1, a2, a3, word_of(b[0][ii], n0), word_of(b[0][ii], n0 + 1));
+            mma_bf16(mid_lo[m][u], a0, a1, a2, a3, word_of(b[1][ii], n0), word_of(b[1][ii], n0 + 1));
+            mma_bf16(mid_lo[m][u], a0, a1, a2, a3, word_of(b[2][ii], n0), word_of(b[2][ii], n0 + 1));
+          }
         }
       }
     }
   }
   out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;  // a range's partial sums (out_stride = rows)
+  // D's element i of this lane: row g + 8 (i / 2) of the tile, token 2 q + i % 2 of the group.
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
-    if (u >= groups) break;  // warp-uniform: token_sums shuffles
+    if (u >= groups) break;
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       if (m == 1 && !second) break;
-      float value[2];
-      token_sums(acc[m][u], value);
-      const int64_t t = t0 + kTokensPerMma * u + q / 2;
-      if (q % 2 != 0 || t >= tokens) continue;
-      float* row_out = out + t * out_stride + first_row + 16 * m + g;
-      row_out[0] = value[0];
-      row_out[8] = value[1];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t t = t0 + kTokensPerGroup * u + 2 * q + i % 2;
+        if (t >= tokens) continue;
+        out[t * out_stride + first_row + 16 * m + g + 8 * (i / 2)] = hi[m][u][i] + mid_lo[m][u][i];
+      }
     }
   }
 }
@@ -292,10 +319,13 @@ void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMa
   const int64_t out_stride = p.ranges > 1 ? w.rows : y_stride;
   const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
                   static_cast<unsigned>(p.ranges));
+  const bool four = groups_for(tokens) == 4;
   if (w.encoding == WeightEncoding::BF16)
-    linear_mma_kernel<WeightEncoding::BF16><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out, out_stride);
+    (four ? linear_mma_kernel<WeightEncoding::BF16, 4> : linear_mma_kernel<WeightEncoding::BF16, 2>)<<<grid, kThreads, 0, s>>>(
+        x_split, tokens, w, p.range_chunks, out, out_stride);
   else
-    linear_mma_kernel<WeightEncoding::FP8_E4M3><<<grid, kThreads, 0, s>>>(x_split, tokens, w, p.range_chunks, out, out_stride);
+    (four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4> : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2>)<<<grid, kThreads, 0, s>>>(
+        x_split, tokens, w, p.range_chunks, out, out_stride);
   if (p.ranges > 1) {
     add_ranges_kernel<<<grid_for(tokens * w.rows, 256), 256, 0, s>>>(partials, tokens, w.rows, p.ranges, y, y_stride);
   }
