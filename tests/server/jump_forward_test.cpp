@@ -1,0 +1,156 @@
+// Jump-forward through the server on the embedded model (assets/models/deepinfer-mini-v41, which
+// was trained on the DeepSeek tokenizer's encoding): greedy answers under a JSON schema and under a
+// named tool choice are the same with and without it (content, tool calls, token counts, finish
+// reasons), in fewer engine steps; streamed, the forced text arrives like drawn text. Prints the
+// steps and wall time of each (docs/BENCHMARKS.md, "Structured output: jump-forward").
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server_fixture.h"
+
+namespace deepinfer::server {
+namespace {
+
+using Json = nlohmann::json;
+using testing::RunningServer;
+
+std::string embedded_model() { return std::string(DEEPINFER_ASSET_DIR) + "/models/deepinfer-mini-v41"; }
+
+ServerOptions embedded_options(bool jump_forward) {
+  ServerOptions options = testing::test_options(embedded_model());
+  options.tokenizer = "";  // the model folder's own (the bundled V4.1 tokenizer)
+  options.served_model_name = "mini";
+  options.engine.cache_memory_bytes = 128 << 20;
+  options.engine.jump_forward = jump_forward;
+  return options;
+}
+
+const Json kPersonSchema = Json::parse(R"({
+  "type": "object", "additionalProperties": false,
+  "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+  "required": ["name", "age", "city"]})");
+
+const Json kTools = Json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
+                   "required": ["city"]}}},
+  {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. 12*7+3"}},
+                   "required": ["expression"]}}}])");
+
+Json requests() {
+  const auto user = [](const std::string& text) { return Json::array({{{"role", "user"}, {"content", text}}}); };
+  return Json::array({
+      {{"messages", user("Give me a JSON object for a person named Alice, aged 30, living in Paris.")},
+       {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", kPersonSchema},
+                                                                       {"strict", true}}}}}},
+      {{"messages", user("Tell me the current weather in Lisbon.")},
+       {"tools", kTools},
+       {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}},
+      {{"messages", user("Please calculate 8075-319 with the calculator tool.")},
+       {"tools", kTools},
+       {"tool_choice", {{"type", "function"}, {"function", {{"name", "calculator"}}}}}},
+  });
+}
+
+struct Outcome {
+  Json message;
+  std::string finish;
+  int64_t completion_tokens = 0;
+  int64_t steps = 0;
+  int64_t forced = 0;
+  double seconds = 0;
+};
+
+Outcome ask(RunningServer& server, Json body) {
+  body["model"] = "mini";
+  body["temperature"] = 0;
+  body["max_tokens"] = 120;
+  body["thinking"] = {{"type", "disabled"}};
+  httplib::Client client = server.client();
+  const engine::EngineStats before = server.server().model().engine().stats();
+  const auto start = std::chrono::steady_clock::now();
+  const auto response = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  Outcome out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(response && response->status == 200) << (response ? response->body : "no response");
+  if (!response || response->status != 200) return out;
+  const engine::EngineStats after = server.server().model().engine().stats();
+  const Json answer = Json::parse(response->body);
+  out.message = answer.at("choices").at(0).at("message");
+  out.finish = answer.at("choices").at(0).at("finish_reason");
+  out.completion_tokens = answer.at("usage").at("completion_tokens");
+  out.steps = after.steps - before.steps;
+  out.forced = after.forced_tokens - before.forced_tokens;
+  return out;
+}
+
+TEST(JumpForwardServer, TheEmbeddedModelsAnswersAreTheSameInFewerSteps) {
+  if (!std::filesystem::exists(embedded_model() + "/config.json")) GTEST_SKIP() << "the embedded model is absent";
+  RunningServer with(embedded_options(true));
+  RunningServer without(embedded_options(false));
+  int64_t saved = 0;
+  for (const Json& body : requests()) {
+    const Outcome on = ask(with, body);
+    const Outcome off = ask(without, body);
+    EXPECT_EQ(on.message, off.message) << body.dump();
+    EXPECT_EQ(on.finish, off.finish);
+    EXPECT_EQ(on.completion_tokens, off.completion_tokens);
+    EXPECT_EQ(off.forced, 0);
+    EXPECT_GT(on.forced, 0) << body.dump();
+    EXPECT_LT(on.steps, off.steps);
+    saved += off.steps - on.steps;
+    std::printf("jump-forward: %s -> %s, %lld tokens (%lld forced): %lld steps %.3f s with, %lld steps %.3f s without\n",
+                body.at("messages").at(0).at("content").get<std::string>().c_str(), on.finish.c_str(),
+                static_cast<long long>(on.completion_tokens), static_cast<long long>(on.forced),
+                static_cast<long long>(on.steps), on.seconds, static_cast<long long>(off.steps), off.seconds);
+  }
+  EXPECT_GT(saved, 0);
+  // The tool calls are the expected ones (the model's training, kept under the constraint).
+  const Outcome weather = ask(with, requests()[1]);
+  ASSERT_EQ(weather.finish, "tool_calls") << weather.message.dump();
+  EXPECT_EQ(weather.message.at("tool_calls").at(0).at("function").at("name"), "get_weather");
+  EXPECT_EQ(Json::parse(weather.message.at("tool_calls").at(0).at("function").at("arguments").get<std::string>()),
+            Json({{"city", "Lisbon"}}));
+}
+
+// Streamed, the forced text comes in the chunks as drawn text does: the deltas join to the
+// non-streamed answer.
+TEST(JumpForwardServer, ForcedTextStreamsLikeDrawnText) {
+  if (!std::filesystem::exists(embedded_model() + "/config.json")) GTEST_SKIP() << "the embedded model is absent";
+  RunningServer with(embedded_options(true));
+  Json body = requests()[0];
+  const Outcome whole = ask(with, body);
+  body["model"] = "mini";
+  body["temperature"] = 0;
+  body["max_tokens"] = 120;
+  body["thinking"] = {{"type", "disabled"}};
+  body["stream"] = true;
+  httplib::Client client = with.client();
+  const auto response = client.Post("/v1/chat/completions", body.dump(), "text/event-stream");
+  ASSERT_TRUE(response && response->status == 200);
+  std::string content;
+  std::size_t at = 0;
+  int chunks = 0;
+  while ((at = response->body.find("data: {", at)) != std::string::npos) {
+    const std::size_t end = response->body.find("\n\n", at);
+    const Json chunk = Json::parse(response->body.substr(at + 6, end - at - 6));
+    at = end;
+    if (chunk.at("choices").empty()) continue;
+    const Json& delta = chunk.at("choices").at(0).at("delta");
+    if (delta.contains("content") && delta.at("content").is_string()) {
+      content += delta.at("content").get<std::string>();
+      ++chunks;
+    }
+  }
+  EXPECT_EQ(content, whole.message.at("content").get<std::string>());
+  EXPECT_GT(chunks, 1);
+}
+
+}  // namespace
+}  // namespace deepinfer::server
