@@ -188,7 +188,7 @@ struct Engine::Impl {
       StreamEvent& event = events[scored.id];
       event.choice = scored.id.choice;
       for (const SampleResult& score : scored.scores)
-        event.prompt_logprobs.push_back(GeneratedToken{score.token, score.logprob, score.top_logprobs});
+        event.prompt_logprobs.push_back(GeneratedToken{score.token, score.logprob, score.top_logprobs, false});
     }
     for (const ProducedToken& produced : finished.tokens) {
       StreamEvent& event = events[produced.id];

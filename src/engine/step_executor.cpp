@@ -194,7 +194,7 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
   if (!sequence.constrained) {
     const SampleResult result = sample(logits, request.params, *sequence.history, request.seed,
                                        static_cast<uint64_t>(id.choice), position);
-    return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
+    return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs, false};
   }
   // Tokens the grammar rejects get -inf: the draw, the penalties and the reported logprobs all
   // see the constrained distribution.
@@ -212,11 +212,11 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
   if (!mask_logits(masked, mask, static_cast<std::size_t>(vocabulary.size()))) {
     // No token can continue (the grammar is complete and closed, or the model's logits are NaN
     // where it could): the answer ends here.
-    return ProducedToken{id, epoch, vocabulary.eos(), 0.0f, {}};
+    return ProducedToken{id, epoch, vocabulary.eos(), 0.0f, {}, false};
   }
   const SampleResult result = sample(masked, request.params, *sequence.history, request.seed,
                                      static_cast<uint64_t>(id.choice), position);
-  return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
+  return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs, false};
 }
 
 model::TokenDraw StepExecutor::draw_for(SequenceId id, int64_t row, int64_t position,
@@ -300,7 +300,7 @@ void StepExecutor::compute_drawing() {
   model_.forward_batch_draw(batch, draws, drawn, attach_masks);
   run_forks_and_snapshots(prepared);
   for (std::size_t i = 0; i < drawn.size(); ++i) {
-    ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}};
+    ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}, false};
     for (const auto& [token, logprob] : drawn[i].top_logprobs) produced.top_logprobs.push_back({token, logprob});
     prepared.tokens.push_back(std::move(produced));
   }

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/scheduler.h"
 #include "scheduler_executor.h"
 #include "sanitizer_scale.h"
@@ -111,7 +112,7 @@ TEST(SchedulerForced, RefusesForcedTokensThatLeaveNoDraw) {
 // the books checked after every step, and each sequence's tokens checked at its end.
 TEST(SchedulerForced, RandomAsynchronousRunKeepsEveryBlockExact) {
   std::mt19937 rng(17);
-  Scheduler scheduler(config_of(40));
+  Scheduler scheduler(config_of(24));  // tight: sequences that grow are preempted
   CheckingExecutor executor(scheduler, 3);
   std::map<SequenceId, std::vector<int32_t>> expected;  // generated tokens so far, as given
   std::map<RequestId, int64_t> max_tokens;
@@ -138,8 +139,9 @@ TEST(SchedulerForced, RandomAsynchronousRunKeepsEveryBlockExact) {
   const auto check_finished = [&](const StepOutcome& outcome) {
     for (const FinishedSequence& done : outcome.finished) {
       EXPECT_EQ(done.generated, expected.at(done.id)) << "request " << done.id.request << " choice " << done.id.choice;
-      if (done.reason == SequenceEnd::length)
+      if (done.reason == SequenceEnd::length) {
         EXPECT_EQ(static_cast<int64_t>(done.generated.size()), max_tokens.at(done.id.request));
+      }
       ++finished;
     }
   };
