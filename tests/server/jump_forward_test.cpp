@@ -1,8 +1,11 @@
 // Jump-forward through the server on the embedded model (assets/models/deepinfer-mini-v41, which
-// was trained on the DeepSeek tokenizer's encoding): greedy answers under a JSON schema and under a
-// named tool choice are the same with and without it (content, tool calls, token counts, finish
-// reasons), in fewer engine steps; streamed, the forced text arrives like drawn text. Prints the
-// steps and wall time of each (docs/BENCHMARKS.md, "Structured output: jump-forward").
+// was trained on the DeepSeek tokenizer's encoding): greedy answers under a JSON schema and under
+// named tool choices are the same with and without it (content, tool calls, token counts, finish
+// reasons); the tool calls' markup is forced, so they take fewer engine steps. (Under the default
+// JSON whitespace a schema forces little: after a key's last token only its closing quote is
+// forced, which the end rule leaves to the sampler since `":` may follow.) Streamed, forced text
+// arrives like drawn text. Prints the steps and wall time of each (docs/BENCHMARKS.md,
+// "Structured output: jump-forward").
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -102,8 +105,11 @@ TEST(JumpForwardServer, TheEmbeddedModelsAnswersAreTheSameInFewerSteps) {
     EXPECT_EQ(on.finish, off.finish);
     EXPECT_EQ(on.completion_tokens, off.completion_tokens);
     EXPECT_EQ(off.forced, 0);
-    EXPECT_GT(on.forced, 0) << body.dump();
-    EXPECT_LT(on.steps, off.steps);
+    EXPECT_LE(on.steps, off.steps);
+    if (body.contains("tool_choice")) {  // the invoke and parameter tags are forced
+      EXPECT_GT(on.forced, 4) << body.dump();
+      EXPECT_LT(on.steps, off.steps);
+    }
     saved += off.steps - on.steps;
     std::printf("jump-forward: %s -> %s, %lld tokens (%lld forced): %lld steps %.3f s with, %lld steps %.3f s without\n",
                 body.at("messages").at(0).at("content").get<std::string>().c_str(), on.finish.c_str(),
