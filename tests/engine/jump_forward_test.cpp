@@ -15,6 +15,7 @@
 #include "engine_checks.h"
 #include "grammar/compile.h"
 #include "grammar/matcher.h"
+#include "sanitizer_scale.h"
 #include "tiny_model.h"
 
 namespace deepinfer::engine {
@@ -211,7 +212,9 @@ TEST(JumpForward, MaxTokensCutsAForcedRun) {
   const std::vector<int32_t> prompt = random_prompt(rng, 9);
   const auto [full, full_stats] = run({record_request(prompt, 3)}, options(true));
   const std::vector<int32_t> whole = full[0][0].ids();
-  for (const int64_t max_tokens : {1, 2, 5, 24, 35}) {
+  const std::vector<int64_t> cuts = deepinfer::testing::release_or_sanitized(1, 0) ? std::vector<int64_t>{1, 2, 5, 24, 35}
+                                                                                  : std::vector<int64_t>{2, 24};
+  for (const int64_t max_tokens : cuts) {
     GenerationRequest request = record_request(prompt, 3);
     request.max_tokens = max_tokens;
     const auto [cut, cut_stats] = run({request}, options(true));
