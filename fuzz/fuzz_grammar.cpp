@@ -5,7 +5,8 @@
 // comes from the automaton walk and must equal the reference Earley walk, and again (from the
 // cache) after each allowed token is accepted and rolled back. The vocabulary holds plain-text
 // tokens of every slice level (up to 8 bytes, up to 16, longer), a partial and a stray UTF-8 byte,
-// and tokens that leave a string.
+// and tokens that leave a string. Jump-forward's tokens (a greedy longest-match encoder standing
+// in for the tokenizer) spell a prefix of the forced bytes, and rolling them back restores the state.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "grammar/compile.h"
+#include "grammar/jump_forward.h"
 #include "grammar/matcher.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -55,5 +57,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   matcher.fill_mask(walked);
   if (mask != walked) __builtin_trap();  // rollback restored the state the mask was for
+  const std::string forced = matcher.forced_bytes();
+  const deepinfer::grammar::TextEncoder encode = [&](std::string_view bytes) {
+    std::vector<int32_t> out;
+    while (!bytes.empty()) {
+      int32_t best = -1;
+      for (int32_t id = 0; id < vocabulary->size(); ++id) {
+        const std::string& token = vocabulary->bytes(id);
+        if (!token.empty() && bytes.substr(0, token.size()) == token &&
+            (best < 0 || token.size() > vocabulary->bytes(best).size()))
+          best = id;
+      }
+      if (best < 0) break;
+      out.push_back(best);
+      bytes.remove_prefix(vocabulary->bytes(best).size());
+    }
+    return out;
+  };
+  const std::vector<int32_t> run = deepinfer::grammar::jump_forward(matcher, *vocabulary, encode, 8);
+  std::string spelled;
+  for (int32_t id : run) spelled += vocabulary->bytes(id);
+  if (run.size() > 8 || forced.compare(0, spelled.size(), spelled) != 0) __builtin_trap();  // not the forced bytes
+  matcher.rollback(static_cast<int32_t>(run.size()));
+  matcher.fill_mask(walked);
+  if (mask != walked) __builtin_trap();  // the run was taken as tokens, and rolled back
   return 0;
 }

@@ -39,7 +39,7 @@ std::string cache_key(const ConstraintSpec& spec) {
       for (const ToolCallSpec::Tool& tool : calls.tools)
         tools.push_back({tool.name, tool.field, tool.parameters, tool.strict, tool.constrained});
       key += nlohmann::ordered_json{calls.mode == ToolCallSpec::Mode::Forced, calls.single_call,
-                                    calls.format == PromptFormat::V4, tools}
+                                    calls.format == PromptFormat::V4, calls.from_reasoning, tools}
                  .dump();
       if (spec.answer) key += "/answer/" + cache_key(*spec.answer);
       break;
@@ -114,9 +114,10 @@ grammar::Grammar constraint_grammar(const ConstraintSpec& spec, const grammar::C
 }
 
 ConstraintCompiler::ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocabulary,
-                                       ConstraintCompilerOptions options)
+                                       ConstraintCompilerOptions options, grammar::TextEncoder encode)
     : vocabulary_(std::move(vocabulary)),
       options_(options),
+      encode_(std::move(encode)),
       compile_slots_(options.max_concurrent_compiles > 0
                          ? options.max_concurrent_compiles
                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
@@ -139,7 +140,7 @@ engine::OutputConstraint ConstraintCompiler::compile(const ConstraintSpec& spec,
   // A refusal comes back as the ApiError the compile threw; so does a timeout, to the requests
   // that waited for that compile.
   const Compiled compiled = pending.valid() ? pending.get() : compile_new(spec, key, promise);
-  return engine::OutputConstraint{compiled, vocabulary_, after_token};
+  return engine::OutputConstraint{compiled, vocabulary_, after_token, encode_};
 }
 
 ConstraintCompiler::Compiled ConstraintCompiler::compile_new(const ConstraintSpec& spec, const std::string& key,

@@ -22,6 +22,7 @@
 #include "api/tool_call_grammar.h"
 #include "engine/sampling_params.h"
 #include "grammar/compile.h"
+#include "grammar/jump_forward.h"
 #include "grammar/matcher.h"
 
 namespace deepinfer::api {
@@ -63,8 +64,10 @@ struct ConstraintCompilerOptions {
 // compile past the time bound is not (the next request with it compiles again).
 class ConstraintCompiler {
  public:
+  // `encode` (the vocabulary's tokenizer) goes into every constraint for jump-forward; empty:
+  // the engine draws every token.
   explicit ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocabulary,
-                              ConstraintCompilerOptions options = {});
+                              ConstraintCompilerOptions options = {}, grammar::TextEncoder encode = {});
 
   // The engine's constraint; the grammar applies after `after_token` (-1: from the start).
   // Throws ApiError 400 naming spec.field (the compile error's place and reason, a size bound,
@@ -110,6 +113,7 @@ class ConstraintCompiler {
 
   std::shared_ptr<const grammar::Vocabulary> vocabulary_;
   ConstraintCompilerOptions options_;
+  grammar::TextEncoder encode_;
   std::function<void()> compile_hook_;
   int compile_slots_;
   mutable std::mutex mutex_;

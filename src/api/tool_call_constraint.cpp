@@ -24,6 +24,7 @@ std::optional<ConstraintSpec> tool_call_constraint(const Conversation& conversat
   calls->mode = forced ? ToolCallSpec::Mode::Forced : ToolCallSpec::Mode::Optional;
   calls->single_call = (forced && conversation.tool_choice_named) || !conversation.parallel_tool_calls;
   calls->format = format;
+  calls->from_reasoning = !forced && prompt.output_start == OutputStart::Thinking;
   for (const ToolDefinition& tool : conversation.tools)
     calls->tools.push_back({tool.name, tool.parameters, tool.strict, forced || tool.strict, tool.schema_field});
 

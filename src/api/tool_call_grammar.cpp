@@ -8,7 +8,9 @@
 #include "api/api_error.h"
 #include "api/dsml_tags.h"
 #include "core/error.h"
+#include "api/prompt_markers.h"
 #include "grammar/compile.h"
+#include "grammar/free_text.h"
 
 namespace deepinfer::api {
 namespace {
@@ -70,6 +72,20 @@ class BlockGrammar {
         g_.add_alternative(start, {Grammar::rule(text), Grammar::rule(block)});
       }
       g_.set_start(start);
+      if (spec_.from_reasoning) {
+        // The output starts in the reasoning, which the parser leaves at "</think>" for the answer
+        // or at "<｜DSML｜" straight into a calls block (recipe §2: Reasoning -> ToolCalls), so
+        // that block is held to the tools' schemas too. The reasoning itself is free text (masks
+        // of a few cached states), and the output may end in it, as an unconstrained one may.
+        const RuleId reasoning = g_.include(
+            grammar::text_without_any({std::string(markers::kThinkEnd), std::string(dsml::kOpenPrefix)}));
+        const RuleId thinking = g_.add_rule("reasoning_then_answer_or_calls");
+        g_.add_alternative(thinking, {Grammar::rule(reasoning)});
+        g_.add_alternative(thinking,
+                           cat(cat({Grammar::rule(reasoning)}, g_.literal(markers::kThinkEnd)), {Grammar::rule(start)}));
+        g_.add_alternative(thinking, {Grammar::rule(reasoning), Grammar::rule(block)});
+        g_.set_start(thinking);
+      }
     }
     // Each schema was compiled within the limits; together they must be too.
     if (const int64_t limit = limits_.max_symbols; g_.size() > limit)

@@ -31,6 +31,9 @@ struct ToolCallSpec {
   };
   Mode mode = Mode::Forced;
   bool single_call = false;  // one call per block (a named tool_choice, parallel_tool_calls false)
+  // Optional mode with thinking on: the grammar covers the output from the reasoning on (a calls
+  // block may open straight from it), instead of starting after "</think>".
+  bool from_reasoning = false;
   PromptFormat format = PromptFormat::V41;
   std::vector<Tool> tools;
 };

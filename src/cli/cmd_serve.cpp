@@ -59,6 +59,9 @@ constexpr const char* kUsage =
     "  --grammar-max-memory SIZE\n"
     "                           memory bound on one compiled constraint (grammar, prepared\n"
     "                           tables, each automaton; default 256M; beyond it a 400)\n"
+    "  --no-jump-forward        draw every token of a constrained answer, even where the grammar\n"
+    "                           forces the next bytes (by default their tokens are appended\n"
+    "                           without a draw and computed in the next step, like a prefill)\n"
     "  --max-prompt-logits-memory SIZE\n"
     "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
     "                           default 64M: longer prompts are scored over more steps)\n"
@@ -97,7 +100,7 @@ class LoadingIndicator {
 
 int run_serve(const std::vector<std::string>& argv) {
   try {
-    Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching"}),
+    Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching", "--no-jump-forward"}),
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
@@ -119,6 +122,7 @@ int run_serve(const std::vector<std::string>& argv) {
     options.engine.max_running = args.count("--max-running", options.engine.max_running, 1);
     options.engine.max_waiting = args.count("--max-waiting", options.engine.max_waiting, 1);
     options.engine.prefix_caching = !args.has("--no-prefix-caching");
+    options.engine.jump_forward = !args.has("--no-jump-forward");
     options.engine.max_prompt_logits_bytes =
         args.bytes("--max-prompt-logits-memory", options.engine.max_prompt_logits_bytes);
     if (args.get("--max-model-len")) options.max_model_len = args.count("--max-model-len", 0, 2);

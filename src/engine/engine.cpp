@@ -113,13 +113,6 @@ struct Engine::Impl {
       const int64_t row_bytes = model.vocab_size() * static_cast<int64_t>(sizeof(float));
       spec.max_chunk_tokens = std::max<int64_t>(1, options.max_prompt_logits_bytes / row_bytes);
     }
-    try {
-      live.scheduler_id = scheduler.add_request(spec);
-    } catch (const Error& error) {
-      for (int32_t choice = 0; choice < spec.n; ++choice)
-        live.stream->push(ending_event(choice, FinishReason::Error, error.what(), live.prompt_tokens, 0));
-      return;
-    }
     auto sampling = std::make_shared<RequestSampling>();
     sampling->params = submission.request.sampling;
     sampling->seed = submission.stream->seed();
@@ -127,6 +120,20 @@ struct Engine::Impl {
     if (!submission.request.ignore_eos)
       sampling->stop_token_ids.insert(sampling->stop_token_ids.end(), submission.request.eos_token_ids.begin(),
                                       submission.request.eos_token_ids.end());
+    sampling->max_tokens = submission.request.max_tokens;
+    const std::optional<OutputConstraint>& constraint = submission.request.sampling.constraint;
+    // A request with logprobs draws every token, so each has its own log-probability.
+    sampling->jump_forward = options.jump_forward && constraint && constraint->encode &&
+                             !submission.request.sampling.logprobs.has_value();
+    try {
+      sampling->initial_forced = initial_forced_tokens(*sampling);
+      spec.forced = sampling->initial_forced;
+      live.scheduler_id = scheduler.add_request(spec);
+    } catch (const Error& error) {
+      for (int32_t choice = 0; choice < spec.n; ++choice)
+        live.stream->push(ending_event(choice, FinishReason::Error, error.what(), live.prompt_tokens, 0));
+      return;
+    }
     executor.add_request(live.scheduler_id, std::move(sampling), spec.prompt, spec.n);
     by_scheduler_id[live.scheduler_id] = submission.id;
     live_requests[submission.id] = std::move(live);
@@ -181,12 +188,13 @@ struct Engine::Impl {
       StreamEvent& event = events[scored.id];
       event.choice = scored.id.choice;
       for (const SampleResult& score : scored.scores)
-        event.prompt_logprobs.push_back(GeneratedToken{score.token, score.logprob, score.top_logprobs});
+        event.prompt_logprobs.push_back(GeneratedToken{score.token, score.logprob, score.top_logprobs, false});
     }
     for (const ProducedToken& produced : finished.tokens) {
       StreamEvent& event = events[produced.id];
       event.choice = produced.id.choice;
-      event.tokens.push_back(GeneratedToken{produced.token, produced.logprob, produced.top_logprobs});
+      event.tokens.push_back(GeneratedToken{produced.token, produced.logprob, produced.top_logprobs, produced.forced});
+      forced_tokens += produced.forced ? 1 : 0;
     }
     generated_tokens += static_cast<int64_t>(finished.tokens.size());
     for (const FinishedSequence& done : outcome.finished) {
@@ -247,6 +255,7 @@ struct Engine::Impl {
     published.preemptions = counters.preemptions;
     published.failed_steps = failed_steps;
     published.generated_tokens = generated_tokens;
+    published.forced_tokens = forced_tokens;
     published.prefix_queried_tokens = counters.prefix_queried_tokens;
     published.prefix_hit_tokens = counters.prefix_hit_tokens;
     published.total_blocks = counters.total_blocks;
@@ -290,6 +299,8 @@ struct Engine::Impl {
       }
       take_inbox();
       if (!plan || plan->empty()) plan = timed_schedule();
+      // Tokens the finished step forced (jump-forward) extend this plan's decodes of their sequences.
+      scheduler.take_forced_tokens(*plan);
       if (plan->empty()) {
         host_seconds += seconds_since(host_start);
         publish_stats();
@@ -380,6 +391,7 @@ struct Engine::Impl {
   int64_t steps = 0;
   int64_t failed_steps = 0;
   int64_t generated_tokens = 0;
+  int64_t forced_tokens = 0;
   EngineStats published;
 
   std::thread thread;

@@ -37,6 +37,11 @@ struct EngineOptions {
   // A prompt_logprobs request keeps every row's logits of its chunk (rows x vocab floats): its
   // chunks are cut so that buffer stays within this (at least one row).
   int64_t max_prompt_logits_bytes = int64_t{64} << 20;
+  // Jump-forward (--no-jump-forward turns it off): where a constrained request's grammar forces
+  // the next bytes, their tokens are appended without a draw and computed in the next step with
+  // the drawn token, like a chunk of a prefill, instead of one step each. Requests that ask for
+  // logprobs never jump (every token they get has its own log-probability).
+  bool jump_forward = true;
 };
 
 struct GenerationRequest {
@@ -55,6 +60,7 @@ struct GeneratedToken {
   int32_t token = -1;
   float logprob = 0;                      // raw log-probability (when sampling.logprobs is set)
   std::vector<TokenLogprob> top_logprobs;  // best first
+  bool forced = false;  // appended by jump-forward (EngineOptions::jump_forward), not drawn
 };
 
 // One event of one choice: tokens produced since the last event and, on the last one, why it
@@ -107,6 +113,7 @@ struct EngineStats {
   int64_t failed_steps = 0;       // steps whose compute threw (their requests ended with the error)
   int64_t prompt_tokens = 0;      // computed or served from cache
   int64_t generated_tokens = 0;
+  int64_t forced_tokens = 0;      // of generated_tokens, appended by jump-forward without a draw
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t total_blocks = 0;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "grammar/jump_forward.h"
 #include "grammar/matcher.h"
 
 namespace deepinfer::engine {
@@ -19,6 +20,9 @@ struct OutputConstraint {
   // The grammar applies after this token has been generated (thinking: </think>, so reasoning
   // is free and the answer constrained); -1: from the first generated token.
   int32_t after_token = -1;
+  // The tokenizer's encoding of text, for jump-forward (grammar/jump_forward.h): the bytes the
+  // grammar forces are appended as these tokens without sampling. Empty: every token is sampled.
+  grammar::TextEncoder encode;
 };
 
 struct SamplingParams {

@@ -65,6 +65,10 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
   if (spec.max_tokens < 1) fail("request: max_tokens = ", spec.max_tokens, ", it must be at least 1");
   if (spec.n < 1) fail("request: n = ", spec.n, ", it must be at least 1");
   if (spec.max_chunk_tokens < 0) fail("request: max_chunk_tokens = ", spec.max_chunk_tokens, " is negative");
+  if (static_cast<int64_t>(spec.forced.size()) >= spec.max_tokens)
+    fail("request: ", spec.forced.size(), " forced tokens leave no draw within max_tokens = ", spec.max_tokens);
+  for (int32_t token : spec.forced)
+    if (token < 0) fail("request: forced token id ", token, " is negative");
   const auto prompt = static_cast<int64_t>(spec.prompt.size());
   if (spec.max_tokens > std::numeric_limits<int64_t>::max() / 2 - prompt)
     fail("request: max_tokens = ", spec.max_tokens, " is too large");
@@ -85,6 +89,7 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
     sequence.priority = spec.priority;
     sequence.arrival = arrival;
     sequence.tokens = spec.prompt;
+    sequence.tokens.insert(sequence.tokens.end(), spec.forced.begin(), spec.forced.end());
     sequence.prompt_tokens = prompt;
     sequence.max_tokens = spec.max_tokens;
     sequence.prefix_match = spec.prefix_match;
@@ -219,7 +224,8 @@ bool Scheduler::admit(Sequence& sequence) {
 
 void Scheduler::fork_children(Sequence& parent, StepPlan& plan, PlannedStep& planned) {
   const int64_t block = config_.block_tokens;
-  const int64_t prompt = parent.prompt_tokens;
+  // Where the children part: the prompt and the forced tokens every choice starts with.
+  const auto prompt = static_cast<int64_t>(parent.tokens.size());
   const auto full = static_cast<std::size_t>(prompt / block);
   for (int32_t choice : parent.fork_children) {
     Sequence& child = at(SequenceId{parent.id.request, choice});
@@ -265,6 +271,7 @@ void Scheduler::fork_children(Sequence& parent, StepPlan& plan, PlannedStep& pla
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.step = next_step_++;
+  forced_since_plan_.clear();  // this plan sees them as known tokens
   entries_.clear();
   budget_ = config_.max_batch_tokens;
   preempted_this_step_ = false;
@@ -415,6 +422,11 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
     if (!reported.insert(result.id).second)
       fail("step ", step, ": two results for request ", result.id.request, " choice ", result.id.choice);
     if (result.token < 0) fail("step ", step, ": sampled token id ", result.token, " is negative");
+    for (int32_t token : result.forced)
+      if (token < 0) fail("step ", step, ": forced token id ", token, " is negative");
+    if (result.stop && !result.forced.empty())
+      fail("step ", step, ": request ", result.id.request, " choice ", result.id.choice,
+           " stopped and has forced tokens after the stop");
   }
   for (const auto& [id, epoch] : samplers)
     if (is_current(id, epoch) && reported.count(id) == 0)
@@ -444,6 +456,11 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
     Sequence& sequence = at(result.id);
     sequence.tokens.push_back(result.token);
     --sequence.pending_samples;
+    for (int32_t token : result.forced) {
+      if (sequence.generated() >= sequence.max_tokens) break;
+      sequence.tokens.push_back(token);
+    }
+    if (!result.forced.empty() && sequence.generated() < sequence.max_tokens) forced_since_plan_.insert(result.id);
     if (result.stop) {
       finish(sequence, SequenceEnd::stop, outcome);
     } else if (sequence.generated() >= sequence.max_tokens) {
@@ -451,6 +468,60 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
     }
   }
   return outcome;
+}
+
+void Scheduler::take_forced_tokens(StepPlan& plan) {
+  if (forced_since_plan_.empty()) return;
+  if (plan.step + 1 != next_step_) fail("scheduler: forced tokens for plan ", plan.step, ", not the latest");
+  const auto planned = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                    [&](const PlannedStep& in_flight) { return in_flight.step == plan.step; });
+  int64_t budget = config_.max_batch_tokens - plan.tokens();
+  const int64_t block = config_.block_tokens;
+  for (ScheduledSequence& item : plan.sequences) {
+    if (forced_since_plan_.count(item.id) == 0 || !is_current(item.id, item.epoch)) continue;
+    Sequence& sequence = at(item.id);
+    // The plan was built when the sampled token was pending: its item is that one token's decode.
+    if (item.end != item.begin + 1 || item.tokens.size() != 1 || item.tokens.back() != kPendingToken ||
+        planned == in_flight_.end())
+      fail("scheduler: request ", item.id.request, " choice ", item.id.choice,
+           " took forced tokens but its planned work is not the decode of its sampled token");
+    const auto work = std::find_if(planned->work.begin(), planned->work.end(),
+                                   [&](const Work& w) { return w.id == item.id && w.epoch == item.epoch; });
+    if (work == planned->work.end()) fail("scheduler: no planned work for a plan item");
+    const auto known = static_cast<int64_t>(sequence.tokens.size());
+    item.tokens.back() = sequence.tokens[static_cast<std::size_t>(item.begin)];
+    int64_t end = std::min(known, item.end + std::max<int64_t>(0, budget));
+    if (sequence.max_chunk_tokens > 0) end = std::min(end, item.begin + sequence.max_chunk_tokens);
+    // Spare blocks only: taking them from other sequences (preemption) for a plan already built
+    // would reach into its other items; what does not fit is computed in the next steps.
+    while (static_cast<int64_t>(sequence.blocks.size()) < ceil_div(end, block)) {
+      const std::optional<BlockId> allocated = allocate(sequence, AllocationMode::spare);
+      if (!allocated) {
+        end = std::min(end, static_cast<int64_t>(sequence.blocks.size()) * block);
+        break;
+      }
+      sequence.blocks.push_back(*allocated);
+    }
+    end = std::max(end, item.end);
+    if (end > item.end && item.save_snapshot != kNoSnapshot) {
+      free_snapshot(sequence.pending_snapshot);  // it was for the old end
+      item.save_snapshot = kNoSnapshot;
+      work->snapshot = kNoSnapshot;
+    }
+    for (int64_t position = item.end; position < end; ++position)
+      item.tokens.push_back(sequence.tokens[static_cast<std::size_t>(position)]);
+    budget -= end - item.end;
+    item.end = end;
+    item.block_table = sequence.blocks;
+    sequence.scheduled = end;
+    work->end = end;
+    if (end < known) {  // the next token is known: no draw now; the rest is a chunk of a later plan
+      item.needs_logits = false;
+      work->samples = false;
+      --sequence.pending_samples;
+    }
+  }
+  forced_since_plan_.clear();
 }
 
 std::vector<SequenceId> Scheduler::cancel(RequestId request) {

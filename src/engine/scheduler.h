@@ -78,6 +78,10 @@ struct RequestSpec {
   // > 0: no step computes more than this many of the sequence's positions (a request whose every
   // row's logits are kept bounds that buffer so); 0: only the step budget bounds a chunk.
   int64_t max_chunk_tokens = 0;
+  // Generated tokens known before the first draw (jump-forward: bytes the request's grammar
+  // forces at the start): every choice starts with them, computed like the prompt, and they count
+  // towards max_tokens (fewer than it).
+  std::vector<int32_t> forced;
 };
 
 enum class SequenceStatus {
@@ -142,6 +146,9 @@ struct StepResult {
   SequenceId id;
   int32_t token = 0;  // the sampled token
   bool stop = false;  // a stop token / EOS ended the sequence (the length limit is the scheduler's)
+  // Tokens that follow the sampled one without a draw (jump-forward), none of them a stop; those
+  // past max_tokens are dropped (the sequence ends with length).
+  std::vector<int32_t> forced;
 };
 
 enum class SequenceEnd { stop, length };
@@ -200,6 +207,14 @@ class Scheduler {
   // `step` must be the oldest planned step not finished yet. Results: one per sequence that
   // sampled (needs_logits, and fork children) and is still current; others are ignored.
   StepOutcome on_step_finished(uint64_t step, std::span<const StepResult> results);
+  // Jump-forward: after on_step_finished gave sequences forced tokens, the plan built before it
+  // (the latest, not launched yet) still computes only their sampled token and would draw the
+  // next one, which is known now. This extends those items over the forced tokens, as far as the
+  // step's token budget and spare blocks allow (a chunk of a prefill: the cache stays exact), and
+  // fills in the sampled token. An item that cannot take them all draws nothing; the next plans
+  // compute the rest as a chunk. A snapshot planned at the item's end is dropped (it only serves
+  // later requests). Nothing to do after a schedule() that already saw the tokens.
+  void take_forced_tokens(StepPlan& plan);
 
   // Cancels every choice of the request, in any state; frees what they hold. Returns the
   // sequences cancelled (none when the request is unknown or already done).
@@ -315,6 +330,8 @@ class Scheduler {
   int64_t preemptions_ = 0;
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;
+  // Sequences that took forced tokens since the latest plan was built (take_forced_tokens).
+  std::set<SequenceId> forced_since_plan_;
   // The plan being built by schedule().
   std::vector<Entry> entries_;
   int64_t budget_ = 0;

@@ -10,6 +10,15 @@
 
 namespace deepinfer::engine {
 
+std::vector<int32_t> initial_forced_tokens(const RequestSampling& sampling) {
+  const std::optional<OutputConstraint>& constraint = sampling.params.constraint;
+  if (!sampling.jump_forward || !constraint || constraint->after_token >= 0 || sampling.max_tokens < 2) return {};
+  grammar::Matcher matcher(constraint->grammar, constraint->vocabulary);
+  // One token at least is left to draw: the request's first event comes from a step like any other.
+  return grammar::jump_forward(matcher, *constraint->vocabulary, constraint->encode,
+                               static_cast<std::size_t>(sampling.max_tokens - 1), sampling.stop_token_ids);
+}
+
 StepExecutor::StepExecutor(const model::Model& model, Scheduler& scheduler)
     : model_(model), scheduler_(scheduler), block_tokens_(scheduler.config().block_tokens) {}
 
@@ -19,17 +28,23 @@ void StepExecutor::add_request(RequestId request, std::shared_ptr<const RequestS
   prompts_[request] = prompt;
   if (requests_[request]->params.prompt_logprobs) next_prompt_score_[request] = 1;
   for (int32_t choice = 0; choice < choices; ++choice) {
-    sequences_[SequenceId{request, choice}].history.emplace(prompt);
-    start_matcher(SequenceId{request, choice});
+    sequences_[SequenceId{request, choice}];
+    start_sequence(SequenceId{request, choice});
   }
 }
 
-void StepExecutor::start_matcher(SequenceId id) {
-  const std::optional<OutputConstraint>& constraint = requests_.at(id.request)->params.constraint;
-  if (!constraint) return;
+void StepExecutor::start_sequence(SequenceId id) {
+  const RequestSampling& request = *requests_.at(id.request);
   SequenceContext& sequence = context(id);
+  sequence.history.emplace(prompts_.at(id.request));
+  for (int32_t token : request.initial_forced) sequence.history->append(token);
+  const std::optional<OutputConstraint>& constraint = request.params.constraint;
+  if (!constraint) return;
   sequence.matcher.emplace(constraint->grammar, constraint->vocabulary);
   sequence.constrained = constraint->after_token < 0;
+  for (int32_t token : request.initial_forced)
+    if (!sequence.matcher->accept_token(token))
+      fail("engine: request ", id.request, " forced token ", token, " that its grammar rejects");
 }
 
 void StepExecutor::forget_request(RequestId request) {
@@ -109,9 +124,8 @@ void StepExecutor::prepare(const StepPlan& plan) {
     for (const BlockCopy& copy : fork.copies)
       prepared_fork.copies.emplace_back(scheduler_.pool().payload(copy.from).data(),
                                         scheduler_.pool().payload(copy.to).data());
-    SequenceContext& child = context(fork.child);
-    child.history.emplace(prompts_.at(fork.child.request));
-    start_matcher(fork.child);  // a fork happens before the parent's first token: a fresh matcher
+    // A fork happens before the parent's first draw: the child starts where the request starts.
+    start_sequence(fork.child);
     prepared.forks.push_back(std::move(prepared_fork));
   }
   prepared_ = std::move(prepared);
@@ -180,7 +194,7 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
   if (!sequence.constrained) {
     const SampleResult result = sample(logits, request.params, *sequence.history, request.seed,
                                        static_cast<uint64_t>(id.choice), position);
-    return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
+    return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs, false};
   }
   // Tokens the grammar rejects get -inf: the draw, the penalties and the reported logprobs all
   // see the constrained distribution.
@@ -198,11 +212,11 @@ ProducedToken StepExecutor::sample_for(SequenceId id, uint64_t epoch, std::span<
   if (!mask_logits(masked, mask, static_cast<std::size_t>(vocabulary.size()))) {
     // No token can continue (the grammar is complete and closed, or the model's logits are NaN
     // where it could): the answer ends here.
-    return ProducedToken{id, epoch, vocabulary.eos(), 0.0f, {}};
+    return ProducedToken{id, epoch, vocabulary.eos(), 0.0f, {}, false};
   }
   const SampleResult result = sample(masked, request.params, *sequence.history, request.seed,
                                      static_cast<uint64_t>(id.choice), position);
-  return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs};
+  return ProducedToken{id, epoch, result.token, result.logprob, result.top_logprobs, false};
 }
 
 model::TokenDraw StepExecutor::draw_for(SequenceId id, int64_t row, int64_t position,
@@ -286,7 +300,7 @@ void StepExecutor::compute_drawing() {
   model_.forward_batch_draw(batch, draws, drawn, attach_masks);
   run_forks_and_snapshots(prepared);
   for (std::size_t i = 0; i < drawn.size(); ++i) {
-    ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}};
+    ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}, false};
     for (const auto& [token, logprob] : drawn[i].top_logprobs) produced.top_logprobs.push_back({token, logprob});
     prepared.tokens.push_back(std::move(produced));
   }
@@ -395,6 +409,11 @@ StepExecutor::Finished StepExecutor::finish() {
     // Preempted while the step computed: the scheduler ignores its token, so must the history.
     if (!scheduler_.is_current(produced.id, produced.epoch)) continue;
     SequenceContext& sequence = context(produced.id);
+    if (!sequence.initial_reported) {  // computed with the prompt, reported before the first draw
+      sequence.initial_reported = true;
+      for (int32_t token : requests_.at(produced.id.request)->initial_forced)
+        out.tokens.push_back(ProducedToken{produced.id, produced.epoch, token, 0.0f, {}, true});
+    }
     sequence.history->append(produced.token);
     sequence.last_token = produced.token;
     if (sequence.matcher) {
@@ -410,10 +429,27 @@ StepExecutor::Finished StepExecutor::finish() {
     }
     const std::vector<int32_t>& stops = requests_.at(produced.id.request)->stop_token_ids;
     const bool stop = std::find(stops.begin(), stops.end(), produced.token) != stops.end();
-    out.results.push_back(StepResult{produced.id, produced.token, stop});
+    StepResult result{produced.id, produced.token, stop, {}};
+    if (!stop) result.forced = jump_forward(sequence, produced);
+    out.results.push_back(result);
+    const SequenceId id = produced.id;
+    const uint64_t epoch = produced.epoch;
     out.tokens.push_back(std::move(produced));
+    for (int32_t token : result.forced) out.tokens.push_back(ProducedToken{id, epoch, token, 0.0f, {}, true});
   }
   return out;
+}
+
+std::vector<int32_t> StepExecutor::jump_forward(SequenceContext& sequence, const ProducedToken& produced) {
+  const RequestSampling& request = *requests_.at(produced.id.request);
+  if (!request.jump_forward || !sequence.constrained || sequence.matcher->finished()) return {};
+  const int64_t room = request.max_tokens - sequence.history->generated_length();
+  if (room <= 0) return {};
+  const OutputConstraint& constraint = *request.params.constraint;
+  std::vector<int32_t> forced = grammar::jump_forward(*sequence.matcher, *constraint.vocabulary, constraint.encode,
+                                                      static_cast<std::size_t>(room), request.stop_token_ids);
+  for (int32_t token : forced) sequence.history->append(token);
+  return forced;
 }
 
 }  // namespace deepinfer::engine

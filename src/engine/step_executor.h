@@ -29,7 +29,18 @@ struct RequestSampling {
   SamplingParams params;
   uint64_t seed = 0;
   std::vector<int32_t> stop_token_ids;  // params.stop_token_ids plus EOS unless ignored
+  int64_t max_tokens = 0;               // generated tokens per choice, forced ones included
+  // Jump-forward (EngineOptions::jump_forward, a constraint with an encoder, no logprobs asked):
+  // the bytes the grammar forces after a drawn token are appended as tokens without a draw.
+  bool jump_forward = false;
+  // The tokens the grammar forces before the first draw (jump_forward, a constraint from the
+  // first token): every choice starts with them (RequestSpec::forced).
+  std::vector<int32_t> initial_forced;
 };
+
+// The tokens request `sampling` forces before its first draw (RequestSampling::initial_forced):
+// none unless it jumps forward and its grammar applies from the first token; fewer than max_tokens.
+std::vector<int32_t> initial_forced_tokens(const RequestSampling& sampling);
 
 struct ProducedToken {
   SequenceId id;
@@ -37,6 +48,7 @@ struct ProducedToken {
   int32_t token = -1;
   float logprob = 0;
   std::vector<TokenLogprob> top_logprobs;
+  bool forced = false;  // appended by jump-forward, not drawn (no log-probability)
 };
 
 // Prompt tokens scored by one step (RequestSampling::params.prompt_logprobs): `scores[i]` is
@@ -93,6 +105,8 @@ class StepExecutor {
     // history, so a preempted sequence's recompute leaves it where the tokens are.
     std::optional<grammar::Matcher> matcher;
     bool constrained = false;
+    // The request's initial forced tokens were reported (with the sequence's first drawn token).
+    bool initial_reported = false;
   };
   struct PreparedItem {
     SequenceId id;
@@ -141,8 +155,12 @@ class StepExecutor {
     std::vector<uint64_t> mask;
   };
   std::future<std::vector<RowMask>> start_masks(const Prepared& prepared);
-  // A fresh sequence's matcher, when its request is constrained.
-  void start_matcher(SequenceId id);
+  // A fresh sequence's history (the prompt, then the request's initial forced tokens) and, when its
+  // request is constrained, its matcher.
+  void start_sequence(SequenceId id);
+  // Jump-forward after `produced` was appended: the forced tokens (appended to the history and the
+  // matcher) for the scheduler, each also reported in `out` after the drawn one.
+  std::vector<int32_t> jump_forward(SequenceContext& sequence, const ProducedToken& produced);
   // The sampler's inputs for one draw by the backend (model::TokenDraw); `generated` keeps the
   // flattened history the draw points into.
   model::TokenDraw draw_for(SequenceId id, int64_t row, int64_t position,

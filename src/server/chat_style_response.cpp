@@ -62,7 +62,12 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
     if (thinking && model.think_end_id() < 0)
       throw api::ApiError(400, "a constrained answer in thinking mode needs a </think> token, which this tokenizer lacks",
                           options.constraint->field);
-    request.sampling.constraint = model.constraints().compile(*options.constraint, thinking ? model.think_end_id() : -1);
+    // A tool-call constraint under auto with thinking on covers the reasoning too (a calls block
+    // may open from it); any other starts after </think>.
+    const bool covers_reasoning = options.constraint->kind == api::ConstraintSpec::Kind::ToolCalls &&
+                                  options.constraint->tool_calls->from_reasoning;
+    request.sampling.constraint =
+        model.constraints().compile(*options.constraint, thinking && !covers_reasoning ? model.think_end_id() : -1);
   }
   try {
     engine::validate(request.sampling, model.model().vocab_size());

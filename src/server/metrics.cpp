@@ -77,6 +77,9 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
           engine.prefix_queried_tokens);
   counter("deepinfer:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", engine.prefix_hit_tokens);
   counter("deepinfer:num_preemptions_total", "Sequences preempted for cache memory.", engine.preemptions);
+  counter("deepinfer:jump_forward_tokens_total",
+          "Generated tokens a constrained answer's grammar forced, appended without a draw (jump-forward).",
+          engine.forced_tokens);
   counter("deepinfer:num_failed_steps_total",
           "Engine steps whose compute failed (a device out of memory); their requests ended with the error.",
           engine.failed_steps);

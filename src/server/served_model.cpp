@@ -40,7 +40,10 @@ ServedModel::ServedModel(const ServerOptions& options) {
   // The grammar's EOS is the model's first end-of-sequence id: the one it ends answers with.
   constraints_ = std::make_unique<api::ConstraintCompiler>(
       grammar::vocabulary_for(tokenizer(), eos_token_ids_.empty() ? std::optional<int32_t>{} : eos_token_ids_.front()),
-      options.constraints);
+      options.constraints,
+      // Forced text (jump-forward) is encoded as the prompt encoder encodes text: markup such as
+      // DSML's tags comes out as the ids the model read it in. A copy shares the tokenizer's data.
+      [tokenizer = tokenizer()](std::string_view text) { return tokenizer.encode(text); });
   think_end_id_ = tokenizer().token_to_id(api::markers::kThinkEnd).value_or(-1);
 
   engine_options_ = options.engine;

@@ -74,6 +74,18 @@ TEST(ToolCallConstraint, AutoConstrainsOnlyWithAStrictTool) {
   EXPECT_FALSE(constraint_of("chat_completions", chat_body({{"tool_choice", "none"}})));
 }
 
+// With thinking on, a calls block may open straight from the reasoning (recipe §2), so the
+// constraint covers the output from its first token; with thinking off it starts at the answer.
+TEST(ToolCallConstraint, UnderAutoWithThinkingTheConstraintCoversTheReasoning) {
+  const std::optional<ConstraintSpec> off = constraint_of("chat_completions", chat_body({}));
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->tool_calls->from_reasoning);
+  const std::optional<ConstraintSpec> on =
+      constraint_of("chat_completions", chat_body({{"thinking", {{"type", "enabled"}}}}));
+  ASSERT_TRUE(on);
+  EXPECT_TRUE(on->tool_calls->from_reasoning);
+}
+
 TEST(ToolCallConstraint, AStrictToolUnderAutoKeepsTheResponseFormatForOtherAnswers) {
   const Json format = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}};
   const std::optional<ConstraintSpec> both = constraint_of("chat_completions", chat_body({{"response_format", format}}));

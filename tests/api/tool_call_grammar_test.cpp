@@ -194,10 +194,11 @@ struct ParsedAnswer {
 };
 
 // `text` through the output parser in pieces of random sizes, as the server feeds it.
-ParsedAnswer parse(const std::string& text, bool start_in_tool_calls, std::mt19937& rng) {
+ParsedAnswer parse(const std::string& text, bool start_in_tool_calls, std::mt19937& rng, bool thinking = false) {
   OutputParsingOptions options;
   options.parse_tool_calls = true;
   options.start_in_tool_calls = start_in_tool_calls;
+  options.thinking = thinking;
   OutputParser parser(options);
   ParsedAnswer out;
   const auto take = [&](const std::vector<OutputEvent>& events) {
@@ -350,6 +351,39 @@ TEST(ToolCallGrammar, UnderAutoTheAnswerIsFreeTextOrACallsBlock) {
     with_calls += answer.names.empty() ? 0 : 1;
   }
   EXPECT_GT(with_calls, 30);
+}
+
+// auto with thinking on: the output starts in the reasoning, from which the parser also takes a
+// calls block (recipe §2), so such a block is held to the schemas as one after </think> is.
+TEST(ToolCallGrammar, UnderAutoWithThinkingABlockFromTheReasoningIsConstrainedToo) {
+  ToolCallSpec spec = spec_of(ToolCallSpec::Mode::Optional, PromptFormat::V41);
+  spec.from_reasoning = true;
+  const Grammar g = tool_call_grammar(spec, nullptr);
+  const auto block = [](const std::string& zone) {
+    return "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_time\">\n<｜DSML｜ parameter name=\"zone\" "
+           "string=\"true\">" + zone + "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  };
+  EXPECT_TRUE(grammar::matches(g, ""));
+  EXPECT_TRUE(grammar::matches(g, "Thinking it over"));  // the output may end in its reasoning
+  EXPECT_TRUE(grammar::matches(g, "Need the time.\n\n" + block("UTC")));
+  EXPECT_TRUE(grammar::matches(g, "Need the time.</think>Let me look.\n\n" + block("UTC")));
+  EXPECT_TRUE(grammar::matches(g, "Sunny.</think>It is sunny."));
+  EXPECT_FALSE(grammar::matches(g, "Need the time.\n\n" + block("utc")));  // zone is ^[A-Z]{3}$
+  EXPECT_FALSE(grammar::matches(g, "Need the time.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"nope\">"));
+  EXPECT_FALSE(grammar::matches(g, "Need <｜DSML｜ then more reasoning"));
+  EXPECT_FALSE(grammar::matches(g, "Done.</think>Text <｜DSML｜ then text"));
+  const SentenceSampler sampler(g);
+  std::mt19937 rng(12);
+  int from_reasoning = 0;
+  for (int n = 0; n < 300; ++n) {
+    const std::string text = sampler.sample(rng, 80);
+    ASSERT_TRUE(grammar::matches(g, text)) << text;
+    const ParsedAnswer answer = parse(text, /*start_in_tool_calls=*/false, rng, /*thinking=*/true);
+    for (std::size_t k = 0; k < answer.names.size(); ++k)
+      EXPECT_EQ(problem_of(answer.names[k], answer.arguments[k]), "") << text;
+    from_reasoning += !answer.names.empty() && text.find("</think>") == std::string::npos ? 1 : 0;
+  }
+  EXPECT_GT(from_reasoning, 20);
 }
 
 // auto with a strict and a non-strict tool: the strict one's arguments are constrained, the other's

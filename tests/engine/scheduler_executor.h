@@ -121,7 +121,7 @@ class CheckingExecutor {
     key.push_back(id.choice);
     const auto token = static_cast<int32_t>(hash_tokens(key) % static_cast<uint64_t>(vocab_));
     last_sample_[id] = token;
-    return {id, token, false};
+    return {id, token, false, {}};
   }
 
   Scheduler& scheduler_;
