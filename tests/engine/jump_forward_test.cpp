@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine_checks.h"
@@ -111,7 +112,17 @@ std::pair<std::vector<std::vector<Choice>>, EngineStats> run(const std::vector<G
   for (const GenerationRequest& request : requests) streams.push_back(engine.submit(request));
   std::vector<std::vector<Choice>> out;
   for (auto& stream : streams) out.push_back(collect(*stream));
-  const EngineStats stats = engine.stats();
+  // The counters once the engine is idle: it publishes them after a step's events, and the step
+  // planned while the last one computed (its items gone stale when their sequences ended) may
+  // still be finishing when the last event arrives.
+  EngineStats stats = engine.stats();
+  for (int i = 0; i < 400; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const EngineStats now = engine.stats();
+    const bool settled = now.running == 0 && now.waiting == 0 && now.steps == stats.steps;
+    stats = now;
+    if (settled) break;
+  }
   testing::expect_everything_returned(engine);
   return {out, stats};
 }
