@@ -186,8 +186,6 @@ std::size_t RequestParser::feed(std::string_view data) {
         fail(413, "The request body is larger than the server's limit");
       } else if (ec == http::error::bad_content_length || ec == http::error::multiple_content_length) {
         fail(400, "Malformed or conflicting Content-Length");
-      } else if (ec == http::error::bad_version) {
-        fail(505, "Unsupported HTTP version");
       } else {
         fail(400, "Malformed HTTP request: " + ec.message());
       }
@@ -200,6 +198,10 @@ std::size_t RequestParser::feed(std::string_view data) {
 
 void RequestParser::feed_eof() {
   if (error_status_ != 0 || impl_->is_done()) return;
+  if (!impl_->got_some()) {  // nothing at all (Beast's put_eof requires some)
+    fail(400, "The connection closed before a request");
+    return;
+  }
   error_code ec;
   impl_->put_eof(ec);
   if (ec) fail(400, "The request ended before it was complete");

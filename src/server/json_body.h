@@ -15,7 +15,7 @@
 namespace deepinfer::server {
 
 struct JsonBudget {
-  std::size_t max_keys = 1 << 17;      // object keys in the whole body (the vocabulary fits a logit_bias)
+  std::size_t max_keys = 1 << 14;      // object keys in the whole body (16,384: ~4,000 messages)
   std::size_t max_values = 1 << 22;    // values of any kind in the whole body (a 1M-token prompt fits)
   std::size_t max_depth = 512;         // nesting of arrays and objects
 };

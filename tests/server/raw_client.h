@@ -127,12 +127,49 @@ inline std::string http_request(const std::string& method, const std::string& pa
   return out + "\r\n" + body;
 }
 
-// One request on a fresh connection; the whole answer (the connection is closed by the request).
+// Whether `text` holds a whole final response: its head (after any interim 1xx ones) and a body
+// of its Content-Length, or a chunked body to its last chunk. (A response without either ends
+// with the connection.)
+inline bool response_complete(const std::string& text) {
+  std::size_t head_start = 0;
+  for (;;) {
+    const std::size_t head_end = text.find("\r\n\r\n", head_start);
+    if (head_end == std::string::npos) return false;
+    const std::string head = text.substr(head_start, head_end - head_start);
+    if (head.rfind("HTTP/1.1 1", 0) == 0) {  // interim
+      head_start = head_end + 4;
+      continue;
+    }
+    const std::size_t length_at = head.find("Content-Length: ");
+    if (length_at != std::string::npos)
+      return text.size() >= head_end + 4 + std::stoull(head.substr(length_at + 16));
+    if (head.find("Transfer-Encoding: chunked") != std::string::npos)
+      return text.find("\r\n0\r\n\r\n", head_end) != std::string::npos;
+    return false;
+  }
+}
+
+// Reads one whole response (or until EOF or `timeout`).
+inline std::string read_response(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string out;
+  char buffer[16384];
+  while (Clock::now() < deadline && !response_complete(out)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (!readable_within(fd, std::max(left, std::chrono::milliseconds(1)))) continue;
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// One request on a fresh connection; its whole answer.
 inline std::string exchange(int port, const std::string& request, std::chrono::milliseconds timeout) {
   const int fd = connect_to(port);
   if (fd < 0) return {};
   send_all(fd, request);
-  std::string out = read_for(fd, timeout);
+  std::string out = read_response(fd, timeout);
   ::close(fd);
   return out;
 }
