@@ -172,6 +172,10 @@ void RequestParser::fail(int status, std::string message) {
 std::size_t RequestParser::feed(std::string_view data) {
   std::size_t used = 0;
   while (error_status_ == 0 && !impl_->is_done() && used < data.size()) {
+    // Beast asserts (debug builds) that a chunk header it is to re-read after its final chunk
+    // comes with at least 5 bytes; what is left of any valid chunked body is at least that long
+    // ("0\r\n\r\n"), so fewer wait for more.
+    if (impl_->is_header_done() && impl_->chunked() && data.size() - used < 5) break;
     error_code ec;
     const std::size_t n = impl_->put(boost::asio::const_buffer(data.data() + used, data.size() - used), ec);
     used += n;
