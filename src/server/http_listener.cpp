@@ -231,7 +231,12 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
     wake();
   }
 
-  std::size_t buffer_cap() const { return owner_.options.limits.max_header_bytes + (256 << 10); }
+  // What the buffer may hold before the reader pauses: a whole head (and a read) while a request
+  // is read; while one is served only enough to keep seeing the client's departure, so a client
+  // that pipelines without end costs 16 KiB, not more.
+  std::size_t buffer_cap() const {
+    return serving_ ? std::size_t{16} << 10 : owner_.options.limits.max_header_bytes + kReadChunk;
+  }
 
   // Called after the parser took bytes from the buffer: a paused reader goes on.
   void consumed() {
@@ -423,6 +428,8 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
     const ListenerOptions& options = owner_.options;
     bool first = true;
     while (!closed_) {
+      serving_ = false;
+      consumed();  // a reader paused by the serving cap goes on
       RequestParser parser(options.limits);
       bool started = !buffer_.empty();
       set_deadline(Clock::now() + (first || started ? options.header_timeout : options.keep_alive_timeout),
@@ -499,6 +506,7 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
       request.remote_port = remote_port_;
       bool keep_alive = parser.keep_alive() && !owner_.stopping.load();
       set_deadline(kNever, DeadlineKind::None);
+      serving_ = true;
       owner_.busy.fetch_add(1);
       struct BusyGuard {
         Impl& owner;
@@ -565,6 +573,7 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
   bool peer_gone_ = false;  // reset or another error
   bool write_failed_ = false;
   bool timed_out_ = false;
+  bool serving_ = false;  // a complete request is being answered
   Clock::time_point deadline_ = kNever;
   DeadlineKind deadline_kind_ = DeadlineKind::None;
 };
