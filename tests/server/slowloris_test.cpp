@@ -113,8 +113,9 @@ TEST(Slowloris, TwoThousandTricklingConnectionsDoNotStarveANormalClient) {
   attacker.join();
 
   EXPECT_EQ(failures, 0);
-  EXPECT_LT(slowest_ms, 1000) << slowest;
-  EXPECT_GT(answered, 30);
+  // 1 s as the issue asks; under the sanitizers the model's own compute is several times slower.
+  EXPECT_LT(slowest_ms, deepinfer::testing::release_or_sanitized(1000, 3000)) << slowest;
+  EXPECT_GT(answered, deepinfer::testing::release_or_sanitized(30, 3));
   // The attack was on: its connections were open on the server, and the deadline dropped them
   // near header_timeout after they opened, never before.
   EXPECT_GT(open_during_attack_probe, connections * 9 / 10);
