@@ -81,6 +81,24 @@ bool is_standard_method(std::string_view method) {
   return std::find(kMethods.begin(), kMethods.end(), method) != kMethods.end();
 }
 
+namespace {
+
+// Whether `data` starts with a well-formed request line of an HTTP version other than 1.x
+// ("GET / HTTP/2.0"): Beast refuses every version but 1.x as malformed, which it is not.
+bool is_other_http_version(std::string_view data) {
+  const std::size_t end = data.find("\r\n");
+  if (end == std::string_view::npos) return false;
+  const std::string_view line = data.substr(0, end);
+  const std::size_t space = line.rfind(' ');
+  if (space == std::string_view::npos || line.find(' ') == space) return false;
+  const std::string_view version = line.substr(space + 1);
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  return version.size() == 8 && version.substr(0, 5) == "HTTP/" && digit(version[5]) && version[6] == '.' &&
+         digit(version[7]) && version[5] != '1';
+}
+
+}  // namespace
+
 // Beast's request parser, with the body kept in the request as it arrives (never reserved ahead
 // of the bytes) and the header fields counted.
 struct RequestParser::Impl final : http::basic_parser<true> {
@@ -190,6 +208,8 @@ std::size_t RequestParser::feed(std::string_view data) {
         fail(413, "The request body is larger than the server's limit");
       } else if (ec == http::error::bad_content_length || ec == http::error::multiple_content_length) {
         fail(400, "Malformed or conflicting Content-Length");
+      } else if (ec == http::error::bad_version && is_other_http_version(data.substr(used))) {
+        fail(505, "Only HTTP/1.0 and HTTP/1.1 are served");
       } else {
         fail(400, "Malformed HTTP request: " + ec.message());
       }
