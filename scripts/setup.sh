@@ -10,7 +10,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev
   libutf8proc-dev                     # Unicode normalisation (Engram token map)
-  libcpp-httplib-dev                  # the HTTP server (src/server) and the bench client
+  libboost1.81-dev                    # the HTTP server (src/server): Boost.Asio + Boost.Beast, header-only
+  libcpp-httplib-dev                  # the HTTP client of the tests and `deepinfer bench`
 )
 # The CUDA backend needs nothing from Debian: it builds with the CUDA toolkit's nvcc, preinstalled
 # under /usr/local/cuda here and in CI (scripts/build.sh puts /usr/local/cuda/bin on PATH when

@@ -13,10 +13,12 @@ class ApiError : public Error {
  public:
   ApiError(int status, std::string message, std::string param = {},
            std::string type = "invalid_request_error", std::string code = {})
-      : Error(message), status_(status), param_(std::move(param)), type_(std::move(type)),
-        code_(std::move(code)) {}
+      : Error(message), status_(status), message_(std::move(message)), param_(std::move(param)),
+        type_(std::move(type)), code_(std::move(code)) {}
 
   int status() const { return status_; }
+  // The whole message, NUL bytes included (what() stops at the first, e.g. in a model name).
+  const std::string& message() const { return message_; }
   // Empty param / code mean JSON null in the error object.
   const std::string& param() const { return param_; }
   const std::string& type() const { return type_; }
@@ -24,6 +26,7 @@ class ApiError : public Error {
 
  private:
   int status_;
+  std::string message_;
   std::string param_;
   std::string type_;
   std::string code_;

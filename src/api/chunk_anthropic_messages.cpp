@@ -155,7 +155,7 @@ std::string anthropic_error_type(int status) {
 WireJson messages_error(const ApiError& error) {
   WireJson body;
   body["type"] = "error";
-  body["error"] = {{"type", anthropic_error_type(error.status())}, {"message", error.what()}};
+  body["error"] = {{"type", anthropic_error_type(error.status())}, {"message", error.message()}};
   return body;
 }
 

@@ -133,7 +133,7 @@ std::vector<ResponsesEvent> ResponsesEventWriter::write(const StreamEvent& strea
 ResponsesEvent ResponsesEventWriter::error(const ApiError& failure) {
   WireJson fields;
   fields["code"] = failure.code().empty() ? WireJson(failure.type()) : WireJson(failure.code());
-  fields["message"] = failure.what();
+  fields["message"] = failure.message();
   fields["param"] = failure.param().empty() ? WireJson(nullptr) : WireJson(failure.param());
   return event("error", std::move(fields));
 }

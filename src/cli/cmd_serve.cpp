@@ -1,5 +1,6 @@
 // `deepinfer serve`: the HTTP server (OpenAI Chat Completions / Completions, Anthropic Messages)
-// over one model. SIGTERM or Ctrl-C lets running requests finish, then exits 0.
+// over one model. SIGTERM or Ctrl-C lets running requests finish (for --shutdown-timeout, then
+// cancels them) and exits 0; a second one exits 0 at once.
 #include <unistd.h>
 
 #include <atomic>
@@ -25,7 +26,8 @@ constexpr const char* kUsage =
     "\n"
     "Serves the model over HTTP with DeepSeek's API semantics: POST /v1/chat/completions,\n"
     "/v1/completions, /v1/messages (Anthropic); GET /v1/models, /health, /metrics (Prometheus).\n"
-    "SIGTERM / Ctrl-C stops taking requests, lets the running ones finish, then exits 0.\n"
+    "SIGTERM / Ctrl-C stops taking requests, lets the running ones finish (for --shutdown-timeout,\n"
+    "then cancels them), then exits 0; a second SIGTERM / Ctrl-C exits 0 at once.\n"
     "\n"
     "options:\n"
     "  --model DIR              checkpoint folder (config.json, *.safetensors; default: the embedded\n"
@@ -43,13 +45,25 @@ constexpr const char* kUsage =
     "                           batch and chunking (fixed reduction orders; slower at small\n"
     "                           batches)\n"
     "  --threads N              compute threads (default: all cores; also DEEPINFER_THREADS)\n"
-    "  --http-threads N         concurrent connections (default 512; each stream holds one)\n"
+    "  --http-threads N         threads that parse requests and prepare prompts (default 32;\n"
+    "                           connections and streams hold no thread)\n"
+    "  --max-connections N      open connections at most; one more gets 503 and is closed at once\n"
+    "                           (default: the open-file limit, raised to its hard limit, less 64)\n"
+    "  --header-timeout S       seconds a request's head may take from its first byte (and a body\n"
+    "                           may stall); then 408 and the connection closes (default 10)\n"
+    "  --keep-alive-timeout S   seconds an idle keep-alive connection stays open (default 5)\n"
+    "  --shutdown-timeout S     on SIGTERM, seconds running requests may take to finish before\n"
+    "                           they are cancelled (default 30)\n"
+    "  --max-header-bytes SIZE  a request's head at most (default 64K; 431 beyond)\n"
+    "  --max-header-count N     header fields at most (default 128; 431 beyond)\n"
+    "  --default-max-tokens N   max_tokens of a request that names none (default: the rest of the\n"
+    "                           context)\n"
     "  --cache-memory SIZE      cache memory, bytes or with K/M/G suffix (default 1G)\n"
     "  --max-batch-tokens N     tokens per engine step (default 512)\n"
     "  --max-running N          sequences per step (default 256)\n"
     "  --max-waiting N          queued requests before 429 (default 4096)\n"
     "  --max-model-len N        prompt + max_tokens limit (default: what the model and cache allow)\n"
-    "  --max-body-bytes N       larger request bodies get 413 (default 8 MiB)\n"
+    "  --max-body-bytes N       larger request bodies get 413, chunked ones too (default 8 MiB)\n"
     "  --api-key KEY            require \"Authorization: Bearer KEY\" (or x-api-key) on /v1 (also DEEPINFER_API_KEY)\n"
     "  --cors                   answer browsers from any origin (off by default)\n"
     "  --no-prefix-caching      do not reuse cached prompt prefixes\n"
@@ -104,7 +118,9 @@ int run_serve(const std::vector<std::string>& argv) {
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
-               "--grammar-compile-timeout", "--grammar-max-memory"});
+               "--grammar-compile-timeout", "--grammar-max-memory", "--max-connections", "--header-timeout",
+               "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
+               "--default-max-tokens"});
     if (args.has("--help")) {
       std::fputs(kUsage, stdout);
       return kExitOk;
@@ -116,7 +132,20 @@ int run_serve(const std::vector<std::string>& argv) {
     options.port = static_cast<int>(args.count("--port", 8000, 0));
     if (options.port > 65535) throw UsageError{"--port must be at most 65535"};
     if (args.get("--threads")) setenv("DEEPINFER_THREADS", std::to_string(args.count("--threads", 1, 1)).c_str(), 1);
-    options.http_threads = static_cast<int>(args.count("--http-threads", 512, 1));
+    options.http_threads = static_cast<int>(args.count("--http-threads", options.http_threads, 1));
+    options.max_connections = args.count("--max-connections", 0, 1);
+    auto seconds = [&args](const std::string& option, std::chrono::milliseconds fallback) {
+      const double value = args.number(option, static_cast<double>(fallback.count()) / 1000.0);
+      if (!(value > 0) || value > 86400.0) throw UsageError{option + " must be a number of seconds in (0, 86400]"};
+      return std::chrono::milliseconds(static_cast<int64_t>(value * 1000.0 + 0.5));
+    };
+    options.header_timeout = seconds("--header-timeout", options.header_timeout);
+    options.keep_alive_timeout = seconds("--keep-alive-timeout", options.keep_alive_timeout);
+    options.shutdown_timeout = seconds("--shutdown-timeout", options.shutdown_timeout);
+    options.max_header_bytes = args.bytes("--max-header-bytes", options.max_header_bytes);
+    if (options.max_header_bytes < 256) throw UsageError{"--max-header-bytes must be at least 256"};
+    options.max_header_count = args.count("--max-header-count", options.max_header_count, 1);
+    if (args.get("--default-max-tokens")) options.default_max_tokens = args.count("--default-max-tokens", 0, 1);
     options.engine.cache_memory_bytes = args.bytes("--cache-memory", options.engine.cache_memory_bytes);
     options.engine.max_batch_tokens = args.count("--max-batch-tokens", options.engine.max_batch_tokens, 1);
     options.engine.max_running = args.count("--max-running", options.engine.max_running, 1);
@@ -185,8 +214,17 @@ int run_serve(const std::vector<std::string>& argv) {
     std::thread signal_waiter([&server, signals] {
       int received = 0;
       sigwait(&signals, &received);
-      std::fprintf(stderr, "deepinfer serve: %s received, finishing running requests\n",
-                   received == SIGTERM ? "SIGTERM" : "SIGINT");
+      std::fprintf(stderr, "deepinfer serve: %s received, finishing running requests (for up to %.0f s; again to stop at once)\n",
+                   received == SIGTERM ? "SIGTERM" : "SIGINT",
+                   static_cast<double>(server->options().shutdown_timeout.count()) / 1000.0);
+      // A second signal ends the process at once, whatever the drain is doing.
+      std::thread([signals] {
+        int again = 0;
+        sigwait(&signals, &again);
+        std::fprintf(stderr, "deepinfer serve: second %s, stopping now\n", again == SIGTERM ? "SIGTERM" : "SIGINT");
+        std::fflush(stderr);
+        std::_Exit(kExitOk);
+      }).detach();
       server->shutdown();
     });
     server->serve();

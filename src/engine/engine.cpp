@@ -45,8 +45,14 @@ void RequestStream::push(StreamEvent event) {
   {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(event));
+    if (listener_) listener_();
   }
   ready_.notify_all();
+}
+
+void RequestStream::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
 }
 
 namespace {

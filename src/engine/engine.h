@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -90,6 +91,11 @@ class RequestStream {
   std::optional<StreamEvent> next(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
   // True once every choice has delivered its finishing event and the consumer has read it.
   bool done() const;
+  // Called after each event is pushed (on the engine's thread, under the stream's lock: it must
+  // only signal, e.g. post to an event loop). Replaces the previous listener; an empty function
+  // removes it, and once set_listener returns the old one is no longer running or called. For
+  // consumers that wait on an event loop instead of blocking in next().
+  void set_listener(std::function<void()> listener);
 
   // Engine side.
   RequestStream(RequestId id, uint64_t seed, int32_t choices) : id_(id), seed_(seed), choices_(choices) {}
@@ -103,6 +109,7 @@ class RequestStream {
   std::condition_variable ready_;
   std::deque<StreamEvent> events_;
   int32_t finished_read_ = 0;
+  std::function<void()> listener_;
 };
 
 struct EngineStats {

@@ -8,8 +8,8 @@
 
 namespace deepinfer::server {
 
-void handle_chat_completions(const HandlerContext& context, const httplib::Request& request,
-                             httplib::Response& response, Clock::time_point arrival) {
+void handle_chat_completions(const HandlerContext& context, const HttpRequest& request,
+                             HttpResponse& response, Clock::time_point arrival) {
   const api::ApiRequest parsed = api::parse_chat_completions_request(parse_json_body(request));
   ChatStyleJob job = chat_style_job(context, parsed, "/v1/chat/completions", make_response_id("chatcmpl-"),
                                     /*parse_tools_whenever_given=*/false);

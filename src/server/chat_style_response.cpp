@@ -3,14 +3,10 @@
 #include <memory>
 
 #include "api/tool_call_constraint.h"
-#include "server/client_connection.h"
-#include "server/event_stream.h"
 #include "server/http_io.h"
 
 namespace deepinfer::server {
 namespace {
-
-constexpr std::chrono::milliseconds kPoll{100};  // how often a quiet stream checks its client
 
 api::OutputParsingOptions chat_parsing_options(const api::ApiRequest& request, const api::RenderedPrompt& prompt,
                                                bool parse_tools_whenever_given) {
@@ -53,7 +49,8 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
   check_prompt_vocabulary(prompt, model.model().vocab_size());
   engine::GenerationRequest request;
   request.max_tokens =
-      resolve_max_tokens(options.max_tokens, static_cast<int64_t>(prompt.size()), model.context_length());
+      resolve_max_tokens(options.max_tokens, static_cast<int64_t>(prompt.size()), model.context_length(),
+                         model.default_max_tokens());
   request.prompt = std::move(prompt);
   request.sampling = options.sampling;
   request.eos_token_ids = model.eos_token_ids();
@@ -78,58 +75,85 @@ engine::GenerationRequest make_generation_request(const ServedModel& model, std:
 }
 
 
-void respond_chat_style(const HandlerContext& context, ChatStyleJob job, const httplib::Request& request,
-                        Clock::time_point arrival, httplib::Response& response) {
-  ChoiceOutputOptions choice_options{job.request.sampling.logprobs.has_value(), job.request.ignore_eos};
-  auto generation = std::make_shared<Generation>(context.model, std::move(job.request), arrival);
-  auto output = std::make_shared<ChoiceOutput>(context.model, job.parsing, choice_options);
+namespace {
 
-  if (!job.stream) {
-    api::CollectedOutput collected;
-    ClientConnection client(request);
-    while (!generation->finished()) {
-      auto event = generation->next(kPoll);
-      if (client.gone()) {
-        generation->cancel();
-        context.report(job.id, generation->record(job.endpoint, kClientClosedRequest), generation->cached_tokens(),
-                       /*client_disconnected=*/true);
-        response.status = kClientClosedRequest;
-        return;
+// The answer of a chat-style request, driven by the connection (http_message.h): each pump()
+// takes what the engine has produced and turns it into SSE frames, or gathers it for the body.
+class ChatStyleProducer final : public ResponseProducer {
+ public:
+  ChatStyleProducer(const HandlerContext& context, ChatStyleJob job, std::string path, Clock::time_point arrival)
+      : context_(context), path_(std::move(path)) {
+    ChoiceOutputOptions choice_options{job.request.sampling.logprobs.has_value(), job.request.ignore_eos};
+    generation_ = std::make_unique<Generation>(context.model, std::move(job.request), arrival);
+    output_ = std::make_unique<ChoiceOutput>(context.model, job.parsing, choice_options);
+    job_ = std::move(job);
+  }
+  ~ChatStyleProducer() override { abandon(); }
+
+  bool streaming() const override { return job_.stream; }
+  void set_wakeup(std::function<void()> wakeup) override { generation_->set_wakeup(std::move(wakeup)); }
+
+  bool pump(std::string& out, HttpResponse& response) override {
+    if (reported_) return true;
+    if (!job_.stream) {
+      try {
+        while (auto event = generation_->poll()) {
+          for (const api::StreamEvent& e : output_->add(*event)) collected_.add(e);
+          if (output_->done()) generation_->cancel();  // a stop string matched: no more tokens are needed
+        }
+      } catch (const api::ApiError& error) {
+        send_error(path_, response, error);
+        return finish(error.status(), false);
       }
-      if (!event) continue;
-      for (const api::StreamEvent& out : output->add(*event)) collected.add(out);
-      if (output->done()) generation->cancel();  // a stop string matched: no more tokens are needed
+      if (!generation_->finished()) return false;
+      send_json(response, job_.body(collected_));
+      return finish(200, false);
     }
-    send_json(response, job.body(collected));
-    context.report(job.id, generation->record(job.endpoint, 200), generation->cached_tokens());
-    return;
+    try {
+      // A bounded batch per pump, so one busy stream does not hold its thread from the others.
+      for (int taken = 0; taken < 64 && !generation_->finished(); ++taken) {
+        auto event = generation_->poll();
+        if (!event) return false;
+        for (const api::StreamEvent& e : output_->add(*event))
+          for (const std::string& frame : job_.frames(e)) out += frame;
+        if (output_->done()) generation_->cancel();
+      }
+      if (!generation_->finished()) return false;
+      out += job_.end_frame;
+    } catch (const api::ApiError& error) {
+      out += job_.error_frame(error);
+    }
+    return finish(200, false);
   }
 
-  auto shared_job = std::make_shared<ChatStyleJob>(std::move(job));
-  send_event_stream(
-      response,
-      [generation, output, shared_job](EventSink& sink) {
-        try {
-          while (!generation->finished()) {
-            auto event = generation->next(kPoll);
-            if (!sink.alive()) return;  // the client left: the Generation's owner cancels it
-            if (!event) continue;
-            for (const api::StreamEvent& out : output->add(*event))
-              for (const std::string& frame : shared_job->frames(out))
-                if (!sink.write(frame)) return;
-            if (output->done()) generation->cancel();
-          }
-          sink.write(shared_job->end_frame);
-        } catch (const api::ApiError& error) {
-          sink.write(shared_job->error_frame(error));
-        }
-      },
-      [context, generation, shared_job](bool client_stayed) {
-        // Cancel before reporting so a departed client's blocks are free by the time it is logged.
-        if (!generation->finished()) generation->cancel();
-        context.report(shared_job->id, generation->record(shared_job->endpoint, 200), generation->cached_tokens(),
-                       !client_stayed);
-      });
+  void abandon() override {
+    if (reported_) return;
+    finish(kClientClosedRequest, true);
+  }
+
+ private:
+  bool finish(int status, bool client_left) {
+    // Cancel before reporting so a departed client's blocks are free by the time it is logged.
+    if (!generation_->finished()) generation_->cancel();
+    reported_ = true;
+    context_.report(job_.id, generation_->record(job_.endpoint, status), generation_->cached_tokens(), client_left);
+    return true;
+  }
+
+  HandlerContext context_;
+  std::string path_;
+  ChatStyleJob job_;
+  std::unique_ptr<Generation> generation_;
+  std::unique_ptr<ChoiceOutput> output_;
+  api::CollectedOutput collected_;
+  bool reported_ = false;
+};
+
+}  // namespace
+
+void respond_chat_style(const HandlerContext& context, ChatStyleJob job, const HttpRequest& request,
+                        Clock::time_point arrival, HttpResponse& response) {
+  response.producer = std::make_shared<ChatStyleProducer>(context, std::move(job), request.path, arrival);
 }
 
 }  // namespace deepinfer::server

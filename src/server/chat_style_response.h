@@ -6,8 +6,6 @@
 #include <string>
 #include <vector>
 
-#include <httplib.h>
-
 #include "api/api_error.h"
 #include "api/output_collector.h"
 #include "api/output_parser.h"
@@ -17,6 +15,7 @@
 #include "engine/engine.h"
 #include "server/generation.h"
 #include "server/handler_context.h"
+#include "server/http_message.h"
 
 namespace deepinfer::server {
 
@@ -47,9 +46,10 @@ std::vector<int32_t> encode_conversation(const ServedModel& model, const api::Co
 ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest& parsed, std::string endpoint,
                             std::string id, bool parse_tools_whenever_given);
 
-// Submits and answers; throws api::ApiError before anything is sent when the request is refused.
-// A client that leaves cancels its request, streaming or not.
-void respond_chat_style(const HandlerContext& context, ChatStyleJob job, const httplib::Request& request,
-                        Clock::time_point arrival, httplib::Response& response);
+// Submits and sets the response's producer, which the connection drives; throws api::ApiError
+// before anything is sent when the request is refused. A client that leaves cancels its
+// request, streaming or not (the connection calls the producer's abandon()).
+void respond_chat_style(const HandlerContext& context, ChatStyleJob job, const HttpRequest& request,
+                        Clock::time_point arrival, HttpResponse& response);
 
 }  // namespace deepinfer::server

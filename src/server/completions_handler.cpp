@@ -8,9 +8,7 @@
 #include "api/chunk_chat_completions.h"
 #include "api/sse_format.h"
 #include "server/chat_style_response.h"
-#include "server/client_connection.h"
 #include "server/completions_request.h"
-#include "server/event_stream.h"
 #include "server/handlers.h"
 #include "server/http_io.h"
 #include "server/stop_string_filter.h"
@@ -19,8 +17,6 @@ namespace deepinfer::server {
 namespace {
 
 using api::WireJson;
-
-constexpr std::chrono::milliseconds kPoll{100};
 
 // One choice's text as it is produced.
 class CompletionChoice {
@@ -187,9 +183,78 @@ struct CompletionJob {
   }
 };
 
+// The answer the connection drives (http_message.h): SSE chunks, or the whole body when done.
+class CompletionsProducer final : public ResponseProducer {
+ public:
+  CompletionsProducer(const HandlerContext& context, std::shared_ptr<CompletionJob> job, bool stream, std::string path)
+      : context_(context), job_(std::move(job)), stream_(stream), path_(std::move(path)) {}
+  ~CompletionsProducer() override { abandon(); }
+
+  bool streaming() const override { return stream_; }
+  void set_wakeup(std::function<void()> wakeup) override { job_->generation->set_wakeup(std::move(wakeup)); }
+
+  bool pump(std::string& out, HttpResponse& response) override {
+    if (reported_) return true;
+    Generation& generation = *job_->generation;
+    if (!stream_) {
+      try {
+        while (auto event = generation.poll()) job_->add(*event);
+      } catch (const api::ApiError& error) {
+        send_error(path_, response, error);
+        return finish(error.status(), false);
+      }
+      if (!generation.finished()) return false;
+      WireJson choices = WireJson::array();
+      for (std::size_t k = 0; k < job_->choices.size(); ++k)
+        choices.push_back(job_->choices[k].take(static_cast<int>(k)));
+      WireJson body = job_->envelope(std::move(choices));
+      body["usage"] = job_->usage();
+      send_json(response, body);
+      return finish(200, false);
+    }
+    try {
+      for (int taken = 0; taken < 64 && !generation.finished(); ++taken) {
+        auto event = generation.poll();
+        if (!event) return false;
+        job_->add(*event);
+        auto& choice = job_->choices.at(static_cast<std::size_t>(event->choice));
+        if (choice.has_news()) out += api::sse_data(job_->envelope(WireJson::array({choice.take(event->choice)})));
+      }
+      if (!generation.finished()) return false;
+      if (job_->include_usage) {
+        WireJson last = job_->envelope(WireJson::array());
+        last["usage"] = job_->usage();
+        out += api::sse_data(last);
+      }
+      out += api::sse_done();
+    } catch (const api::ApiError& error) {
+      out += "data: " + error_body(error) + "\n\n";
+    }
+    return finish(200, false);
+  }
+
+  void abandon() override {
+    if (!reported_) finish(kClientClosedRequest, true);
+  }
+
+ private:
+  bool finish(int status, bool client_left) {
+    if (!job_->generation->finished()) job_->generation->cancel();
+    reported_ = true;
+    context_.report(job_->id, job_->record(status), job_->generation->cached_tokens(), client_left);
+    return true;
+  }
+
+  HandlerContext context_;
+  std::shared_ptr<CompletionJob> job_;
+  bool stream_;
+  std::string path_;
+  bool reported_ = false;
+};
+
 }  // namespace
 
-void handle_completions(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+void handle_completions(const HandlerContext& context, const HttpRequest& request, HttpResponse& response,
                         Clock::time_point arrival) {
   CompletionsRequest parsed = parse_completions_request(parse_json_body(request), context.model.tokenizer());
   check_model_name(parsed.options.model, context.model.name());
@@ -204,56 +269,7 @@ void handle_completions(const HandlerContext& context, const httplib::Request& r
   for (int32_t k = 0; k < parsed.options.sampling.n; ++k) job->choices.emplace_back(context.model, parsed);
   job->generation = std::make_shared<Generation>(context.model, std::move(generation_request), arrival);
 
-  if (!parsed.options.stream) {
-    ClientConnection client(request);
-    while (!job->generation->finished()) {
-      auto event = job->generation->next(kPoll);
-      if (client.gone()) {
-        job->generation->cancel();
-        context.report(job->id, job->record(kClientClosedRequest), job->generation->cached_tokens(),
-                       /*client_disconnected=*/true);
-        response.status = kClientClosedRequest;
-        return;
-      }
-      if (event) job->add(*event);
-    }
-    WireJson choices = WireJson::array();
-    for (std::size_t k = 0; k < job->choices.size(); ++k) choices.push_back(job->choices[k].take(static_cast<int>(k)));
-    WireJson body = job->envelope(std::move(choices));
-    body["usage"] = job->usage();
-    send_json(response, body);
-    context.report(job->id, job->record(), job->generation->cached_tokens());
-    return;
-  }
-
-  send_event_stream(
-      response,
-      [job](EventSink& sink) {
-        try {
-          while (!job->generation->finished()) {
-            auto event = job->generation->next(kPoll);
-            if (!sink.alive()) return;
-            if (!event) continue;
-            job->add(*event);
-            auto& choice = job->choices.at(static_cast<std::size_t>(event->choice));
-            if (!choice.has_news()) continue;
-            if (!sink.write(api::sse_data(job->envelope(WireJson::array({choice.take(event->choice)})))))
-              return;
-          }
-          if (job->include_usage) {
-            WireJson last = job->envelope(WireJson::array());
-            last["usage"] = job->usage();
-            if (!sink.write(api::sse_data(last))) return;
-          }
-          sink.write(api::sse_done());
-        } catch (const api::ApiError& error) {
-          sink.write("data: " + error_body(error) + "\n\n");
-        }
-      },
-      [context, job](bool client_stayed) {
-        if (!job->generation->finished()) job->generation->cancel();
-        context.report(job->id, job->record(), job->generation->cached_tokens(), !client_stayed);
-      });
+  response.producer = std::make_shared<CompletionsProducer>(context, job, parsed.options.stream, request.path);
 }
 
 }  // namespace deepinfer::server

@@ -1,6 +1,7 @@
 #include "server/generation.h"
 
 #include <algorithm>
+#include <climits>
 #include <span>
 #include <utility>
 #include <variant>
@@ -10,14 +11,15 @@
 
 namespace deepinfer::server {
 
-int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length) {
+int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length,
+                           std::optional<int64_t> default_max_tokens) {
   if (prompt_tokens >= context_length)
     throw api::ApiError(400,
                         "This model's maximum context length is " + std::to_string(context_length) +
                             " tokens. However, your prompt has " + std::to_string(prompt_tokens) +
                             " tokens. Please reduce the length of the prompt.",
                         "messages", "invalid_request_error", "context_length_exceeded");
-  if (!requested) return context_length - prompt_tokens;
+  if (!requested) return std::min(context_length - prompt_tokens, default_max_tokens.value_or(INT64_MAX));
   if (*requested < 1) throw api::ApiError(400, "max_tokens must be greater than zero", "max_tokens");
   if (*requested > context_length - prompt_tokens)
     throw api::ApiError(400,
@@ -40,7 +42,8 @@ void check_prompt_vocabulary(const std::vector<int32_t>& prompt, int64_t vocab_s
 }
 
 Generation::Generation(ServedModel& model, engine::GenerationRequest request, Clock::time_point arrival)
-    : engine_(model.engine()), arrival_(arrival), last_token_(arrival), choices_(request.sampling.n) {
+    : engine_(model.engine()), in_flight_(model.in_flight()), arrival_(arrival), last_token_(arrival),
+      choices_(request.sampling.n) {
   check_prompt_vocabulary(request.prompt, model.model().vocab_size());
   prompt_tokens_ = static_cast<int64_t>(request.prompt.size());
   // The engine bounds only its inbox; the server bounds everything not yet running.
@@ -59,11 +62,16 @@ Generation::Generation(ServedModel& model, engine::GenerationRequest request, Cl
     if (engine_.stats().waiting >= max_waiting) throw overloaded(error.what());
     throw api::ApiError(400, error.what());
   }
+  in_flight_.add(stream_->id());
 }
 
 Generation::~Generation() {
+  stream_->set_listener(nullptr);
   if (!finished()) cancel();
+  in_flight_.remove(stream_->id());
 }
+
+void Generation::set_wakeup(std::function<void()> wakeup) { stream_->set_listener(std::move(wakeup)); }
 
 void Generation::cancel() {
   if (cancelled_) return;

@@ -5,6 +5,7 @@
 // choice's tokens into the API layer's events.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,9 +22,11 @@ namespace deepinfer::server {
 
 using Clock = std::chrono::steady_clock;
 
-// max_tokens for a prompt of `prompt_tokens`: the request's value, or what is left of the context.
+// max_tokens for a prompt of `prompt_tokens`: the request's value, or the operator's default
+// (--default-max-tokens) within what is left of the context, or what is left of the context.
 // 400 (context_length_exceeded) when the prompt alone or prompt + max_tokens exceed the context.
-int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length);
+int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length,
+                           std::optional<int64_t> default_max_tokens = std::nullopt);
 
 // 400 "token outside the model's vocabulary" unless every id is in [0, vocab).
 void check_prompt_vocabulary(const std::vector<int32_t>& prompt, int64_t vocab_size);
@@ -39,6 +42,10 @@ class Generation {
 
   // The next event, or nullopt once every choice has finished or `timeout` passed (see finished()).
   std::optional<engine::StreamEvent> next(std::chrono::milliseconds timeout);
+  // The next event if one is there; never blocks.
+  std::optional<engine::StreamEvent> poll() { return next(std::chrono::milliseconds(0)); }
+  // `wakeup` runs (on the engine's thread: it must only signal) whenever an event arrives.
+  void set_wakeup(std::function<void()> wakeup);
   bool finished() const { return finished_choices_ == choices_; }
   // Ends the request early; its cache blocks go back.
   void cancel();
@@ -53,6 +60,7 @@ class Generation {
 
  private:
   engine::Engine& engine_;
+  InFlightRequests& in_flight_;
   std::shared_ptr<engine::RequestStream> stream_;
   Clock::time_point arrival_;
   std::optional<Clock::time_point> first_token_;

@@ -9,9 +9,12 @@
 
 namespace deepinfer::server {
 
-nlohmann::ordered_json parse_json_body(const httplib::Request& request) {
-  nlohmann::ordered_json body = nlohmann::ordered_json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
+nlohmann::ordered_json parse_json_body(const HttpRequest& request, const JsonBudget& budget) {
+  JsonBodyResult parsed = parse_json_with_budget(request.body, budget);
+  if (parsed.status == JsonBodyResult::Status::OverBudget)
+    throw api::ApiError(400, parsed.message + " (the server's limit)", "", "invalid_request_error", "invalid_json");
+  nlohmann::ordered_json body = std::move(parsed.value);
+  if (parsed.status == JsonBodyResult::Status::Malformed) {
     // OpenAI's own wording on its endpoints (clients match on it); a neutral one on Anthropic's.
     const char* api = error_shape(request.path) == ErrorShape::Anthropic ? "The API" : "The OpenAI API";
     throw api::ApiError(400,
@@ -39,19 +42,23 @@ std::string error_body(const api::ApiError& error, ErrorShape shape) {
     return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
   };
   nlohmann::ordered_json body = {{"error",
-                                  {{"message", error.what()},
+                                  {{"message", error.message()},
                                    {"type", error.type()},
                                    {"param", nullable(error.param())},
                                    {"code", nullable(error.code())}}}};
   return api::wire_text(body);
 }
 
-void send_error(const httplib::Request& request, httplib::Response& response, const api::ApiError& error) {
+void send_error(const std::string& path, HttpResponse& response, const api::ApiError& error) {
   response.status = error.status();
-  response.set_content(error_body(error, error_shape(request.path)), "application/json");
+  response.set_content(error_body(error, error_shape(path)), "application/json");
 }
 
-void send_json(httplib::Response& response, const nlohmann::ordered_json& body, int status) {
+void send_error(const HttpRequest& request, HttpResponse& response, const api::ApiError& error) {
+  send_error(request.path, response, error);
+}
+
+void send_json(HttpResponse& response, const nlohmann::ordered_json& body, int status) {
   response.status = status;
   response.set_content(api::wire_text(body), "application/json");
 }

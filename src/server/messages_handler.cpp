@@ -8,7 +8,7 @@
 
 namespace deepinfer::server {
 
-void handle_messages(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+void handle_messages(const HandlerContext& context, const HttpRequest& request, HttpResponse& response,
                      Clock::time_point arrival) {
   const api::ApiRequest parsed = api::parse_messages_request(parse_json_body(request));
   ChatStyleJob job = chat_style_job(context, parsed, "/v1/messages", make_response_id("msg_"),

@@ -55,7 +55,8 @@ void Metrics::record(const RequestRecord& record) {
   latency_.observe(record.latency);
 }
 
-std::string Metrics::render(const engine::EngineStats& engine, const std::string& model_name) const {
+std::string Metrics::render(const engine::EngineStats& engine, const std::string& model_name,
+                            const ListenerStats& connections) const {
   const std::string label = "model_name=\"" + model_name + "\"";
   std::string out;
   auto counter = [&](const std::string& name, const char* help, int64_t value) {
@@ -96,6 +97,13 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
   gauge("deepinfer:kv_cache_snapshot_blocks", "Cache blocks holding the prefix cache's state snapshots.",
         static_cast<double>(engine.snapshot_blocks));
   gauge("deepinfer:kv_cache_blocks_total", "Cache blocks the cache memory holds.", static_cast<double>(engine.total_blocks));
+  gauge("deepinfer:http_connections_open", "Open HTTP connections.", static_cast<double>(connections.open_connections));
+  counter("deepinfer:http_connections_refused_total", "Connections answered 503 and closed: past --max-connections.",
+          connections.refused_total);
+  counter("deepinfer:http_timeouts_total", "Connections whose request head, body or a write passed its deadline.",
+          connections.timeouts_total);
+  counter("deepinfer:http_client_gone_total", "Requests abandoned because their client left before the answer ended.",
+          connections.client_gone_total);
   header(out, "deepinfer:time_to_first_token_seconds", "histogram", "From request arrival to the first token.");
   time_to_first_token_.render("deepinfer:time_to_first_token_seconds", out);
   header(out, "deepinfer:time_per_output_token_seconds", "histogram", "Mean time between generated tokens.");

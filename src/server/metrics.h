@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/http_listener.h"
 
 namespace deepinfer::server {
 
@@ -41,8 +42,10 @@ class Metrics {
  public:
   Metrics();
   void record(const RequestRecord& record);
-  // Every metric in the Prometheus text format 0.0.4; `engine` gives the gauges and engine counters.
-  std::string render(const engine::EngineStats& engine, const std::string& model_name) const;
+  // Every metric in the Prometheus text format 0.0.4; `engine` gives the gauges and engine
+  // counters, `connections` the HTTP connection gauges and counters.
+  std::string render(const engine::EngineStats& engine, const std::string& model_name,
+                     const ListenerStats& connections = {}) const;
 
  private:
   mutable std::mutex mutex_;

@@ -10,7 +10,7 @@
 
 namespace deepinfer::server {
 
-void handle_responses(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+void handle_responses(const HandlerContext& context, const HttpRequest& request, HttpResponse& response,
                       Clock::time_point arrival) {
   const api::ApiRequest parsed = api::parse_responses_request(parse_json_body(request));
   ChatStyleJob job = chat_style_job(context, parsed, "/v1/responses", make_response_id("resp_"),

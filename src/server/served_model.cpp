@@ -64,6 +64,35 @@ ServedModel::ServedModel(const ServerOptions& options) {
   }
   if (context_length_ < 2)
     fail("the cache memory (", engine_options_.cache_memory_bytes, " bytes) holds no useful sequence: raise --cache-memory");
+  if (options.default_max_tokens) {
+    if (*options.default_max_tokens < 1) fail("--default-max-tokens must be at least 1, got ", *options.default_max_tokens);
+    default_max_tokens_ = options.default_max_tokens;
+  }
+}
+
+void InFlightRequests::add(engine::RequestId id) {
+  std::lock_guard lock(mutex_);
+  ids_.insert(id);
+}
+
+void InFlightRequests::remove(engine::RequestId id) {
+  std::lock_guard lock(mutex_);
+  ids_.erase(id);
+}
+
+std::size_t InFlightRequests::size() const {
+  std::lock_guard lock(mutex_);
+  return ids_.size();
+}
+
+std::size_t InFlightRequests::cancel_all(engine::Engine& engine) {
+  std::set<engine::RequestId> ids;
+  {
+    std::lock_guard lock(mutex_);
+    ids = ids_;
+  }
+  for (engine::RequestId id : ids) engine.cancel(id);
+  return ids.size();
 }
 
 ServedModel::~ServedModel() = default;

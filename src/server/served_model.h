@@ -2,7 +2,11 @@
 // The loaded model and everything a request needs to reach it: tokenizer, prompt encoder, the
 // engine, the served name and the context limit. Shared read-only by all handler threads (the
 // engine is thread-safe).
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,21 @@
 #include "server/server_options.h"
 
 namespace deepinfer::server {
+
+// The engine requests the server has submitted and not yet finished with, so a shutdown whose
+// drain deadline passed can cancel them all (server.cpp).
+class InFlightRequests {
+ public:
+  void add(engine::RequestId id);
+  void remove(engine::RequestId id);
+  std::size_t size() const;
+  // Cancels every request still in flight; returns how many.
+  std::size_t cancel_all(engine::Engine& engine);
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<engine::RequestId> ids_;
+};
 
 class ServedModel {
  public:
@@ -32,6 +51,9 @@ class ServedModel {
   const engine::EngineOptions& engine_options() const { return engine_options_; }
   // prompt + max_tokens may not exceed this.
   int64_t context_length() const { return context_length_; }
+  // max_tokens of a request that names none (--default-max-tokens; none: the rest of the context).
+  std::optional<int64_t> default_max_tokens() const { return default_max_tokens_; }
+  InFlightRequests& in_flight() { return in_flight_; }
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
   // Structured output: constraints compiled against this tokenizer, cached (thread-safe).
   api::ConstraintCompiler& constraints() const { return *constraints_; }
@@ -51,6 +73,8 @@ class ServedModel {
   engine::EngineOptions engine_options_;
   std::unique_ptr<engine::Engine> engine_;
   int64_t context_length_ = 0;
+  std::optional<int64_t> default_max_tokens_;
+  InFlightRequests in_flight_;
   int64_t total_blocks_ = 0;
   std::vector<int32_t> eos_token_ids_;
   std::unique_ptr<api::ConstraintCompiler> constraints_;

@@ -1,167 +1,267 @@
 #include "server/server.h"
 
-#include <cstdio>
-#include <filesystem>
+#include <sys/resource.h>
 
-#include <httplib.h>
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "server/handlers.h"
 #include "server/http_io.h"
-#include "server/listen_backlog.h"
 
 namespace deepinfer::server {
 namespace {
 
-using Handler = void (*)(const HandlerContext&, const httplib::Request&, httplib::Response&, Clock::time_point);
+using Handler = void (*)(const HandlerContext&, const HttpRequest&, HttpResponse&, Clock::time_point);
+
+enum class RouteKind { Generation, Tokens, Models, Health, Metrics };
+
+struct Route {
+  std::string method;  // GET routes also answer HEAD
+  std::string path;
+  RouteKind kind;
+  std::string endpoint;  // the name metrics and logs use (generation routes)
+  Handler handler = nullptr;
+};
+
+std::vector<Route> make_routes() {
+  std::vector<Route> routes;
+  routes.push_back({"POST", "/tokenize", RouteKind::Tokens, "", handle_tokenize});
+  routes.push_back({"POST", "/detokenize", RouteKind::Tokens, "", handle_detokenize});
+  for (const std::string prefix : {"/v1", ""}) {
+    routes.push_back({"POST", prefix + "/chat/completions", RouteKind::Generation, "/v1/chat/completions",
+                      handle_chat_completions});
+    routes.push_back({"POST", prefix + "/completions", RouteKind::Generation, "/v1/completions", handle_completions});
+    routes.push_back({"POST", prefix + "/messages", RouteKind::Generation, "/v1/messages", handle_messages});
+    routes.push_back({"POST", prefix + "/responses", RouteKind::Generation, "/v1/responses", handle_responses});
+    routes.push_back({"POST", prefix + "/messages/count_tokens", RouteKind::Tokens, "", handle_count_tokens});
+    routes.push_back({"GET", prefix + "/models", RouteKind::Models, "", nullptr});
+  }
+  routes.push_back({"GET", "/health", RouteKind::Health, "", nullptr});
+  routes.push_back({"GET", "/metrics", RouteKind::Metrics, "", nullptr});
+  return routes;
+}
+
+const std::vector<Route>& routes() {
+  static const std::vector<Route> table = make_routes();
+  return table;
+}
+
+bool method_matches(const Route& route, const std::string& method) {
+  return route.method == method || (route.method == "GET" && method == "HEAD");
+}
+
+const Route* find_route(const HttpRequest& request) {
+  for (const Route& route : routes())
+    if (route.path == request.path && method_matches(route, request.method)) return &route;
+  return nullptr;
+}
 
 bool needs_key(const std::string& path) { return path.rfind("/v1/", 0) == 0 || path == "/chat/completions" ||
                                                  path == "/completions" || path == "/messages" || path == "/responses" ||
                                                  path == "/models" || path == "/messages/count_tokens" ||
                                                  path == "/tokenize" || path == "/detokenize"; }
 
-bool key_matches(const httplib::Request& request, const std::string& key) {
-  const std::string bearer = request.get_header_value("Authorization");
-  if (bearer == "Bearer " + key) return true;
-  return request.get_header_value("x-api-key") == key;  // Anthropic clients send this header
+// Equal strings, in time that depends on their lengths only, not on where they first differ.
+bool constant_time_equal(std::string_view given, std::string_view key) {
+  unsigned char difference = given.size() == key.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i)
+    difference |= static_cast<unsigned char>(given[i] ^ (key.empty() ? 0 : key[i % key.size()]));
+  return difference == 0;
+}
+
+// "Authorization: Bearer KEY" (the scheme in any case, RFC 9110 §11.1) or Anthropic's x-api-key.
+bool key_matches(const HttpRequest& request, const std::string& key) {
+  bool matched = false;
+  const std::string authorization = request.get_header_value("Authorization");
+  const std::size_t space = authorization.find(' ');
+  if (space != std::string::npos && iequals(std::string_view(authorization).substr(0, space), "bearer")) {
+    const std::size_t token = authorization.find_first_not_of(' ', space);
+    matched |= token != std::string::npos && constant_time_equal(std::string_view(authorization).substr(token), key);
+  }
+  if (request.has_header("x-api-key")) matched |= constant_time_equal(request.get_header_value("x-api-key"), key);
+  return matched;
+}
+
+int64_t raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(limit.rlim_cur);
 }
 
 }  // namespace
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (!options_.log) options_.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const int64_t files = raise_open_file_limit();
+  max_connections_ = options_.max_connections > 0 ? options_.max_connections : std::max<int64_t>(16, files - 64);
   model_ = std::make_unique<ServedModel>(options_);
-  http_ = std::make_unique<httplib::Server>();
-  const int threads = std::max(1, options_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(static_cast<size_t>(std::max<int64_t>(1, options_.max_body_bytes)));
-  install_routes();
-}
 
-Server::~Server() {
-  shutdown();
-}
+  ListenerOptions listener;
+  listener.host = options_.host;
+  listener.port = options_.port;
+  listener.max_connections = max_connections_;
+  listener.header_timeout = options_.header_timeout;
+  listener.keep_alive_timeout = options_.keep_alive_timeout;
+  listener.limits.max_header_bytes = static_cast<std::size_t>(std::max<int64_t>(256, options_.max_header_bytes));
+  listener.limits.max_header_count = static_cast<std::size_t>(std::max<int64_t>(1, options_.max_header_count));
+  listener.limits.max_body_bytes = static_cast<uint64_t>(std::max<int64_t>(1, options_.max_body_bytes));
+  listener.worker_threads = std::max(1, options_.http_threads);
+  listener.io_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 8, 1, 4));
 
-void Server::install_routes() {
-  HandlerContext context{*model_, metrics_, options_.log};
-  httplib::Server& http = *http_;
-
-  http.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
+  const HandlerContext context{*model_, metrics_, options_.log};
+  HttpListener::Callbacks callbacks;
+  callbacks.http_error = [](const std::string& path, int status, const std::string& message, HttpResponse& response) {
+    send_error(path, response,
+               status >= 500 ? api::ApiError(status, message, "", "server_error", status == 503 ? "unavailable" : "")
+                             : api::ApiError(status, message));
+  };
+  callbacks.refuse_head = [this](const HttpRequest& request, HttpResponse& response) {
     if (options_.cors && request.method == "OPTIONS") {
       response.status = 204;
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
+    }
+    if (!find_route(request)) {
+      std::string allowed;
+      for (const Route& route : routes())
+        if (route.path == request.path)
+          allowed += (allowed.empty() ? "" : ", ") + route.method + (route.method == "GET" ? ", HEAD" : "");
+      if (allowed.empty()) {
+        send_error(request, response, api::ApiError(404, "Not found: " + request.method + " " + request.path));
+      } else {
+        send_error(request, response,
+                   api::ApiError(405, "Method " + request.method + " is not allowed on " + request.path));
+        response.set_header("Allow", allowed);
+      }
+      return true;
     }
     if (!options_.api_key.empty() && needs_key(request.path) && !key_matches(request, options_.api_key)) {
       send_error(request, response,
                  api::ApiError(401, "Incorrect API key provided.", "", "authentication_error", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+    return false;
+  };
+  callbacks.answer_inline = [](const HttpRequest& request) {
+    const Route* route = find_route(request);
+    return route && (route->kind == RouteKind::Health || route->kind == RouteKind::Metrics);
+  };
+  callbacks.handle = [this, context](HttpRequest& request, HttpResponse& response) {
+    const Route* route = find_route(request);
+    if (!route) {  // refuse_head answered every other request
+      send_error(request, response, api::ApiError(404, "Not found: " + request.method + " " + request.path));
+      return;
+    }
+    const Clock::time_point arrival = Clock::now();
+    switch (route->kind) {
+      case RouteKind::Generation: {
+        auto refuse = [&](const api::ApiError& error) {
+          response.producer.reset();
+          send_error(request, response, error);
+          RequestRecord record;
+          record.endpoint = route->endpoint;
+          record.status = error.status();
+          record.latency = std::chrono::duration<double>(Clock::now() - arrival).count();
+          context.report("", record, 0);
+        };
+        try {
+          if (draining_) throw api::ApiError(503, "The server is shutting down", "", "server_error", "unavailable");
+          route->handler(context, request, response, arrival);
+        } catch (const api::ApiError& error) {
+          refuse(error);
+        } catch (const std::exception& error) {
+          refuse(api::ApiError(500, std::string("internal error: ") + error.what(), "", "internal_error",
+                               "internal_error"));
+        } catch (...) {
+          refuse(api::ApiError(500, "internal error", "", "internal_error", "internal_error"));
+        }
+        return;
+      }
+      case RouteKind::Tokens:
+        // Counting and converting tokens generates nothing: no metrics, and it still works while draining.
+        try {
+          route->handler(context, request, response, arrival);
+        } catch (const api::ApiError& error) {
+          send_error(request, response, error);
+        } catch (const std::exception& error) {
+          send_error(request, response,
+                     api::ApiError(500, std::string("internal error: ") + error.what(), "", "internal_error",
+                                   "internal_error"));
+        }
+        return;
+      case RouteKind::Models: {
+        nlohmann::ordered_json model = {{"id", model_->name()},
+                                        {"object", "model"},
+                                        {"created", unix_seconds()},
+                                        {"owned_by", "deepinfer"},
+                                        {"root", options_.model_dir},
+                                        {"max_model_len", model_->context_length()}};
+        send_json(response, {{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}});
+        return;
+      }
+      case RouteKind::Health:
+        if (draining_) {
+          send_error(request, response,
+                     api::ApiError(503, "The server is shutting down", "", "server_error", "unavailable"));
+          return;
+        }
+        send_json(response, {{"status", "ok"}});
+        return;
+      case RouteKind::Metrics:
+        response.set_content(metrics_.render(model_->engine().stats(), model_->name(), listener_->stats()),
+                             "text/plain; version=0.0.4");
+        return;
+    }
+  };
   if (options_.cors)
-    http.set_post_routing_handler([](const httplib::Request&, httplib::Response& response) {
+    callbacks.decorate = [](HttpResponse& response) {
       response.set_header("Access-Control-Allow-Origin", "*");
       response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
       response.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
-    });
-  // Statuses httplib sets itself (404 unknown path or method, 413 body too large, 400 bad HTTP) get
-  // the error object too. Every error goes out through send_error, which picks the endpoint's
-  // shape (Anthropic's on /v1/messages and under it, OpenAI's elsewhere).
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& request,
-                                                                  httplib::Response& response) {
-    if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = "HTTP error " + std::to_string(response.status);
-    if (response.status == 404) message = "Not found: " + request.method + " " + request.path;
-    if (response.status == 413) message = "The request body is larger than the server's limit";
-    send_error(request, response, api::ApiError(response.status, message));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request& request, httplib::Response& response, std::exception_ptr) {
-    send_error(request, response, api::ApiError(500, "internal server error", "", "internal_error", "internal_error"));
-  });
+    };
+  listener_ = std::make_unique<HttpListener>(std::move(listener), std::move(callbacks));
+}
 
-  auto generation_route = [this, context](const std::string& endpoint, Handler handler) {
-    return [this, context, endpoint, handler](const httplib::Request& request, httplib::Response& response) {
-      const Clock::time_point arrival = Clock::now();
-      auto refuse = [&](const api::ApiError& error) {
-        send_error(request, response, error);
-        RequestRecord record;
-        record.endpoint = endpoint;
-        record.status = error.status();
-        record.latency = std::chrono::duration<double>(Clock::now() - arrival).count();
-        context.report("", record, 0);
-      };
-      try {
-        if (draining_) throw api::ApiError(503, "The server is shutting down", "", "server_error", "unavailable");
-        handler(context, request, response, arrival);
-      } catch (const api::ApiError& error) {
-        refuse(error);
-      } catch (const std::exception& error) {
-        refuse(api::ApiError(500, std::string("internal error: ") + error.what(), "", "internal_error",
-                             "internal_error"));
-      }
-    };
-  };
-  // Counting and converting tokens generates nothing: no metrics, and it still works while draining.
-  auto token_route = [context](Handler handler) {
-    return [context, handler](const httplib::Request& request, httplib::Response& response) {
-      try {
-        handler(context, request, response, Clock::now());
-      } catch (const api::ApiError& error) {
-        send_error(request, response, error);
-      }
-    };
-  };
-  http.Post("/tokenize", token_route(handle_tokenize));
-  http.Post("/detokenize", token_route(handle_detokenize));
-  for (const std::string prefix : {"/v1", ""}) {
-    http.Post(prefix + "/chat/completions", generation_route("/v1/chat/completions", handle_chat_completions));
-    http.Post(prefix + "/completions", generation_route("/v1/completions", handle_completions));
-    http.Post(prefix + "/messages", generation_route("/v1/messages", handle_messages));
-    http.Post(prefix + "/responses", generation_route("/v1/responses", handle_responses));
-    http.Post(prefix + "/messages/count_tokens", token_route(handle_count_tokens));
-    http.Get(prefix + "/models", [this](const httplib::Request&, httplib::Response& response) {
-      nlohmann::ordered_json model = {{"id", model_->name()},
-                                      {"object", "model"},
-                                      {"created", unix_seconds()},
-                                      {"owned_by", "deepinfer"},
-                                      {"root", options_.model_dir},
-                                      {"max_model_len", model_->context_length()}};
-      send_json(response, {{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}});
-    });
-  }
-  http.Get("/health", [this](const httplib::Request& request, httplib::Response& response) {
-    if (draining_) {
-      send_error(request, response,
-                 api::ApiError(503, "The server is shutting down", "", "server_error", "unavailable"));
-      return;
-    }
-    send_json(response, {{"status", "ok"}});
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics_.render(model_->engine().stats(), model_->name()), "text/plain; version=0.0.4");
-  });
+Server::~Server() {
+  shutdown();
+  listener_.reset();  // every connection ends (and its request is cancelled) while the engine runs
 }
 
 int Server::bind() {
-  const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
-                                      : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port < 0) fail("cannot listen on ", options_.host, ":", options_.port, " (address in use or not available)");
-  port_ = port;
-  if (!widen_listen_backlog(port_))
-    options_.log("deepinfer serve: could not widen the listen backlog; bursts of connections may wait");
+  port_ = listener_->bind();
   return port_;
 }
 
 void Server::serve() {
   if (port_ < 0) fail("Server::serve: bind() first");
-  http_->listen_after_bind();
+  listener_->run();
 }
 
 void Server::shutdown() {
   if (draining_.exchange(true)) return;
+  // Running requests finish; new generation requests get 503 meanwhile.
+  InFlightRequests& in_flight = model_->in_flight();
+  auto wait_for_requests = [&in_flight](Clock::time_point until) {
+    while (in_flight.size() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return in_flight.size() == 0;
+  };
+  if (!wait_for_requests(Clock::now() + options_.shutdown_timeout)) {
+    const std::size_t cancelled = in_flight.cancel_all(model_->engine());
+    options_.log("deepinfer serve: the shutdown timeout passed; cancelled " + std::to_string(cancelled) +
+                 " running request(s)");
+    // Their answers end where they were cut (a stream's last events, a body's partial text).
+    wait_for_requests(Clock::now() + std::chrono::seconds(2));
+  }
+  listener_->wait_idle(Clock::now() + std::chrono::seconds(1));
   model_->engine().drain();
-  http_->stop();
+  listener_->stop();
 }
 
 }  // namespace deepinfer::server

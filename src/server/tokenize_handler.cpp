@@ -21,7 +21,7 @@ Json with_served_model(Json body, const std::string& served) {
 
 }  // namespace
 
-void handle_tokenize(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+void handle_tokenize(const HandlerContext& context, const HttpRequest& request, HttpResponse& response,
                      Clock::time_point) {
   const Json body = with_served_model(parse_json_body(request), context.model.name());
   const Tokenizer& tokenizer = context.model.tokenizer();
@@ -54,7 +54,7 @@ void handle_tokenize(const HandlerContext& context, const httplib::Request& requ
   send_json(response, out);
 }
 
-void handle_detokenize(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+void handle_detokenize(const HandlerContext& context, const HttpRequest& request, HttpResponse& response,
                        Clock::time_point) {
   const Json body = with_served_model(parse_json_body(request), context.model.name());
   check_model_name(api::fields::string(body.at("model"), "model"), context.model.name());
@@ -72,7 +72,7 @@ void handle_detokenize(const HandlerContext& context, const httplib::Request& re
   send_json(response, Json{{"prompt", tokenizer.decode(tokens)}});
 }
 
-void handle_count_tokens(const HandlerContext& context, const httplib::Request& request, httplib::Response& response,
+void handle_count_tokens(const HandlerContext& context, const HttpRequest& request, HttpResponse& response,
                          Clock::time_point) {
   Json body = parse_json_body(request);
   // count_tokens takes a Messages request without max_tokens; the parser requires one.

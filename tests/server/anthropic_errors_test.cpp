@@ -138,15 +138,18 @@ TEST_F(AnthropicErrorsTest, UnknownModelIs404NotFoundErrorWithTheServersMessage)
             "The model `claude-sonnet-4-5` does not exist.");
 }
 
-TEST_F(AnthropicErrorsTest, UnknownPathsAndMethodsUnderMessagesAre404NotFoundError) {
-  EXPECT_EQ(anthropic_error_message(server().client().Get("/v1/messages"), 404, "not_found_error"),
-            "Not found: GET /v1/messages");
-  EXPECT_EQ(anthropic_error_message(server().client().Get("/v1/messages/count_tokens"), 404, "not_found_error"),
-            "Not found: GET /v1/messages/count_tokens");
+// An unknown path is 404 not_found_error; a method the path does not serve is 405 (issue 19;
+// cpp-httplib answered 404), with Allow, in Anthropic's shape under /v1/messages.
+TEST_F(AnthropicErrorsTest, UnknownPathsUnderMessagesAre404AndWrongMethods405) {
   EXPECT_EQ(anthropic_error_message(post("/v1/messages/batches", messages_body()), 404, "not_found_error"),
             "Not found: POST /v1/messages/batches");
-  EXPECT_EQ(anthropic_error_message(server().client().Delete("/v1/messages"), 404, "not_found_error"),
-            "Not found: DELETE /v1/messages");
+  auto get = server().client().Get("/v1/messages");
+  EXPECT_EQ(anthropic_error_message(get, 405, "invalid_request_error"), "Method GET is not allowed on /v1/messages");
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  EXPECT_EQ(anthropic_error_message(server().client().Get("/v1/messages/count_tokens"), 405, "invalid_request_error"),
+            "Method GET is not allowed on /v1/messages/count_tokens");
+  EXPECT_EQ(anthropic_error_message(server().client().Delete("/v1/messages"), 405, "invalid_request_error"),
+            "Method DELETE is not allowed on /v1/messages");
 }
 
 TEST_F(AnthropicErrorsTest, OpenAIEndpointsKeepOpenAIsShape) {

@@ -1,17 +1,16 @@
 // A client that leaves before its non-streaming answer is sent: the server notices without
-// writing (server/client_connection.h), cancels the request in the engine, frees its cache and
-// counts it as 499, on every generating endpoint.
+// writing (its connection keeps a read pending, server/http_listener.h), cancels the request in
+// the engine, frees its cache and counts it as 499, on every generating endpoint.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
 
-#include "server/client_connection.h"
+#include "server/http_message.h"
 #include "server_fixture.h"
 
 namespace deepinfer::server::testing {
@@ -82,38 +81,6 @@ TEST(NonStreamingDisconnect, AClientStillWaitingIsNotGone) {
   ASSERT_TRUE(result);
   ASSERT_EQ(result->status, 200) << result->body;
   EXPECT_EQ(Json::parse(result->body)["usage"]["completion_tokens"], 200);
-}
-
-TEST(NonStreamingDisconnect, FindsTheAcceptedSocketByItsTwoAddresses) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int listen_port = ntohs(address.sin_port);
-  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(::connect(client, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
-  const int accepted = ::accept(listener, nullptr, nullptr);
-  ASSERT_GE(accepted, 0);
-  sockaddr_in client_address{};
-  length = sizeof(client_address);
-  ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&client_address), &length), 0);
-  const int client_port = ntohs(client_address.sin_port);
-  // The server's end: its peer is the client's port, its own the listening port (the client's
-  // socket has the two ports the other way round, the listener has no peer).
-  EXPECT_EQ(find_connection_socket("127.0.0.1", client_port, listen_port), accepted);
-  EXPECT_EQ(find_connection_socket("127.0.0.2", client_port, listen_port), -1);
-  EXPECT_EQ(find_connection_socket("127.0.0.1", client_port, listen_port + 1), -1);
-  // Still there until the peer hangs up, then POLLRDHUP.
-  ::close(client);
-  pollfd watched{accepted, POLLRDHUP, 0};
-  EXPECT_EQ(::poll(&watched, 1, 1000), 1);
-  EXPECT_NE(watched.revents & POLLRDHUP, 0);
-  ::close(accepted);
-  ::close(listener);
 }
 
 }  // namespace

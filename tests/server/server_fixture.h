@@ -41,6 +41,7 @@ inline ServerOptions test_options(const std::string& model_dir = full_vocab_mode
   options.port = 0;
   options.http_threads = 32;
   options.engine.cache_memory_bytes = 64 << 20;
+  options.shutdown_timeout = std::chrono::seconds(5);
   options.log = [](const std::string&) {};
   return options;
 }
