@@ -425,35 +425,35 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
   }
 
   awaitable<void> run(std::shared_ptr<Session> self) {
-    const ListenerOptions& options = owner_.options;
+    const ListenerOptions& config = owner_.options;
     bool first = true;
     while (!closed_) {
       serving_ = false;
       consumed();  // a reader paused by the serving cap goes on
-      RequestParser parser(options.limits);
+      RequestParser parser(config.limits);
       bool started = !buffer_.empty();
-      set_deadline(Clock::now() + (first || started ? options.header_timeout : options.keep_alive_timeout),
+      set_deadline(Clock::now() + (first || started ? config.header_timeout : config.keep_alive_timeout),
                    DeadlineKind::Read);
       bool head_checked = false;
-      bool refused = false;
+      bool answered_early = false;
       HttpResponse early;
       for (;;) {
         if (!buffer_.empty()) {
           if (!started) {
             started = true;
-            set_deadline(Clock::now() + options.header_timeout, DeadlineKind::Read);
+            set_deadline(Clock::now() + config.header_timeout, DeadlineKind::Read);
           }
           const bool had_head = parser.header_done();
           const std::size_t used = parser.feed(buffer_);
           buffer_.erase(0, used);
           consumed();
           // The body keeps arriving: the deadline moves with it.
-          if (had_head && used > 0) set_deadline(Clock::now() + options.header_timeout, DeadlineKind::Read);
+          if (had_head && used > 0) set_deadline(Clock::now() + config.header_timeout, DeadlineKind::Read);
         }
         if (parser.error_status() != 0) break;
         if (parser.header_done() && !head_checked) {
           head_checked = true;
-          set_deadline(Clock::now() + options.header_timeout, DeadlineKind::Read);
+          set_deadline(Clock::now() + config.header_timeout, DeadlineKind::Read);
           HttpRequest& request = parser.request();
           if (request.version != 10 && request.version != 11) {
             co_await refuse_and_close(request.path, 505, "Only HTTP/1.0 and HTTP/1.1 are served", &request);
@@ -465,7 +465,7 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
             co_return;
           }
           if (owner_.callbacks.refuse_head && owner_.callbacks.refuse_head(request, early)) {
-            refused = true;
+            answered_early = true;
             break;
           }
           if (parser.expects_continue() && !parser.done() && request.version >= 11) {
@@ -513,7 +513,7 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
         ~BusyGuard() { owner.busy_done(); }
       } busy_guard{owner_};
 
-      if (refused) {
+      if (answered_early) {
         // Answered from the head alone: the connection goes on only if the body had come too.
         if (!parser.done()) keep_alive = false;
         const bool written = co_await write_response(request, early, keep_alive);
@@ -529,11 +529,11 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
       if (owner_.callbacks.answer_inline && owner_.callbacks.answer_inline(request)) {
         owner_.callbacks.handle(request, response);
       } else {
-        Callbacks* callbacks = &owner_.callbacks;
+        Callbacks* handlers = &owner_.callbacks;
         co_await asio::co_spawn(
             owner_.workers.get_executor(),
-            [callbacks, &request, &response]() -> awaitable<void> {
-              callbacks->handle(request, response);
+            [handlers, &request, &response]() -> awaitable<void> {
+              handlers->handle(request, response);
               co_return;
             },
             asio::use_awaitable);
