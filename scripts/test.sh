@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
-fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_seconds=${FUZZ_SECONDS:-15}
 # Each stage's start, with the seconds since the script began (CI's budget is 30 minutes).
 stage() { echo "== $1 [$(date -u +%H:%M:%S), ${SECONDS}s in]"; }
 
