@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 
 #include "core/error.h"
 #include "core/float_formats.h"
@@ -342,18 +343,35 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     return;
   }
   if (logit_rows == 0) return;
-  std::vector<float> all_logits;
-  float* head_out = items.size() == 1 ? items[0].logits.data() : nullptr;
-  if (!head_out) {
-    all_logits.resize(static_cast<std::size_t>(logit_rows * vocab));
-    head_out = all_logits.data();
+  // The head writes the callers' buffers directly when they lie back to back in item order (one
+  // item, or a caller that carved one buffer, as perplexity scoring does); else it writes a
+  // scratch buffer that is then scattered. The scratch is left uninitialised: zeroing rows x vocab
+  // floats (and faulting their fresh pages in) cost as much as the head itself on small models.
+  bool contiguous = true;
+  const float* next = nullptr;
+  for (const BatchItem& item : items) {
+    if (item.logits.empty()) continue;
+    if (next && item.logits.data() != next) contiguous = false;
+    next = item.logits.data() + item.logits.size();
+  }
+  std::unique_ptr<float[]> scratch;
+  float* head_out = nullptr;
+  for (const BatchItem& item : items)
+    if (!item.logits.empty()) {
+      head_out = item.logits.data();
+      break;
+    }
+  if (!contiguous || !head_out) {
+    scratch = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(logit_rows * vocab));
+    head_out = scratch.get();
   }
   pass->head(head_weights(), head_rows, head_out, trace ? &trace->final_hidden : nullptr);
-  if (items.size() == 1) return;
+  if (!scratch) return;
+  const float* all_logits = scratch.get();
   int64_t r = 0;
   for (const BatchItem& item : items) {
     const int64_t rows = static_cast<int64_t>(item.logits.size()) / vocab;
-    std::copy_n(all_logits.data() + r * vocab, rows * vocab, item.logits.data());
+    std::copy_n(all_logits + r * vocab, rows * vocab, item.logits.data());
     r += rows;
   }
 }

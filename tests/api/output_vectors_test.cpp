@@ -15,10 +15,13 @@
 #include "api/output_processor.h"
 #include "api/output_responses_body.h"
 #include "api/output_token_pieces.h"
+#include "api_test_support.h"
 #include "io/tokenizer/tokenizer.h"
 
 namespace deepinfer::api {
 namespace {
+
+using testing::v41_tokenizer;
 
 struct Vector {
   std::string name;
@@ -35,12 +38,6 @@ std::vector<Vector> load_vectors() {
     vectors.push_back({data.at("name").get<std::string>(), std::move(data)});
   }
   return vectors;
-}
-
-const Tokenizer& v41_tokenizer() {
-  static const Tokenizer tokenizer =
-      Tokenizer::from_file(DEEPINFER_ASSET_DIR "/tokenizer/deepseek_v41_tokenizer.json");
-  return tokenizer;
 }
 
 // Empty when `actual` matches `expected`, else the first difference.
@@ -138,7 +135,7 @@ std::vector<StreamEvent> run_chunks(const WireJson& chunks, OutputParsingOptions
   return events;
 }
 
-class OutputVectorTest : public testing::TestWithParam<Vector> {};
+class OutputVectorTest : public ::testing::TestWithParam<Vector> {};
 
 TEST_P(OutputVectorTest, ReproducesGolden) {
   const WireJson& vector = GetParam().data;
@@ -188,8 +185,8 @@ TEST_P(OutputVectorTest, ReproducesGolden) {
   EXPECT_EQ(difference(actual, expected, GetParam().name), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Conformance, OutputVectorTest, testing::ValuesIn(load_vectors()),
-                         [](const testing::TestParamInfo<Vector>& param_info) { return param_info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Conformance, OutputVectorTest, ::testing::ValuesIn(load_vectors()),
+                         [](const ::testing::TestParamInfo<Vector>& param_info) { return param_info.param.name; });
 
 TEST(OutputVectorFile, HoldsEveryVector) { EXPECT_EQ(load_vectors().size(), 19u); }
 

@@ -19,8 +19,8 @@ namespace {
 using testing::random_prompt;
 using testing::tiny_v4;
 
-constexpr int32_t kEos = 1;
-constexpr int32_t kTrigger = 2;
+using testing::kEos;
+using testing::kTrigger;
 
 // The tiny model's 512 ids as bytes: id i is the letter 'a' + i % 26, except EOS and the trigger.
 std::shared_ptr<const grammar::Vocabulary> letters() {
@@ -54,7 +54,7 @@ struct Result {
   FinishReason finish = FinishReason::Error;
 };
 
-std::vector<Result> collect(RequestStream& stream, int32_t choices) {
+std::vector<Result> collect_results(RequestStream& stream, int32_t choices) {
   std::vector<Result> out(static_cast<std::size_t>(choices));
   int32_t open = choices;
   while (open > 0) {
@@ -77,13 +77,7 @@ std::string text_of(const std::vector<int32_t>& tokens, const grammar::Vocabular
   return text;
 }
 
-EngineOptions small_options() {
-  EngineOptions options;
-  options.cache_memory_bytes = 64 << 20;
-  options.block_tokens = 8;
-  options.max_batch_tokens = 32;
-  return options;
-}
+using testing::small_options;
 
 GenerationRequest constrained(std::vector<int32_t> prompt, int32_t after_token, uint64_t seed) {
   GenerationRequest request;
@@ -126,10 +120,10 @@ TEST(ConstrainedGeneration, EveryTokenStaysInsideTheGrammar) {
   }
   int stopped = 0;
   for (std::size_t i = 0; i < streams.size(); i += 2) {
-    const Result result = collect(*streams[i], 1).front();
+    const Result result = collect_results(*streams[i], 1).front();
     expect_inside_the_grammar(result, *vocabulary);
     stopped += result.finish == FinishReason::Stop;
-    collect(*streams[i + 1], 1);
+    collect_results(*streams[i + 1], 1);
   }
   EXPECT_GT(stopped, 0) << "no constrained request reached the end of its grammar";
 }
@@ -147,7 +141,7 @@ TEST(ConstrainedGeneration, ChoicesAndPreemptionStayInside) {
     streams.push_back(engine.submit(request));
   }
   for (auto& stream : streams)
-    for (const Result& result : collect(*stream, 3)) expect_inside_the_grammar(result, *vocabulary);
+    for (const Result& result : collect_results(*stream, 3)) expect_inside_the_grammar(result, *vocabulary);
 }
 
 // With a trigger, tokens up to and including it are free; the grammar governs what follows.
@@ -158,7 +152,7 @@ TEST(ConstrainedGeneration, TheGrammarStartsAfterItsTrigger) {
   GenerationRequest request = constrained(random_prompt(rng, 9), kTrigger, 3);
   // Make the trigger likely but not certain: bias it up.
   request.sampling.logit_bias = {{kTrigger, 8.0f}};
-  const Result result = collect(*engine.submit(request), 1).front();
+  const Result result = collect_results(*engine.submit(request), 1).front();
   const auto trigger = std::find(result.tokens.begin(), result.tokens.end(), kTrigger);
   ASSERT_NE(trigger, result.tokens.end()) << "the biased trigger never came";
   expect_inside_the_grammar(result, *vocabulary, static_cast<std::size_t>(trigger - result.tokens.begin()) + 1);

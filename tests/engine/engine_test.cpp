@@ -75,13 +75,7 @@ Tokens ids(const Output& output) {
   return out;
 }
 
-EngineOptions small_options() {
-  EngineOptions options;
-  options.cache_memory_bytes = 64 << 20;
-  options.block_tokens = 8;
-  options.max_batch_tokens = 32;
-  return options;
-}
+using testing::small_options;
 
 TEST(EngineTest, ConcurrentRequestsGiveTheSoloGreedyTokens) {
   std::mt19937 rng(7);

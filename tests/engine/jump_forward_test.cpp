@@ -25,8 +25,8 @@ namespace {
 using testing::random_prompt;
 using testing::tiny_v4;
 
-constexpr int32_t kEos = 1;
-constexpr int32_t kTrigger = 2;
+using testing::kEos;
+using testing::kTrigger;
 constexpr int32_t kFirstByte = 3;  // ids 3 .. 97: the printable ASCII bytes 0x20 .. 0x7e
 
 // The tiny model's 512 ids: one token per printable ASCII byte; the others have no bytes (never
@@ -87,7 +87,7 @@ struct Choice {
   }
 };
 
-std::vector<Choice> collect(RequestStream& stream) {
+std::vector<Choice> collect_choices(RequestStream& stream) {
   std::vector<Choice> out(static_cast<std::size_t>(stream.choices()));
   int32_t open = stream.choices();
   while (open > 0) {
@@ -111,7 +111,7 @@ std::pair<std::vector<std::vector<Choice>>, EngineStats> run(const std::vector<G
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const GenerationRequest& request : requests) streams.push_back(engine.submit(request));
   std::vector<std::vector<Choice>> out;
-  for (auto& stream : streams) out.push_back(collect(*stream));
+  for (auto& stream : streams) out.push_back(collect_choices(*stream));
   // The counters once the engine is idle: it publishes them after a step's events, and the step
   // planned while the last one computed (its items gone stale when their sequences ended) may
   // still be finishing when the last event arrives.

@@ -15,7 +15,7 @@
 namespace deepinfer::engine {
 namespace {
 
-constexpr int64_t kBlock = 4;
+constexpr int64_t kCacheBlock = 4;
 
 std::vector<int32_t> iota_tokens(int64_t count, int32_t first) {
   std::vector<int32_t> tokens(static_cast<std::size_t>(count));
@@ -36,7 +36,7 @@ bool start(BlockPool& pool, PrefixCache& cache, Request& request, std::vector<Ev
   request.match = cache.match(request.tokens);
   cache.pin(request.match);
   request.blocks = request.match.blocks;
-  const int64_t needed = (static_cast<int64_t>(request.tokens.size()) + kBlock - 1) / kBlock;
+  const int64_t needed = (static_cast<int64_t>(request.tokens.size()) + kCacheBlock - 1) / kCacheBlock;
   while (static_cast<int64_t>(request.blocks.size()) < needed) {
     std::optional<BlockId> block = pool.allocate();
     if (!block) {
@@ -52,8 +52,8 @@ bool start(BlockPool& pool, PrefixCache& cache, Request& request, std::vector<Ev
     // The "paged state" each block holds here: its own token ids, so a wrong match shows.
     const auto payload = pool.payload(*block);
     std::memset(payload.data(), 0xff, payload.size());
-    const int64_t first = static_cast<int64_t>(request.blocks.size()) * kBlock;
-    const int64_t count = std::min<int64_t>(kBlock, static_cast<int64_t>(request.tokens.size()) - first);
+    const int64_t first = static_cast<int64_t>(request.blocks.size()) * kCacheBlock;
+    const int64_t count = std::min<int64_t>(kCacheBlock, static_cast<int64_t>(request.tokens.size()) - first);
     std::memcpy(payload.data(), request.tokens.data() + first, static_cast<std::size_t>(count) * sizeof(int32_t));
     request.blocks.push_back(*block);
   }
@@ -62,7 +62,7 @@ bool start(BlockPool& pool, PrefixCache& cache, Request& request, std::vector<Ev
 
 // Offers the request's full blocks to the cache and drops its references.
 InsertResult finish(BlockPool& pool, PrefixCache& cache, Request& request, SnapshotHandle snapshot) {
-  const std::size_t full = request.tokens.size() / kBlock;
+  const std::size_t full = request.tokens.size() / kCacheBlock;
   const InsertResult result = cache.insert(request.tokens, std::span(request.blocks).first(full), snapshot);
   for (BlockId block : request.blocks) pool.release(block);
   request.blocks.clear();
@@ -78,7 +78,7 @@ Request run(BlockPool& pool, PrefixCache& cache, std::vector<int32_t> tokens, Sn
 
 TEST(PrefixCache, SharedPrefixMatchesUpToTheSnapshot) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   const std::vector<int32_t> a = iota_tokens(12, 100);
   // Snapshots after block 1 and block 3 (two turns of the same conversation).
   const Request first = run(pool, cache, std::vector(a.begin(), a.begin() + 5), 11);
@@ -91,7 +91,7 @@ TEST(PrefixCache, SharedPrefixMatchesUpToTheSnapshot) {
   b.insert(b.end(), {7, 7, 7, 7, 7});
   const PrefixMatch shared = cache.match(b);
   // Block 1 matches too but has no snapshot: a resume needs one, so only block 0 is reused.
-  EXPECT_EQ(shared.tokens, kBlock);
+  EXPECT_EQ(shared.tokens, kCacheBlock);
   EXPECT_EQ(shared.snapshot, 11);
   ASSERT_EQ(shared.blocks.size(), 1u);
   EXPECT_TRUE(first.match.blocks.empty());
@@ -107,7 +107,7 @@ TEST(PrefixCache, SharedPrefixMatchesUpToTheSnapshot) {
 
 TEST(PrefixCache, DivergenceInsideABlockStopsBeforeIt) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   const std::vector<int32_t> a = iota_tokens(8, 0);
   run(pool, cache, std::vector(a.begin(), a.begin() + 4), 1);
   run(pool, cache, a, 2);
@@ -127,7 +127,7 @@ TEST(PrefixCache, DivergenceInsideABlockStopsBeforeIt) {
 
 TEST(PrefixCache, LeavesTheLastPromptTokenToCompute) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   const std::vector<int32_t> a = iota_tokens(8, 0);
   run(pool, cache, std::vector(a.begin(), a.begin() + 4), 1);
   run(pool, cache, a, 2);
@@ -139,7 +139,7 @@ TEST(PrefixCache, LeavesTheLastPromptTokenToCompute) {
 
 TEST(PrefixCache, DuplicateBlocksAreNotTakenAndGoFree) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   const std::vector<int32_t> a = iota_tokens(9, 0);
   Request one{a, {}, {}};
   Request two{a, {}, {}};
@@ -159,7 +159,7 @@ TEST(PrefixCache, DuplicateBlocksAreNotTakenAndGoFree) {
 
 TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesFirst) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   // Three one-block prompts (x, y, z) and a two-block chain under x.
   const std::vector<int32_t> x = iota_tokens(5, 0), y = iota_tokens(5, 100), z = iota_tokens(5, 200);
   const std::vector<int32_t> x_long = iota_tokens(9, 0);
@@ -190,7 +190,7 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesFirst) {
 
 TEST(PrefixCache, InteriorNodeStaysWhileItsChildLives) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   run(pool, cache, iota_tokens(5, 0), 1);
   run(pool, cache, iota_tokens(9, 0), 2);
   const PrefixMatch both = cache.match(iota_tokens(10, 0));  // parent and child used at the same time
@@ -209,7 +209,7 @@ TEST(PrefixCache, InteriorNodeStaysWhileItsChildLives) {
 
 TEST(PrefixCache, PinnedBlocksAreNeverEvicted) {
   BlockPool pool(64 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   run(pool, cache, iota_tokens(5, 0), 1);
   run(pool, cache, iota_tokens(5, 100), 2);
   run(pool, cache, iota_tokens(5, 200), 3);
@@ -234,38 +234,38 @@ TEST(PrefixCache, PinnedBlocksAreNeverEvicted) {
 // cached with a snapshot at its last full block. The next turn hits exactly those full blocks.
 TEST(PrefixCache, MultiTurnChatCountersAreExact) {
   BlockPool pool(256 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   std::mt19937 random(7);
   std::vector<int32_t> conversation;
   int64_t queried = 0, hit = 0;
   for (int turn = 0; turn < 12; ++turn) {
     const int64_t user_length = 1 + static_cast<int64_t>(random() % 11);
     const int64_t reply_length = 1 + static_cast<int64_t>(random() % 9);
-    const int64_t history_blocks = static_cast<int64_t>(conversation.size()) / kBlock;
+    const int64_t history_blocks = static_cast<int64_t>(conversation.size()) / kCacheBlock;
     for (int64_t i = 0; i < user_length; ++i) conversation.push_back(static_cast<int32_t>(random() % 50));
     Request request{conversation, {}, {}};
     ASSERT_TRUE(start(pool, cache, request));
     queried += static_cast<int64_t>(conversation.size());
-    hit += history_blocks * kBlock;
-    EXPECT_EQ(request.match.tokens, history_blocks * kBlock) << "turn " << turn;
+    hit += history_blocks * kCacheBlock;
+    EXPECT_EQ(request.match.tokens, history_blocks * kCacheBlock) << "turn " << turn;
     EXPECT_EQ(request.match.snapshot, history_blocks > 0 ? turn - 1 : kNoSnapshot) << "turn " << turn;
     for (int64_t i = 0; i < reply_length; ++i) conversation.push_back(static_cast<int32_t>(random() % 50));
     request.tokens = conversation;  // the reply's blocks, as decode would have allocated them
-    while (static_cast<int64_t>(request.blocks.size()) * kBlock < static_cast<int64_t>(conversation.size()))
+    while (static_cast<int64_t>(request.blocks.size()) * kCacheBlock < static_cast<int64_t>(conversation.size()))
       request.blocks.push_back(*pool.allocate());
     const InsertResult result = finish(pool, cache, request, turn);
-    EXPECT_EQ(result.snapshot_adopted, static_cast<int64_t>(conversation.size()) >= kBlock) << "turn " << turn;
+    EXPECT_EQ(result.snapshot_adopted, static_cast<int64_t>(conversation.size()) >= kCacheBlock) << "turn " << turn;
   }
   EXPECT_EQ(cache.queried_tokens(), queried);
   EXPECT_EQ(cache.hit_tokens(), hit);
   EXPECT_DOUBLE_EQ(cache.hit_rate(), static_cast<double>(hit) / static_cast<double>(queried));
-  EXPECT_EQ(cache.cached_blocks(), static_cast<int64_t>(conversation.size()) / kBlock);
+  EXPECT_EQ(cache.cached_blocks(), static_cast<int64_t>(conversation.size()) / kCacheBlock);
   EXPECT_EQ(pool.in_use_blocks(), 0);
 }
 
 TEST(PrefixCache, RefusesMisuse) {
   BlockPool pool(4 * 16, 16);
-  PrefixCache cache(pool, kBlock);
+  PrefixCache cache(pool, kCacheBlock);
   EXPECT_THROW(PrefixCache(pool, 0), Error);
   const BlockId block = *pool.allocate();
   const std::vector<int32_t> tokens = iota_tokens(3, 0);
@@ -282,7 +282,7 @@ TEST(PrefixCache, RefusesMisuse) {
 // against a small pool; after every operation the pool, the tree and every request must agree.
 struct Simulation {
   BlockPool pool{48 * 16, 16};
-  PrefixCache cache{pool, kBlock};
+  PrefixCache cache{pool, kCacheBlock};
   std::mt19937 random;
   std::vector<Request> active;
   std::set<SnapshotHandle> live_snapshots;
@@ -323,8 +323,8 @@ struct Simulation {
       // Every matched block holds the prompt's tokens: the tree gave the right blocks, and none
       // of them was handed out again while cached.
       for (std::size_t i = 0; i < request.match.blocks.size(); ++i)
-        ASSERT_EQ(std::memcmp(pool.payload(request.match.blocks[i]).data(), request.tokens.data() + i * kBlock,
-                              kBlock * sizeof(int32_t)),
+        ASSERT_EQ(std::memcmp(pool.payload(request.match.blocks[i]).data(), request.tokens.data() + i * kCacheBlock,
+                              kCacheBlock * sizeof(int32_t)),
                   0);
       if (started) active.push_back(std::move(request));
       else ++refused_starts;

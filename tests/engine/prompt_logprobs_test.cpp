@@ -23,15 +23,15 @@ using testing::random_prompt;
 using testing::same_bits;
 using testing::tiny_v4;
 
-struct Output {
+struct PromptAndAnswer {
   std::vector<GeneratedToken> prompt;
   std::vector<GeneratedToken> tokens;
   int64_t cached_tokens = 0;
   bool prompt_after_tokens = false;  // a prompt entry arrived after a generated token
 };
 
-Output collect(RequestStream& stream) {
-  Output out;
+PromptAndAnswer collect_prompt_and_answer(RequestStream& stream) {
+  PromptAndAnswer out;
   int32_t finished = 0;
   while (finished < stream.choices()) {
     std::optional<StreamEvent> event = stream.next(std::chrono::seconds(60));
@@ -67,9 +67,9 @@ EngineOptions options_with(int64_t block_tokens, int64_t max_batch_tokens) {
   return options;
 }
 
-Output run_alone(const GenerationRequest& request, EngineOptions options = options_with(8, 32)) {
+PromptAndAnswer run_alone(const GenerationRequest& request, EngineOptions options = options_with(8, 32)) {
   Engine engine(tiny_v4(), options);
-  return collect(*engine.submit(request));
+  return collect_prompt_and_answer(*engine.submit(request));
 }
 
 // Independent of the engine and the sampler: one forward over the whole prompt with every row's
@@ -77,7 +77,7 @@ Output run_alone(const GenerationRequest& request, EngineOptions options = optio
 TEST(PromptLogprobsTest, EqualALogSoftmaxOverEveryForwardRow) {
   std::mt19937 rng(21);
   const Tokens prompt = random_prompt(rng, 29);
-  const Output got = run_alone(scored(prompt, 2));
+  const PromptAndAnswer got = run_alone(scored(prompt, 2));
   ASSERT_EQ(got.prompt.size(), prompt.size() - 1);
   EXPECT_FALSE(got.prompt_after_tokens);
   EXPECT_EQ(got.tokens.size(), 2u);
@@ -108,10 +108,10 @@ TEST(PromptLogprobsTest, EqualALogSoftmaxOverEveryForwardRow) {
 TEST(PromptLogprobsTest, ChunkSizesAndBlockSizesGiveIdenticalBits) {
   std::mt19937 rng(22);
   const GenerationRequest request = scored(random_prompt(rng, 27), 3);
-  const Output want = run_alone(request, options_with(8, 64));  // the whole prompt in one chunk
+  const PromptAndAnswer want = run_alone(request, options_with(8, 64));  // the whole prompt in one chunk
   ASSERT_EQ(want.prompt.size(), 26u);
   for (const auto& [block, budget] : std::vector<std::pair<int64_t, int64_t>>{{8, 1}, {8, 3}, {4, 3}, {4, 5}}) {
-    const Output got = run_alone(request, options_with(block, budget));
+    const PromptAndAnswer got = run_alone(request, options_with(block, budget));
     EXPECT_TRUE(same_bits(got.prompt, want.prompt)) << "block " << block << ", budget " << budget;
     EXPECT_TRUE(same_bits(got.tokens, want.tokens)) << "block " << block << ", budget " << budget;
     EXPECT_FALSE(got.prompt_after_tokens);
@@ -120,7 +120,7 @@ TEST(PromptLogprobsTest, ChunkSizesAndBlockSizesGiveIdenticalBits) {
   EngineOptions capped = options_with(8, 64);
   capped.max_prompt_logits_bytes = 2 * tiny_v4().vocab_size() * static_cast<int64_t>(sizeof(float)) + 7;
   Engine engine(tiny_v4(), capped);
-  const Output got = collect(*engine.submit(request));
+  const PromptAndAnswer got = collect_prompt_and_answer(*engine.submit(request));
   EXPECT_TRUE(same_bits(got.prompt, want.prompt));
   EXPECT_TRUE(same_bits(got.tokens, want.tokens));
   EXPECT_GE(engine.stats().steps, 14);  // 27 prompt positions, at most 2 a step, then 2 decodes
@@ -134,14 +134,14 @@ TEST(PromptLogprobsTest, BatchedWithOthersEqualsAlone) {
     if (r == 2) request.sampling.prompt_logprobs.reset();  // a plain request in the mix
     requests.push_back(request);
   }
-  std::vector<Output> alone;
+  std::vector<PromptAndAnswer> alone;
   for (const GenerationRequest& request : requests) alone.push_back(run_alone(request));
   for (int mix = 0; mix < 6; ++mix) {
     Engine engine(tiny_v4(), options_with(mix % 2 ? 4 : 8, 6 + 7 * mix));
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const GenerationRequest& request : requests) streams.push_back(engine.submit(request));
     for (std::size_t r = 0; r < streams.size(); ++r) {
-      const Output got = collect(*streams[r]);
+      const PromptAndAnswer got = collect_prompt_and_answer(*streams[r]);
       EXPECT_TRUE(same_bits(got.prompt, alone[r].prompt)) << "mix " << mix << ", request " << r;
       EXPECT_TRUE(same_bits(got.tokens, alone[r].tokens)) << "mix " << mix << ", request " << r;
       EXPECT_EQ(got.prompt.size(), r == 2 ? 0u : requests[r].prompt.size() - 1);
@@ -156,31 +156,31 @@ TEST(PromptLogprobsTest, SkipThePrefixCache) {
   Tokens second = first;
   const Tokens tail = random_prompt(rng, 6);
   second.insert(second.end(), tail.begin(), tail.end());
-  const Output want = run_alone(scored(second, 2));
+  const PromptAndAnswer want = run_alone(scored(second, 2));
 
   Engine engine(tiny_v4(), options_with(8, 32));
   GenerationRequest plain = scored(first, 4);
   plain.sampling.prompt_logprobs.reset();
-  (void)collect(*engine.submit(plain));
-  const Output got = collect(*engine.submit(scored(second, 2)));
+  (void)collect_prompt_and_answer(*engine.submit(plain));
+  const PromptAndAnswer got = collect_prompt_and_answer(*engine.submit(scored(second, 2)));
   EXPECT_EQ(got.cached_tokens, 0);
   EXPECT_EQ(engine.stats().prefix_hit_tokens, 0);
   EXPECT_TRUE(same_bits(got.prompt, want.prompt));
   EXPECT_TRUE(same_bits(got.tokens, want.tokens));
   // Its blocks were inserted: the same prompt without prompt logprobs now hits the cache.
   plain.prompt = second;
-  EXPECT_GT(collect(*engine.submit(plain)).cached_tokens, 0);
+  EXPECT_GT(collect_prompt_and_answer(*engine.submit(plain)).cached_tokens, 0);
 }
 
 // Teacher forcing: the prompt score of a token equals its log-probability when it was generated.
 TEST(PromptLogprobsTest, EqualTheGeneratedTokensLogprobs) {
   std::mt19937 rng(25);
   const Tokens prompt = random_prompt(rng, 13);
-  const Output generated = run_alone(scored(prompt, 6));
+  const PromptAndAnswer generated = run_alone(scored(prompt, 6));
   ASSERT_EQ(generated.tokens.size(), 6u);
   Tokens extended = prompt;
   for (std::size_t i = 0; i + 1 < generated.tokens.size(); ++i) extended.push_back(generated.tokens[i].token);
-  const Output replay = run_alone(scored(extended, 1));
+  const PromptAndAnswer replay = run_alone(scored(extended, 1));
   ASSERT_EQ(replay.prompt.size(), extended.size() - 1);
   for (std::size_t i = 0; i + 1 < generated.tokens.size(); ++i)
     EXPECT_TRUE(same_bits(replay.prompt[prompt.size() - 1 + i], generated.tokens[i])) << "token " << i;
@@ -197,13 +197,13 @@ TEST(PromptLogprobsTest, PreemptionAndChoicesReportEachPromptTokenOnce) {
   std::vector<GenerationRequest> requests;
   for (int r = 0; r < 8; ++r) requests.push_back(scored(random_prompt(rng, 24), 12, 2));
   requests[3].sampling.n = 2;
-  std::vector<Output> alone;
+  std::vector<PromptAndAnswer> alone;
   for (const GenerationRequest& request : requests) alone.push_back(run_alone(request));
   Engine engine(model, options);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const GenerationRequest& request : requests) streams.push_back(engine.submit(request));
   for (std::size_t r = 0; r < streams.size(); ++r) {
-    const Output got = collect(*streams[r]);
+    const PromptAndAnswer got = collect_prompt_and_answer(*streams[r]);
     EXPECT_EQ(got.prompt.size(), 23u) << "request " << r;
     EXPECT_TRUE(same_bits(got.prompt, alone[r].prompt)) << "request " << r;
     EXPECT_TRUE(same_bits(got.tokens, alone[r].tokens)) << "request " << r;
@@ -220,7 +220,7 @@ TEST(PromptLogprobsTest, OutOfRangeIsRefused) {
   request.sampling.prompt_logprobs = -1;
   EXPECT_THROW(engine.submit(request), Error);
   request.sampling.prompt_logprobs = 0;  // the prompt token alone, no alternatives
-  const Output got = collect(*engine.submit(request));
+  const PromptAndAnswer got = collect_prompt_and_answer(*engine.submit(request));
   ASSERT_EQ(got.prompt.size(), 2u);
   EXPECT_TRUE(got.prompt[1].top_logprobs.empty());
   EXPECT_EQ(got.prompt[1].token, 7);

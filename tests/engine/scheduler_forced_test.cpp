@@ -21,12 +21,12 @@ namespace {
 
 using testing::CheckingExecutor;
 
-constexpr int64_t kBlock = 4;
+constexpr int64_t kForcedBlock = 4;
 
 SchedulerConfig config_of(int64_t blocks) {
   SchedulerConfig config;
-  config.block_tokens = kBlock;
-  config.block_bytes = kBlock * 4;  // CheckingExecutor's layout: one int32 per position
+  config.block_tokens = kForcedBlock;
+  config.block_bytes = kForcedBlock * 4;  // CheckingExecutor's layout: one int32 per position
   config.cache_memory_bytes = blocks * config.block_bytes;
   config.max_batch_tokens = 12;
   config.max_running_sequences = 6;

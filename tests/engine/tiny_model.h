@@ -7,9 +7,23 @@
 #include <string>
 
 #include "backend/device.h"
+#include "engine/engine.h"
 #include "model/model.h"
 
 namespace deepinfer::engine::testing {
+
+// Token ids the grammar tests give special roles in the tiny model's vocabulary.
+inline constexpr int32_t kEos = 1;
+inline constexpr int32_t kTrigger = 2;
+
+// A small cache and batch, so preemption and chunking happen within a few requests.
+inline EngineOptions small_options() {
+  EngineOptions options;
+  options.cache_memory_bytes = 64 << 20;
+  options.block_tokens = 8;
+  options.max_batch_tokens = 32;
+  return options;
+}
 
 inline const model::Model& tiny_v4() {
   static const model::Model model = [] {

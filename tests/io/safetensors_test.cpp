@@ -16,7 +16,7 @@ using test::raw_file;
 using test::safetensors_file;
 using test::tensor;
 
-std::vector<std::byte> view_bytes(const TensorView& view) { return {view.bytes.begin(), view.bytes.end()}; }
+std::vector<std::byte> safetensors_view_bytes(const TensorView& view) { return {view.bytes.begin(), view.bytes.end()}; }
 
 class SafetensorsTest : public ::testing::Test {
  protected:
@@ -70,7 +70,7 @@ TEST_F(SafetensorsTest, ReadsEveryDtypeInHeaderOrder) {
     const TensorView view = file.view(spec.name);
     EXPECT_EQ(dtype_name(view.dtype), spec.dtype);
     EXPECT_EQ(view.shape, spec.shape);
-    EXPECT_EQ(view_bytes(view), spec.data) << spec.name;
+    EXPECT_EQ(safetensors_view_bytes(view), spec.data) << spec.name;
   }
 }
 
@@ -98,10 +98,10 @@ TEST_F(SafetensorsTest, EmptyTensorsAndScalars) {
   const TensorView scalar = file.view("scalar");
   EXPECT_TRUE(scalar.shape.empty());
   EXPECT_EQ(scalar.numel(), 1);
-  EXPECT_EQ(view_bytes(scalar), tensor("scalar", "F32", {}).data);
+  EXPECT_EQ(safetensors_view_bytes(scalar), tensor("scalar", "F32", {}).data);
   EXPECT_EQ(file.view("empty_middle").shape, (std::vector<int64_t>{3, 0, 5}));
   EXPECT_EQ(file.view("empty_middle").bytes.size(), 0u);
-  EXPECT_EQ(view_bytes(file.view("after")), tensor("after", "I32", {2}).data);
+  EXPECT_EQ(safetensors_view_bytes(file.view("after")), tensor("after", "I32", {2}).data);
 }
 
 TEST_F(SafetensorsTest, PackedFp4IsValidatedByItsStoredShape) {

@@ -18,6 +18,7 @@ namespace {
 
 using testing::Golden;
 using testing::max_abs_diff;
+using testing::run_chunked;
 
 constexpr float kTolerance = 1e-4f;
 
@@ -26,19 +27,6 @@ const Model& load_fixture(const std::string& name) {
   auto& slot = models[name];
   if (!slot) slot = std::make_unique<Model>(Model::load(testing::fixture_dir(name)));
   return *slot;
-}
-
-// Runs `ids` through a fresh sequence in chunks of `chunk` tokens; returns all logits rows.
-std::vector<float> run_chunked(const Model& model, const std::vector<int32_t>& ids, std::size_t chunk) {
-  SequenceState sequence = model.new_sequence();
-  const auto vocab = static_cast<std::size_t>(model.vocab_size());
-  std::vector<float> logits(ids.size() * vocab);
-  for (std::size_t begin = 0; begin < ids.size(); begin += chunk) {
-    const std::size_t count = std::min(chunk, ids.size() - begin);
-    model.forward(sequence, std::span(ids).subspan(begin, count), std::span(logits).subspan(begin * vocab, count * vocab));
-  }
-  EXPECT_EQ(sequence.length, static_cast<int64_t>(ids.size()));
-  return logits;
 }
 
 // Checks logits rows against the golden: in full for the tiny fixtures, through the stored

@@ -1,11 +1,15 @@
 #pragma once
 // Reads a golden fixture (tests/data/golden/<family>/<name>/reference/golden.safetensors).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "io/safetensors.h"
 #include "model/model.h"
@@ -65,6 +69,21 @@ class Golden {
  private:
   SafetensorsFile file_;
 };
+
+// Runs `ids` through a fresh sequence in chunks of `chunk` tokens; returns all logits rows.
+inline std::vector<float> run_chunked(const Model& model, const std::vector<int32_t>& ids, std::size_t chunk,
+                                      ForwardTrace* last_trace = nullptr) {
+  SequenceState sequence = model.new_sequence();
+  const auto vocab = static_cast<std::size_t>(model.vocab_size());
+  std::vector<float> logits(ids.size() * vocab);
+  for (std::size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const std::size_t count = std::min(chunk, ids.size() - begin);
+    model.forward(sequence, std::span(ids).subspan(begin, count), std::span(logits).subspan(begin * vocab, count * vocab),
+                  LogitRows::All, last_trace);
+  }
+  EXPECT_EQ(sequence.length, static_cast<int64_t>(ids.size()));
+  return logits;
+}
 
 inline float max_abs_diff(const float* a, const float* b, std::size_t n) {
   float worst = 0.0f;

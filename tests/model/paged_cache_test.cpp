@@ -20,9 +20,9 @@ struct Fixture {
 };
 void PrintTo(const Fixture& fixture, std::ostream* out) { *out << fixture.family << "/" << fixture.name; }
 
-const Model& load(const Fixture& fixture) { return testing::shared_fixture(fixture.name, fixture.family); }
+const Model& load_paged_fixture(const Fixture& fixture) { return testing::shared_fixture(fixture.name, fixture.family); }
 
-std::vector<int32_t> prompt(const Fixture& fixture) {
+std::vector<int32_t> fixture_prompt(const Fixture& fixture) {
   return testing::Golden(fixture.name, fixture.family).ids("input_ids");
 }
 
@@ -58,8 +58,8 @@ bool same_bits(const float* a, const float* b, std::size_t count) {
 
 class PagedCacheTest : public ::testing::TestWithParam<Fixture> {
  protected:
-  const Model& model() const { return load(GetParam()); }
-  std::vector<int32_t> ids() const { return prompt(GetParam()); }
+  const Model& model() const { return load_paged_fixture(GetParam()); }
+  std::vector<int32_t> ids() const { return fixture_prompt(GetParam()); }
   std::vector<float> reference() const {
     SequenceState sequence = model().new_sequence();
     const auto all = ids();
@@ -197,9 +197,9 @@ TEST_P(PagedCacheTest, BadSnapshotsAreRefusedAndLeaveTheSequenceAlone) {
   refused(snapshot, no_blocks);
   // Another model's snapshot (the other family's fixture, same block size).
   const Fixture other = GetParam().family == "v4" ? Fixture{"v41", "tiny_fp8"} : Fixture{"v4", "tiny_fp8"};
-  SequenceState foreign = load(other).new_sequence(block_tokens, false);
-  (void)run(load(other), foreign, prompt(other), 0, 4, 4);
-  refused(load(other).save_snapshot(foreign), target);
+  SequenceState foreign = load_paged_fixture(other).new_sequence(block_tokens, false);
+  (void)run(load_paged_fixture(other), foreign, fixture_prompt(other), 0, 4, 4);
+  refused(load_paged_fixture(other).save_snapshot(foreign), target);
 
   model().restore_snapshot(target, snapshot);  // the intact one still restores
   EXPECT_EQ(target.length, 8);

@@ -23,25 +23,14 @@
 #include "io/checkpoint_schema.h"
 #include "io/model_config.h"
 #include "model/model.h"
+#include "golden.h"
 #include "v41_synthetic.h"
 
 namespace deepinfer::model {
 namespace {
 
 using namespace test_support;
-
-std::vector<float> run_chunked(const Model& model, const std::vector<int32_t>& ids, std::size_t chunk,
-                               ForwardTrace* last_trace = nullptr) {
-  SequenceState sequence = model.new_sequence();
-  const auto vocab = static_cast<std::size_t>(model.vocab_size());
-  std::vector<float> logits(ids.size() * vocab);
-  for (std::size_t begin = 0; begin < ids.size(); begin += chunk) {
-    const std::size_t count = std::min(chunk, ids.size() - begin);
-    model.forward(sequence, std::span(ids).subspan(begin, count), std::span(logits).subspan(begin * vocab, count * vocab),
-                  LogitRows::All, last_trace);
-  }
-  return logits;
-}
+using testing::run_chunked;
 
 struct Synthetic {
   ScratchDir dir;

@@ -20,13 +20,14 @@ namespace {
 
 using testing::Golden;
 using testing::max_abs_diff;
+using testing::run_chunked;
 
 constexpr float kTolerance = 1e-4f;
 
 using testing::v41_tokenizer;
 std::string v41_dir(const std::string& name) { return testing::fixture_dir(name, "v41"); }
 
-const Model& load_fixture(const std::string& name) { return testing::shared_fixture(name, "v41"); }
+const Model& load_v41_fixture(const std::string& name) { return testing::shared_fixture(name, "v41"); }
 
 // `rows` of `width` from a -1 padded golden table, the padding dropped.
 std::vector<std::vector<int64_t>> unpadded_rows(const std::vector<int64_t>& table, int64_t width) {
@@ -38,21 +39,9 @@ std::vector<std::vector<int64_t>> unpadded_rows(const std::vector<int64_t>& tabl
   return rows;
 }
 
-// Runs `ids` through a fresh sequence in chunks of `chunk` tokens; returns all logits rows.
-std::vector<float> run_chunked(const Model& model, const std::vector<int32_t>& ids, std::size_t chunk) {
-  SequenceState sequence = model.new_sequence();
-  const auto vocab = static_cast<std::size_t>(model.vocab_size());
-  std::vector<float> logits(ids.size() * vocab);
-  for (std::size_t begin = 0; begin < ids.size(); begin += chunk) {
-    const std::size_t count = std::min(chunk, ids.size() - begin);
-    model.forward(sequence, std::span(ids).subspan(begin, count), std::span(logits).subspan(begin * vocab, count * vocab));
-  }
-  return logits;
-}
-
 class V41GoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
-  const Model& model() const { return load_fixture(GetParam()); }
+  const Model& model() const { return load_v41_fixture(GetParam()); }
   Golden golden() const { return Golden(GetParam(), "v41"); }
 };
 
@@ -216,7 +205,7 @@ INSTANTIATE_TEST_SUITE_P(V41Golden, V41GoldenTest, ::testing::Values("tiny_bf16"
 // keeps the file's ids (the ones the model's embedding rows follow) and gives holes no compressed
 // id. With the holes dropped, the engine's map must be the reference's entry for entry.
 TEST(V41GoldenTokenMapTest, EqualsTheReferenceMapWithTheFileHolesDropped) {
-  const Engram* engram = load_fixture("tiny_bf16").engram();
+  const Engram* engram = load_v41_fixture("tiny_bf16").engram();
   ASSERT_NE(engram, nullptr);
   const auto want = Golden("tiny_bf16", "v41").int32s("engram_token_map");
   std::vector<int32_t> packed;

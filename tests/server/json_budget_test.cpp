@@ -12,7 +12,7 @@
 namespace deepinfer::server::testing {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 using namespace std::chrono_literals;
 
 std::string object_of_keys(std::size_t keys, std::size_t max_bytes = SIZE_MAX) {
@@ -29,7 +29,7 @@ TEST(JsonBudget, BuildsWhatNlohmannBuilds) {
     SCOPED_TRACE(text.substr(0, 80));
     const JsonBodyResult parsed = parse_json_with_budget(text);
     ASSERT_EQ(parsed.status, JsonBodyResult::Status::Ok) << parsed.message;
-    const Json expected = Json::parse(text);
+    const OrderedJson expected = OrderedJson::parse(text);
     EXPECT_EQ(parsed.value, expected);
     EXPECT_EQ(parsed.value.dump(), expected.dump());  // the same key order
   }
@@ -39,7 +39,7 @@ TEST(JsonBudget, BuildsWhatNlohmannBuilds) {
   many += "\"7\":\"last\",\"new\":1}";
   const JsonBodyResult parsed = parse_json_with_budget(many);
   ASSERT_EQ(parsed.status, JsonBodyResult::Status::Ok);
-  EXPECT_EQ(parsed.value.dump(), Json::parse(many).dump());
+  EXPECT_EQ(parsed.value.dump(), OrderedJson::parse(many).dump());
   EXPECT_EQ(parsed.value["7"], "last");
   EXPECT_EQ(parsed.value.size(), 101u);
   for (const std::string bad : {"{", "{\"a\" 1}", "[1,]", "{\"a\":1}x", "\"\xff\"", ""})

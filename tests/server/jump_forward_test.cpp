@@ -49,7 +49,7 @@ const Json kTools = Json::parse(R"([
     "parameters": {"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. 12*7+3"}},
                    "required": ["expression"]}}}])");
 
-Json requests() {
+Json jump_forward_requests() {
   const auto user = [](const std::string& text) { return Json::array({{{"role", "user"}, {"content", text}}}); };
   return Json::array({
       {{"messages", user("Give me a JSON object for a person named Alice, aged 30, living in Paris.")},
@@ -119,7 +119,7 @@ TEST(JumpForwardServer, TheEmbeddedModelsAnswersAreTheSameInFewerSteps) {
   Outcome weather;
   // Each request twice: the first compiles its constraint and meets its grammar's states; the
   // second is timed warm. Under the sanitizers, one tool call once.
-  const Json all = requests();
+  const Json all = jump_forward_requests();
   const std::size_t first = deepinfer::testing::release_or_sanitized(0, 1);
   const std::size_t count = deepinfer::testing::release_or_sanitized(3, 1);
   const int repeats = deepinfer::testing::release_or_sanitized(2, 1);
