@@ -353,7 +353,8 @@ struct HcFixture {
   std::vector<float> fn_values;
   model::HyperConnectionWeights weights;
 
-  HcFixture(int64_t fn_rows, int64_t scale_count, std::mt19937& rng) {
+  HcFixture(int64_t fn_rows, int64_t scale_count, std::mt19937& rng, int64_t streams = 4) {
+    shape.streams = streams;
     const int64_t width = shape.streams * shape.hidden;
     fn_values = random_floats(static_cast<std::size_t>(fn_rows * width), rng, 0.1f);
     weights.fn.encoding = WeightEncoding::F32;
@@ -379,28 +380,31 @@ DeviceBytes device_mix_logits(const HcFixture& f, const DeviceBytes& streams, in
   return logits;
 }
 
+// n = 4 (V4's hc_mult) runs the kernel compiled for 4 streams, n = 3 the one for any count.
 TEST(CudaHyperConnections, MixMatchesHyperMix) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(13);
-  const int64_t n = 4;
-  HcFixture f((2 + n) * n, 3, rng);
-  for (int64_t iters : {1, 2, 20}) {
-    f.shape.sinkhorn_iters = iters;
-    constexpr int64_t kTokens = 7;
-    const std::vector<float> streams = random_floats(static_cast<std::size_t>(kTokens * n * f.shape.hidden), rng);
-    const model::HyperMix expected = model::hyper_mix(f.weights, f.shape, streams.data(), kTokens);
-    const DeviceBytes dstreams = to_device(streams);
-    DeviceBytes fn_storage;
-    const DeviceBytes logits = device_mix_logits(f, dstreams, kTokens, fn_storage);
-    const DeviceBytes dbase = to_device(f.weights.base), dscale = to_device(f.weights.scale);
-    DeviceBytes pre(kTokens * n * sizeof(float)), post(kTokens * n * sizeof(float)),
-        comb(kTokens * n * n * sizeof(float));
-    hc_mix(logits.at<float>(), kTokens, n, dbase.at<float>(), dscale.at<float>(), f.shape.hc_eps, iters,
-           pre.at<float>(), post.at<float>(), comb.at<float>(), kDefaultStream);
-    synchronize();
-    EXPECT_TRUE(close(from_device(pre.at<float>(), kTokens * n), expected.pre, 1e-5, 1e-6)) << "iters " << iters;
-    EXPECT_TRUE(close(from_device(post.at<float>(), kTokens * n), expected.post, 1e-5, 1e-6)) << "iters " << iters;
-    EXPECT_TRUE(close(from_device(comb.at<float>(), kTokens * n * n), expected.comb, 1e-4, 1e-5)) << "iters " << iters;
+  for (const int64_t n : {int64_t{4}, int64_t{3}}) {
+    SCOPED_TRACE("streams " + std::to_string(n));
+    HcFixture f((2 + n) * n, 3, rng, n);
+    for (int64_t iters : {1, 2, 20}) {
+      f.shape.sinkhorn_iters = iters;
+      constexpr int64_t kTokens = 7;
+      const std::vector<float> streams = random_floats(static_cast<std::size_t>(kTokens * n * f.shape.hidden), rng);
+      const model::HyperMix expected = model::hyper_mix(f.weights, f.shape, streams.data(), kTokens);
+      const DeviceBytes dstreams = to_device(streams);
+      DeviceBytes fn_storage;
+      const DeviceBytes logits = device_mix_logits(f, dstreams, kTokens, fn_storage);
+      const DeviceBytes dbase = to_device(f.weights.base), dscale = to_device(f.weights.scale);
+      DeviceBytes pre(kTokens * n * sizeof(float)), post(kTokens * n * sizeof(float)),
+          comb(kTokens * n * n * sizeof(float));
+      hc_mix(logits.at<float>(), kTokens, n, dbase.at<float>(), dscale.at<float>(), f.shape.hc_eps, iters,
+             pre.at<float>(), post.at<float>(), comb.at<float>(), kDefaultStream);
+      synchronize();
+      EXPECT_TRUE(close(from_device(pre.at<float>(), kTokens * n), expected.pre, 1e-5, 1e-6)) << "iters " << iters;
+      EXPECT_TRUE(close(from_device(post.at<float>(), kTokens * n), expected.post, 1e-5, 1e-6)) << "iters " << iters;
+      EXPECT_TRUE(close(from_device(comb.at<float>(), kTokens * n * n), expected.comb, 1e-4, 1e-5)) << "iters " << iters;
+    }
   }
 }
 

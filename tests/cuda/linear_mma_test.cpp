@@ -113,6 +113,35 @@ TEST(CudaLinearMma, BatchInvariantBitForBit) {
   }
 }
 
+// A call that splits its columns adds the ranges either in its last blocks (with tile counters) or
+// in a launch of its own: the same sum in the same order, so the same bits; and each call leaves
+// the counters zero for the next (run several times in a row, at token counts with one and with
+// several token blocks).
+TEST(CudaLinearMma, TheRangeSumInTheKernelGivesTheSeparateLaunchsBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(29);
+  const HostWeight w = make_weight(WeightEncoding::FP8_E4M3, 1280, 512, rng, ScaleEncoding::E8M0, 128, 128);
+  const DeviceWeight d = upload(w);
+  ASSERT_GT(linear_mma_partial_floats(1, d.matrix), 0) << "the shape must split its columns";
+  DeviceBytes counters(static_cast<std::size_t>(kLinearMmaTileCounters) * sizeof(uint32_t));
+  ASSERT_EQ(cudaMemset(counters.at<uint32_t>(), 0, counters.size()), cudaSuccess);
+  for (int round = 0; round < 3; ++round)
+    for (const int64_t tokens : {int64_t{1}, int64_t{9}, int64_t{70}}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * w.matrix.cols), rng);
+      const std::vector<float> separate = gpu_linear_mma(x, tokens, d.matrix);
+      const DeviceBytes dx = to_device(x);
+      DeviceBytes dy(static_cast<std::size_t>(tokens * w.matrix.rows) * sizeof(float));
+      MmaWorkspace ws(tokens, d.matrix);
+      ws.workspace.tile_counters = counters.at<uint32_t>();
+      linear(dx.at<float>(), tokens, d.matrix, dy.at<float>(), kDefaultStream, ws.workspace);
+      synchronize();
+      EXPECT_TRUE(same_bits(from_device(dy.at<float>(), separate.size()), separate))
+          << tokens << " tokens, round " << round;
+      const std::vector<uint32_t> left = from_device(counters.at<uint32_t>(), 64);
+      for (const uint32_t c : left) ASSERT_EQ(c, 0u) << "a counter left set after " << tokens << " tokens";
+    }
+}
+
 // Group g of a grouped projection (wo_a): slice g of each row of x through group g's weight, into
 // slice g of each row of y; the other slices of y untouched.
 TEST(CudaLinearMma, StridedRowsForGroupedProjections) {

@@ -126,6 +126,8 @@ class CudaBackend final : public model::Backend {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&setup_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cache_memory_.emplace(device_, stream_, mutex_, "cuda:" + std::to_string(device_));
+    tile_counters_ = DeviceBuffer(static_cast<std::size_t>(k::kLinearMmaTileCounters) * sizeof(uint32_t));
+    check(cudaMemset(tile_counters_.data(), 0, tile_counters_.bytes()), "cudaMemset");
   }
   ~CudaBackend() override {
     graphs_.reset();
@@ -197,7 +199,7 @@ class CudaBackend final : public model::Backend {
     float* split = options_.batch_invariant
                        ? nullptr
                        : arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
-    return LinearRunner(arena_, stream_, split, !simt_);
+    return LinearRunner(arena_, stream_, split, !simt_, static_cast<uint32_t*>(tile_counters_.data()));
   }
   // The layer's routed experts all fit expert_mma.cu's kernels (decided once per layer, on the
   // device descriptors); DEEPINFER_CUDA_SIMT=1 keeps them, and every linear, on part 1's SIMT
@@ -230,6 +232,8 @@ class CudaBackend final : public model::Backend {
   cudaStream_t setup_stream_ = nullptr;
   WeightStore weights_;
   Arena arena_;
+  // linear_mma's tile counters: one set, as this backend's passes run one at a time on stream_.
+  DeviceBuffer tile_counters_;
   // The sampler's buffers, apart: they follow the draws of a step (forks draw more), and a graph
   // never reads them, so their growth must not move the arena the graphs hold.
   Arena sampler_arena_;

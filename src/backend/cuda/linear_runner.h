@@ -18,12 +18,14 @@ class LinearRunner {
  public:
   // split: linear's SIMT split workspace (null under --batch-invariant); tensor_cores false keeps
   // every weight on the SIMT kernel (DEEPINFER_CUDA_SIMT=1).
-  LinearRunner(Arena& arena, cudaStream_t stream, float* split, bool tensor_cores)
-      : arena_(arena), stream_(stream), split_(split), tensor_cores_(tensor_cores) {}
+  // tile_counters: linear_mma's (kLinearMmaTileCounters zeroed words, for this stream alone).
+  LinearRunner(Arena& arena, cudaStream_t stream, float* split, bool tensor_cores, uint32_t* tile_counters)
+      : arena_(arena), stream_(stream), split_(split), tensor_cores_(tensor_cores), tile_counters_(tile_counters) {}
 
   void operator()(const float* x, int64_t tokens, const kernels::WeightMatrix& w, float* y) const {
     kernels::cuda::LinearWorkspace workspace;
     workspace.split = split_;
+    workspace.tile_counters = tile_counters_;
     if (tokens > 0 && runs_on_tensor_cores(w)) {
       workspace.x_split_words = kernels::cuda::linear_mma_split_words(tokens, w);
       workspace.x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(workspace.x_split_words));
@@ -44,7 +46,7 @@ class LinearRunner {
     const int64_t partial_floats = kernels::cuda::linear_mma_partial_floats(tokens, w);
     auto* x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(words));
     float* partials = partial_floats > 0 ? arena_.get<float>(kMmaPartials, static_cast<std::size_t>(partial_floats)) : nullptr;
-    kernels::cuda::linear_mma(x, x_stride, tokens, w, y, y_stride, x_split, partials, stream_);
+    kernels::cuda::linear_mma(x, x_stride, tokens, w, y, y_stride, x_split, partials, stream_, tile_counters_);
     return true;
   }
 
@@ -57,6 +59,7 @@ class LinearRunner {
   cudaStream_t stream_;
   float* split_;
   bool tensor_cores_;
+  uint32_t* tile_counters_;
 };
 
 }  // namespace deepinfer::backend::cuda

@@ -43,6 +43,7 @@ struct LinearWorkspace {
   int64_t x_split_words = 0;
   float* partials = nullptr;
   int64_t partial_floats = 0;
+  uint32_t* tile_counters = nullptr;  // kLinearMmaTileCounters zeroed words (linear_mma)
 };
 void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, Stream stream,
             const LinearWorkspace& workspace = {});
@@ -55,8 +56,14 @@ int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& weight);
 int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& weight);
 // x and y rows may be strided (x_stride >= cols, y_stride >= rows floats apart: one group's
 // slice of a grouped projection).
+// tile_counters: kLinearMmaTileCounters words, zero before the first call, which each call leaves
+// zero again; they let a call that splits columns add its ranges in its own launch (the last
+// block of each output tile does). One buffer per stream: calls on one stream may share it,
+// calls that can run at once may not. Null: a separate launch adds the ranges (same result).
+inline constexpr int64_t kLinearMmaTileCounters = 16384;
 void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& weight, float* y,
-                int64_t y_stride, uint32_t* x_split, float* partials, Stream stream);
+                int64_t y_stride, uint32_t* x_split, float* partials, Stream stream,
+                uint32_t* tile_counters = nullptr);
 // Rows of x (x_stride floats apart) as three BF16 planes (hi, mid, lo) in the tensor-core
 // kernels' operand order (mma_common.cuh): out [rows][3][cols / 2] words, split_words of them.
 int64_t split_words(int64_t rows, int64_t cols);

@@ -433,7 +433,8 @@ void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y
       fail("cuda::linear: the tensor-core workspace holds ", workspace.x_split_words, " split words and ",
            workspace.partial_floats, " partial sums; ", tokens, " tokens of a ", weight.rows, " x ", weight.cols,
            " weight need ", words, " and ", partials);
-    return linear_mma(x, weight.cols, tokens, weight, y, weight.rows, workspace.x_split, workspace.partials, stream);
+    return linear_mma(x, weight.cols, tokens, weight, y, weight.rows, workspace.x_split, workspace.partials, stream,
+                      workspace.tile_counters);
   }
   const cudaStream_t s = native(stream);
   float* ws = workspace.split;
