@@ -182,31 +182,32 @@ __device__ __forceinline__ LaneCode quantize_lane(RowFormat format, float value,
 // The warp stores row[0, width) (quantizes(format, width)) at `out`: codes, then one scale byte
 // per block. Lane l takes value first + l of each 32; FP4's even lane packs its odd neighbour's
 // code into the high nibble.
-__device__ __forceinline__ void quantize_row_warp(RowFormat format, const float* row, int64_t width, uint8_t* out) {
+// Values first .. first + 31 of a row (first a multiple of 32) by the warp: each 32 values are a
+// scale block of their own (or two), so the chunks of a row are independent and any warp may
+// take any of them.
+__device__ __forceinline__ void quantize_chunk_warp(RowFormat format, const float* row, int64_t width, int64_t first,
+                                                    uint8_t* out) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int32_t block = cache_block(format);
   uint8_t* scales = out + code_bytes(format, width);
-  for (int64_t first = 0; first < width; first += kWarp) {
-    const int64_t index = first + lane;
-    const bool present = index < width;  // a width of 16 mod 32 leaves the last half warp out
-    const LaneCode lane_code = quantize_lane(format, present ? row[index] : 0.0f, present);
-    const uint32_t odd_neighbour = __shfl_down_sync(kFullMask, lane_code.code, 1);
-    if (!present) continue;
-    if (format == RowFormat::Fp8Ue8m0x32) out[index] = static_cast<uint8_t>(lane_code.code);
-    else if (lane % 2 == 0) out[index / 2] = static_cast<uint8_t>(lane_code.code | (odd_neighbour << 4));
-    if (lane % block == 0) scales[index / block] = static_cast<uint8_t>(lane_code.scale.stored);
-  }
+  const int64_t index = first + lane;
+  const bool present = index < width;  // a width of 16 mod 32 leaves the last half warp out
+  const LaneCode lane_code = quantize_lane(format, present ? row[index] : 0.0f, present);
+  const uint32_t odd_neighbour = __shfl_down_sync(kFullMask, lane_code.code, 1);
+  if (!present) return;
+  if (format == RowFormat::Fp8Ue8m0x32) out[index] = static_cast<uint8_t>(lane_code.code);
+  else if (lane % 2 == 0) out[index / 2] = static_cast<uint8_t>(lane_code.code | (odd_neighbour << 4));
+  if (lane % block == 0) scales[index / block] = static_cast<uint8_t>(lane_code.scale.stored);
 }
 
-// row <- dequantize(quantize(row)) by the warp (model::fake_quantize; quantizes(format, width)).
-__device__ __forceinline__ void fake_quantize_row_warp(RowFormat format, float* row, int64_t width) {
+// row[first .. first + 31] <- dequantize(quantize(them)) by the warp (model::fake_quantize;
+// quantizes(format, width)).
+__device__ __forceinline__ void fake_quantize_chunk_warp(RowFormat format, float* row, int64_t width, int64_t first) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  for (int64_t first = 0; first < width; first += kWarp) {
-    const int64_t index = first + lane;
-    const bool present = index < width;
-    const LaneCode lane_code = quantize_lane(format, present ? row[index] : 0.0f, present);
-    if (present) row[index] = decode_value(format, lane_code.code, lane_code.scale.stored);
-  }
+  const int64_t index = first + lane;
+  const bool present = index < width;
+  const LaneCode lane_code = quantize_lane(format, present ? row[index] : 0.0f, present);
+  if (present) row[index] = decode_value(format, lane_code.code, lane_code.scale.stored);
 }
 
 // ---- reading a stored row ----

@@ -26,17 +26,22 @@ void check_format(RowFormat format, const char* what) {
     fail(what, ": unknown row format ", value);
 }
 
-// One warp per row (rows are a few hundred values: a warp's 32-value steps cover them). A null
-// destination: the caller keeps that row nowhere (e.g. the window ring keeps only the last rows).
+// One warp per 32 values of a row (rows are a few hundred values, and the chunks are independent
+// scale blocks: a warp per row ran its chunks one after another, 16 us a call at one token). A
+// null destination: the caller keeps that row nowhere (e.g. the window ring keeps only the last
+// rows).
 __global__ void __launch_bounds__(kThreads) store_quantized_rows_kernel(const float* rows, int64_t count, int64_t width,
                                                                         RowFormat format,
                                                                         std::byte* const* destinations) {
+  const int64_t chunks = (width + kWarp - 1) / kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; row < count;
-       row += warps) {
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; item < count * chunks;
+       item += warps) {
+    int64_t row, chunk;
+    split_index(item, chunks, row, chunk);
     std::byte* destination = destinations[row];
     if (destination != nullptr)
-      quantize_row_warp(format, rows + row * width, width, reinterpret_cast<uint8_t*>(destination));
+      quantize_chunk_warp(format, rows + row * width, width, chunk * kWarp, reinterpret_cast<uint8_t*>(destination));
   }
 }
 
@@ -64,10 +69,14 @@ __global__ void __launch_bounds__(kThreads) store_f32_rows_kernel(const float* r
 
 __global__ void __launch_bounds__(kThreads)
     fake_quantize_rows_kernel(float* x, int64_t count, int64_t width, RowFormat format) {
+  const int64_t chunks = (width + kWarp - 1) / kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; row < count;
-       row += warps)
-    fake_quantize_row_warp(format, x + row * width, width);
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; item < count * chunks;
+       item += warps) {
+    int64_t row, chunk;
+    split_index(item, chunks, row, chunk);
+    fake_quantize_chunk_warp(format, x + row * width, width, chunk * kWarp);
+  }
 }
 
 }  // namespace
@@ -86,7 +95,8 @@ void store_rows(const float* rows, int64_t count, int64_t width, RowFormat forma
   if (count < 0 || width < 0) fail("cuda::store_rows: negative size (count ", count, ", width ", width, ")");
   if (count == 0 || width == 0) return;
   if (quantizes(format, width)) {
-    store_quantized_rows_kernel<<<grid_for(count, kWarpsPerBlock), kThreads, 0, native(stream)>>>(
+    store_quantized_rows_kernel<<<grid_for(count * ((width + kWarp - 1) / kWarp), kWarpsPerBlock), kThreads, 0,
+                                  native(stream)>>>(
         rows, count, width, format, destinations);
   } else {
     store_f32_rows_kernel<<<grid_for(count * width, kThreads), kThreads, 0, native(stream)>>>(rows, count, width,
@@ -100,8 +110,8 @@ void fake_quantize_rows(float* x, int64_t count, int64_t width, RowFormat format
   check_format(format, "cuda::fake_quantize_rows");
   if (count < 0 || width < 0) fail("cuda::fake_quantize_rows: negative size (count ", count, ", width ", width, ")");
   if (count == 0 || !quantizes(format, width)) return;
-  fake_quantize_rows_kernel<<<grid_for(count, kWarpsPerBlock), kThreads, 0, native(stream)>>>(x, count, width,
-                                                                                              format);
+  fake_quantize_rows_kernel<<<grid_for(count * ((width + kWarp - 1) / kWarp), kWarpsPerBlock), kThreads, 0,
+                              native(stream)>>>(x, count, width, format);
   check_launch("cuda::fake_quantize_rows");
 }
 

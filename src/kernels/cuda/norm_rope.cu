@@ -16,28 +16,57 @@ using namespace detail;
 constexpr int kThreads = 256;
 constexpr int kRowsPerWarpBlock = kThreads / kWarp;
 // Rows up to this width take one warp each; wider rows take a block of kThreads each. The choice
-// depends on n alone, so a row's reduction order does too.
-constexpr int64_t kWarpRowLimit = 4096;
+// depends on n alone, so a row's reduction order does too. (At 4096, the hidden width's norms ran
+// 128 elements a lane on one warp: at one token a launch then used one warp of the device.)
+constexpr int64_t kWarpRowLimit = 1024;
+
+constexpr int kInFlight = 8;  // loads issued before their uses (see sum_of_squares)
 
 __device__ __forceinline__ void normalize(const float* x, int64_t n, const float* weight, float eps, float* out,
                                           double sum_squares, int first, int step) {
   const float inverse_rms = 1.0f / sqrtf(static_cast<float>(sum_squares / static_cast<double>(n)) + eps);
-  for (int64_t i = first; i < n; i += step) {
-    const float normalized = x[i] * inverse_rms;
-    out[i] = weight ? weight[i] * normalized : normalized;
+  for (int64_t base = first; base < n; base += kInFlight * step) {
+    float v[kInFlight], w[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int64_t i = base + u * step;
+      v[u] = i < n ? x[i] : 0.0f;
+      w[u] = weight && i < n ? weight[i] : 1.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int64_t i = base + u * step;
+      const float normalized = v[u] * inverse_rms;
+      if (i < n) out[i] = weight ? w[u] * normalized : normalized;
+    }
   }
 }
 
-// The sum of squares in double (each product x^2 is exact in double): thread j of the group adds
-// elements j, j + step, ... in order, then the fixed butterfly / block tree combines them.
+// Thread `first` of a group of `step` threads: the squares of elements first, first + step, ...
+// added in order in double (each product x^2 is exact in double). Eight loads are issued before
+// their adds: a loop that loaded one element per add waited out a memory round trip per
+// element (12 us a 4096-wide row, one warp at one token).
+__device__ __forceinline__ double sum_of_squares(const float* xr, int64_t n, int64_t first, int64_t step) {
+  double sum = 0.0;
+  for (int64_t base = first; base < n; base += kInFlight * step) {
+    float v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) v[u] = base + u * step < n ? xr[base + u * step] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u)
+      if (base + u * step < n) sum += static_cast<double>(v[u]) * static_cast<double>(v[u]);
+  }
+  return sum;
+}
+
+// Each thread's sum_of_squares, then the fixed butterfly / block tree combines them.
 __global__ void __launch_bounds__(kThreads)
     rms_norm_warp_kernel(const float* x, int64_t count, int64_t n, const float* weight, float eps, float* out) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + static_cast<int>(threadIdx.x) / kWarp;
   if (row >= count) return;
   const float* xr = x + row * n;
-  double sum = 0.0;
-  for (int64_t i = lane; i < n; i += kWarp) sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+  double sum = sum_of_squares(xr, n, lane, kWarp);
   sum = warp_sum(sum);
   normalize(xr, n, weight, eps, out + row * n, sum, lane, kWarp);
 }
@@ -47,8 +76,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ double scratch[kWarp];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * n;
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+  double sum = sum_of_squares(xr, n, threadIdx.x, kThreads);
   sum = block_sum(sum, scratch);  // ends with a barrier: every read of x is done before out (maybe x) is written
   normalize(xr, n, weight, eps, out + row * n, sum, static_cast<int>(threadIdx.x), kThreads);
 }
