@@ -22,7 +22,7 @@ namespace {
 
 using namespace bench;
 
-constexpr const char* kUsage =
+constexpr const char* kBenchUsage =
     "usage: deepinfer bench [options]\n"
     "\n"
     "Sends streaming requests to an OpenAI-compatible server (deepinfer serve, vLLM, ...) and\n"
@@ -144,7 +144,7 @@ int run_bench(const std::vector<std::string>& argv) {
                "--request-rate", "--max-concurrency", "--multi-turn", "--dataset", "--input-len", "--output-len",
                "--prefix-len", "--prompt-kind", "--token-id-end", "--seed", "--response-format"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kBenchUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -222,7 +222,7 @@ int run_bench(const std::vector<std::string>& argv) {
     }
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer bench: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer bench: %s\n\n%s", e.message.c_str(), kBenchUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer bench: %s\n", e.what());

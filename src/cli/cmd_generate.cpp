@@ -28,7 +28,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kGenerateUsage =
     "usage: deepinfer generate [--model DIR] (--prompt TEXT | --ids JSON_ARRAY | --prompt-ids 1,2,3)\n"
     "                          [options]\n"
     "\n"
@@ -119,7 +119,7 @@ int run_generate(const std::vector<std::string>& argv) {
               {"--model", "--tokenizer", "--prompt", "--ids", "--prompt-ids", "--max-tokens", "--temperature",
                "--top-p", "--top-k", "--min-p", "--seed", "--device"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kGenerateUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -206,7 +206,7 @@ int run_generate(const std::vector<std::string>& argv) {
     }
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer generate: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer generate: %s\n\n%s", e.message.c_str(), kGenerateUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer generate: %s\n", e.what());

@@ -24,7 +24,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kGrammarUsage =
     "usage: deepinfer grammar (--json-schema FILE | --regex TEXT | --ebnf FILE | --lark FILE)\n"
     "                         [--tokenizer PATH] [--check FILE.jsonl [--pretty]] [--strict]\n"
     "                         [--lenient] [--dump]\n"
@@ -108,7 +108,7 @@ int run_grammar(const std::vector<std::string>& argv) {
     Args args(argv, {"--help", "--pretty", "--strict", "--lenient", "--dump"},
               {"--json-schema", "--regex", "--ebnf", "--lark", "--tokenizer", "--check"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kGrammarUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -171,7 +171,7 @@ int run_grammar(const std::vector<std::string>& argv) {
     }
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer grammar: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer grammar: %s\n\n%s", e.message.c_str(), kGrammarUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer grammar: %s\n", e.what());

@@ -18,7 +18,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kInspectUsage =
     "usage: deepinfer inspect [MODEL_DIR] [--tensors] [--json]\n"
     "\n"
     "Reads MODEL_DIR's config.json and safetensors headers (no weights are loaded) and prints the\n"
@@ -107,7 +107,7 @@ int run_inspect(const std::vector<std::string>& argv) {
   try {
     Args args(argv, {"--help", "--tensors", "--json"}, {});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kInspectUsage, stdout);
       return kExitOk;
     }
     if (args.positionals().size() > 1) throw UsageError{"expected at most one MODEL_DIR"};
@@ -119,7 +119,7 @@ int run_inspect(const std::vector<std::string>& argv) {
     }
     return report.match.complete() ? kExitOk : kExitFailure;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer inspect: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer inspect: %s\n\n%s", e.message.c_str(), kInspectUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer inspect: %s\n", e.what());

@@ -33,7 +33,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kPerplexityUsage =
     "usage: deepinfer perplexity (--file FILE | --ids-file IDS.json) [--model DIR] [options]\n"
     "\n"
     "Scores a JSONL file of examples with the model and prints the mean negative log-likelihood\n"
@@ -223,7 +223,7 @@ int run_perplexity(const std::vector<std::string>& argv) {
     Args args(argv, with_device_flags({"--help", "--json"}),
               {"--model", "--tokenizer", "--file", "--ids-file", "--ctx", "--batch", "--threads", "--device"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kPerplexityUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -308,7 +308,7 @@ int run_perplexity(const std::vector<std::string>& argv) {
     }
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer perplexity: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer perplexity: %s\n\n%s", e.message.c_str(), kPerplexityUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer perplexity: %s\n", e.what());

@@ -21,7 +21,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kRenderUsage =
     "usage: deepinfer render [--tokenizer FILE_OR_MODEL_DIR] [--input FILE] [--format v41|v4]\n"
     "                        [--train]\n"
     "\n"
@@ -98,7 +98,7 @@ int run_render(const std::vector<std::string>& argv) {
   try {
     Args args(argv, {"--help", "--train"}, {"--tokenizer", "--input", "--format"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kRenderUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -125,7 +125,7 @@ int run_render(const std::vector<std::string>& argv) {
     }
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer render: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer render: %s\n\n%s", e.message.c_str(), kRenderUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer render: %s\n", e.what());

@@ -21,7 +21,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kServeUsage =
     "usage: deepinfer serve [--model DIR] [options]\n"
     "\n"
     "Serves the model over HTTP with DeepSeek's API semantics: POST /v1/chat/completions,\n"
@@ -122,7 +122,7 @@ int run_serve(const std::vector<std::string>& argv) {
                "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
                "--default-max-tokens"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kServeUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -232,7 +232,7 @@ int run_serve(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "deepinfer serve: stopped\n");
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer serve: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer serve: %s\n\n%s", e.message.c_str(), kServeUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer serve: %s\n", e.what());

@@ -15,7 +15,7 @@
 namespace deepinfer::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kTokenizeUsage =
     "usage: deepinfer tokenize [--tokenizer FILE_OR_MODEL_DIR] [--text TEXT] [--jsonl]\n"
     "                          [--add-bos] [--decode [--skip-special]]\n"
     "\n"
@@ -86,7 +86,7 @@ int run_tokenize(const std::vector<std::string>& argv) {
   try {
     Args args(argv, {"--help", "--jsonl", "--add-bos", "--decode", "--skip-special"}, {"--tokenizer", "--text"});
     if (args.has("--help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs(kTokenizeUsage, stdout);
       return kExitOk;
     }
     if (!args.positionals().empty()) throw UsageError{"unexpected argument " + args.positionals().front()};
@@ -107,7 +107,7 @@ int run_tokenize(const std::vector<std::string>& argv) {
     }
     return kExitOk;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "deepinfer tokenize: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "deepinfer tokenize: %s\n\n%s", e.message.c_str(), kTokenizeUsage);
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer tokenize: %s\n", e.what());

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/int_math.h"
 #include "core/error.h"
 
 namespace deepinfer::engine {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const SchedulerConfig& validated(const SchedulerConfig& config) {
   if (config.block_tokens < 1) fail("scheduler: block_tokens = ", config.block_tokens, ", it must be at least 1");

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/int_math.h"
 #include "core/error.h"
 
 namespace deepinfer {
@@ -17,7 +18,6 @@ const std::vector<DType> kFloat = {DType::BF16, DType::F32};
 // mHC parameters, sinks, ape and router biases ship as F32 (§3.2, transformers _keep_in_fp32_modules).
 const std::vector<DType> kFloat32 = {DType::F32, DType::BF16};
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class SchemaBuilder {
  public:

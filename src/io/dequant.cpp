@@ -6,13 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/int_math.h"
 #include "core/error.h"
 #include "core/float_formats.h"
 
 namespace deepinfer {
 namespace {
 
-int64_t ceil_div(int64_t numerator, int64_t denominator) { return (numerator + denominator - 1) / denominator; }
 
 // Element count, or an Error if a dimension is negative or the product overflows.
 int64_t checked_numel(const TensorView& tensor, std::string_view name, std::string_view role) {

@@ -17,7 +17,7 @@ int64_t latest_at_or_before(const std::vector<int64_t>& ids, int64_t layer) {
   return it == ids.begin() ? -1 : *std::prev(it);
 }
 
-bool contains(const std::vector<int64_t>& ids, int64_t layer) {
+bool sorted_contains(const std::vector<int64_t>& ids, int64_t layer) {
   return std::binary_search(ids.begin(), ids.end(), layer);
 }
 
@@ -87,11 +87,11 @@ AttentionKind ModelConfig::attention_kind(int64_t layer) const {
 
 bool ModelConfig::is_hash_moe_layer(int64_t layer) const { return layer >= 0 && layer < num_hash_layers; }
 
-bool ModelConfig::is_kv_source(int64_t layer) const { return contains(kv_source_layer_ids, layer); }
+bool ModelConfig::is_kv_source(int64_t layer) const { return sorted_contains(kv_source_layer_ids, layer); }
 
-bool ModelConfig::is_index_source(int64_t layer) const { return contains(index_source_layer_ids, layer); }
+bool ModelConfig::is_index_source(int64_t layer) const { return sorted_contains(index_source_layer_ids, layer); }
 
-bool ModelConfig::is_engram_layer(int64_t layer) const { return contains(engram.layer_ids, layer); }
+bool ModelConfig::is_engram_layer(int64_t layer) const { return sorted_contains(engram.layer_ids, layer); }
 
 // V4.1: "a consumer uses source max(s in kv_source_layers, s <= layer)" (v4_arch §2.10c, from the
 // vLLM V4.1 attention layer and the vllm-neuron port); transformers' DeepseekV41TextConfig states

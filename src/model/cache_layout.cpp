@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/int_math.h"
 #include "core/error.h"
 #include "model/fake_quant.h"
 
@@ -51,7 +52,6 @@ LayerCacheBytes v41_layer(const ModelConfig& config, int64_t layer) {
   return out;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

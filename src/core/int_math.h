@@ -1,0 +1,10 @@
+#pragma once
+// Integer helpers the layers share.
+#include <cstdint>
+
+namespace deepinfer {
+
+// a / b rounded up, for a >= 0 and b > 0.
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace deepinfer
