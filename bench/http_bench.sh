@@ -8,6 +8,7 @@
 # Prints one line per run; the medians go to docs/BENCHMARKS.md by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/listening_port.sh
 binary=${1:?usage: bench/http_bench.sh DEEPINFER_BINARY [RUNS] [SECONDS]}
 runs=${2:-3}
 seconds=${3:-15}
@@ -17,12 +18,7 @@ ulimit -n "$(ulimit -Hn)"
   >"$log" 2>/dev/null &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 400); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.05
-done
+port=$(listening_port "$log")
 [ -n "$port" ] || { echo "the server did not start" >&2; exit 1; }
 # Warm-up: the first requests fill the allocator and the prefix cache.
 node bench/http_stream_bench.mjs "$port" 64 3 >/dev/null

@@ -23,12 +23,7 @@ fi
 
 "$DEEPINFER" serve --model "$golden/v4/real_vocab" --served-model-name tiny --port 0 --cache-memory 64M >"$log" 2>"$log.err" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.05
-done
+port=$(listening_port "$log")
 url="http://127.0.0.1:$port"
 
 # Four completions one after another whose 80-id prompts share their first 70 ids: each after the

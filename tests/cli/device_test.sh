@@ -54,12 +54,7 @@ fi
 # serve --device cpu: the device line on stderr at startup, then it serves.
 "$DEEPINFER" serve --model "$golden/v4/real_vocab" --served-model-name tiny --device cpu --port 0 --cache-memory 64M >"$log" 2>"$log.err" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.05
-done
+port=$(listening_port "$log")
 expect_eq "serve --device cpu starts" "$([ -n "$port" ] && echo listening)" "listening"
 expect_eq "serve prints the device line on stderr" "$(grep -ci '^deepinfer serve: .*cpu' "$log.err")" "1"
 expect_eq "and answers" "$(curl -s -H 'Content-Type: application/json' -d '{"model":"tiny","prompt":[0,5,17],"max_tokens":3}' \

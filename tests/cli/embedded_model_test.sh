@@ -16,12 +16,7 @@ expect_eq "generate defaults to the embedded model" \
 
 "$DEEPINFER" serve --port 0 --cache-memory 64M >"$log" 2>"$log.err" &
 pid=$!
-port=""
-for _ in $(seq 1 400); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.05
-done
+port=$(listening_port "$log")
 expect_eq "serve defaults to the embedded model" "$(grep -c 'model "deepinfer-mini-v41" from .*models/deepinfer-mini-v41 (V4.1' "$log")" "1"
 expect_eq "/v1/models lists it" \
   "$(curl -s "http://127.0.0.1:$port/v1/models" | grep -c '"id":"deepinfer-mini-v41"')" "1"

@@ -2,6 +2,7 @@
 set -uo pipefail
 DEEPINFER=${1:?usage: $0 path/to/deepinfer}
 failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/listening_port.sh"
 
 # expect_eq NAME ACTUAL EXPECTED
 expect_eq() {

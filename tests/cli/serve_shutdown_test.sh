@@ -13,12 +13,7 @@ start_server() {  # start_server NAME ARGS...: sets pid and port
   "$DEEPINFER" serve --model "$golden/v4/real_vocab" --served-model-name tiny --port 0 --cache-memory 64M "$@" \
     >"$tmp/$name.out" 2>"$tmp/$name.err" &
   pid=$!
-  port=""
-  for _ in $(seq 1 400); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.out")
-    [ -n "$port" ] && break
-    sleep 0.05
-  done
+  port=$(listening_port "$tmp/$name.out")
 }
 
 start_streams() {  # two endless streams, running once the engine counts them

@@ -9,12 +9,7 @@ expect_exit "not a model folder" 1 "$DEEPINFER" serve --model /nonexistent --por
 
 "$DEEPINFER" serve --model "$golden/v4/real_vocab" --served-model-name tiny --port 0 --cache-memory 64M >"$log" 2>"$log.err" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.05
-done
+port=$(listening_port "$log")
 expect_eq "startup line names the model" "$(grep -c 'model "tiny" from .*real_vocab' "$log")" "1"
 expect_eq "health" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" "200"
 chat=$(curl -s -H 'Content-Type: application/json' \
