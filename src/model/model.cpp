@@ -347,20 +347,16 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   // item, or a caller that carved one buffer, as perplexity scoring does); else it writes a
   // scratch buffer that is then scattered. The scratch is left uninitialised: zeroing rows x vocab
   // floats (and faulting their fresh pages in) cost as much as the head itself on small models.
+  float* head_out = nullptr;  // the first item's logits, when every later one follows it
   bool contiguous = true;
   const float* next = nullptr;
   for (const BatchItem& item : items) {
     if (item.logits.empty()) continue;
-    if (next && item.logits.data() != next) contiguous = false;
+    if (!head_out) head_out = item.logits.data();
+    else if (item.logits.data() != next) contiguous = false;
     next = item.logits.data() + item.logits.size();
   }
   std::unique_ptr<float[]> scratch;
-  float* head_out = nullptr;
-  for (const BatchItem& item : items)
-    if (!item.logits.empty()) {
-      head_out = item.logits.data();
-      break;
-    }
   if (!contiguous || !head_out) {
     scratch = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(logit_rows * vocab));
     head_out = scratch.get();
