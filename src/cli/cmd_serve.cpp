@@ -76,6 +76,10 @@ constexpr const char* kServeUsage =
     "  --no-jump-forward        draw every token of a constrained answer, even where the grammar\n"
     "                           forces the next bytes (by default their tokens are appended\n"
     "                           without a draw and computed in the next step, like a prefill)\n"
+    "  --disable-overlap-schedule\n"
+    "                           issue each step only once the one before it is back on the host\n"
+    "                           (by default, on a GPU, a step that continues the computing\n"
+    "                           step's sequences is issued while that step computes)\n"
     "  --max-prompt-logits-memory SIZE\n"
     "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
     "                           default 64M: longer prompts are scored over more steps)\n"
@@ -114,7 +118,8 @@ class LoadingIndicator {
 
 int run_serve(const std::vector<std::string>& argv) {
   try {
-    Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching", "--no-jump-forward"}),
+    Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching", "--no-jump-forward",
+                                                 "--disable-overlap-schedule"}),
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
@@ -152,6 +157,7 @@ int run_serve(const std::vector<std::string>& argv) {
     options.engine.max_waiting = args.count("--max-waiting", options.engine.max_waiting, 1);
     options.engine.prefix_caching = !args.has("--no-prefix-caching");
     options.engine.jump_forward = !args.has("--no-jump-forward");
+    options.engine.overlap_schedule = !args.has("--disable-overlap-schedule");
     options.engine.max_prompt_logits_bytes =
         args.bytes("--max-prompt-logits-memory", options.engine.max_prompt_logits_bytes);
     if (args.get("--max-model-len")) options.max_model_len = args.count("--max-model-len", 0, 2);

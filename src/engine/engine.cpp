@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -276,38 +275,51 @@ struct Engine::Impl {
     published.schedule_seconds = host_seconds;
     published.compute_seconds = compute_seconds;
     published.planning_seconds = planning_seconds;
+    published.chained_steps = chained_steps;
   }
 
-  // One step in flight at most. While it computes, this thread plans the next one; when it is
-  // done, the thread publishes it, takes new requests and cancellations, and launches the plan.
+  // While a step computes, this thread plans the next one. When that plan only continues the
+  // computing step's sequences (StepExecutor::can_chain) it is issued at once, so the device goes
+  // from one step to the next without waiting for the host; otherwise it is issued once the
+  // computing step is published and new requests and cancellations are taken.
   void run_loop() {
-    std::future<void> in_flight;
+    std::optional<StepPlan> plan;  // planned, not issued yet
+    Clock::time_point host_start = Clock::now();  // since when no step has been issued
     while (true) {
-      std::optional<StepPlan> plan;
-      std::optional<std::string> compute_error;
-      Clock::time_point host_start;
-      if (in_flight.valid()) {
-        plan = timed_schedule();
+      if (executor.in_flight() > 0) {
+        if (!plan) plan = timed_schedule();
+        bool chained = false;
+        if (options.overlap_schedule && executor.can_chain(*plan)) {
+          executor.prepare(*plan);
+          executor.issue();
+          plan.reset();
+          chained = true;
+          ++chained_steps;
+        }
+        const Clock::time_point wait_start = Clock::now();
+        std::optional<std::string> compute_error;
         try {
-          in_flight.get();  // rethrows a compute error
+          executor.collect();
         } catch (const std::exception& error) {
           compute_error = error.what();
         }
-        // Planning that outlasted the step is host time nothing hid.
-        compute_seconds += std::chrono::duration<double>(compute_finished - compute_started).count();
-        host_start = std::max(compute_finished, planning_finished);
-      } else {
-        host_start = Clock::now();
-      }
-      if (plan) {
+        compute_seconds += seconds_since(wait_start);
+        if (!chained) host_start = Clock::now();
         if (compute_error) fail_step(*compute_error);
         else finish_step();
+        take_inbox();
+        if (executor.in_flight() > 0) {
+          publish_stats();
+          continue;
+        }
+      } else {
+        take_inbox();
       }
-      take_inbox();
       if (!plan || plan->empty()) plan = timed_schedule();
       // Tokens the finished step forced (jump-forward) extend this plan's decodes of their sequences.
       scheduler.take_forced_tokens(*plan);
       if (plan->empty()) {
+        plan.reset();
         host_seconds += seconds_since(host_start);
         publish_stats();
         std::unique_lock lock(mutex);
@@ -317,24 +329,22 @@ struct Engine::Impl {
         idle_changed.notify_all();
         wake.wait(lock, [&] { return !inbox.empty() || !cancel_inbox.empty() || clear_requests > 0 || stopping; });
         idle = false;
+        lock.unlock();
+        host_start = Clock::now();
         continue;
       }
       executor.prepare(*plan);
+      plan.reset();
+      executor.issue();
       host_seconds += seconds_since(host_start);
-      compute_started = Clock::now();
-      in_flight = std::async(std::launch::async, [this] {
-        executor.compute();
-        compute_finished = Clock::now();  // read after in_flight.get(), which orders it
-      });
-      publish_stats();  // behind the step: compute() never touches the scheduler
+      publish_stats();  // behind the step: its compute never touches the scheduler
     }
   }
 
   StepPlan timed_schedule() {
     const Clock::time_point start = Clock::now();
     StepPlan plan = scheduler.schedule();
-    planning_finished = Clock::now();
-    planning_seconds += std::chrono::duration<double>(planning_finished - start).count();
+    planning_seconds += seconds_since(start);
     return plan;
   }
 
@@ -388,12 +398,10 @@ struct Engine::Impl {
   std::atomic<RequestId> next_id{1};
 
   // Engine thread only; published to stats() under `mutex` by publish_stats().
-  Clock::time_point compute_started;
-  Clock::time_point compute_finished;   // written by the compute task
-  Clock::time_point planning_finished;
-  double compute_seconds = 0;
+  double compute_seconds = 0;   // waiting for a step's results
   double planning_seconds = 0;
-  double host_seconds = 0;  // planning, publishing and preparing not hidden behind a computing step
+  double host_seconds = 0;  // finishing, planning and issuing while no step was issued
+  int64_t chained_steps = 0;
   int64_t steps = 0;
   int64_t failed_steps = 0;
   int64_t generated_tokens = 0;

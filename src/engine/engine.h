@@ -43,6 +43,10 @@ struct EngineOptions {
   // the drawn token, like a chunk of a prefill, instead of one step each. Requests that ask for
   // logprobs never jump (every token they get has its own log-probability).
   bool jump_forward = true;
+  // Overlap scheduling (--disable-overlap-schedule turns it off, as in SGLang): on a backend that
+  // chains passes (Model::chains_draws), a step that only continues the computing step's
+  // sequences is issued before that step's tokens reach the host (StepExecutor::can_chain).
+  bool overlap_schedule = true;
 };
 
 struct GenerationRequest {
@@ -133,12 +137,13 @@ struct EngineStats {
   int64_t running_tokens = 0;        // tokens whose cache state running sequences hold
   int64_t block_bytes = 0;
   // Wall time of the engine thread: schedule_seconds is host work (finishing a step, taking
-  // requests, planning, preparing) during which no step computes; compute_seconds is steps
-  // computing (forward, sampling). Their sum is the loop's busy time. planning_seconds is all
-  // time in Scheduler::schedule(), most of it overlapped with a computing step.
+  // requests, planning, issuing) while no step was issued, time the device waits for the host;
+  // compute_seconds is waiting for a step's results. planning_seconds is all time in
+  // Scheduler::schedule(), most of it overlapped with a computing step.
   double schedule_seconds = 0;
   double compute_seconds = 0;
   double planning_seconds = 0;
+  int64_t chained_steps = 0;  // issued while the step before them computed (overlap_schedule)
 };
 
 class Engine {

@@ -51,15 +51,56 @@ void StepExecutor::forget_request(RequestId request) {
   requests_.erase(request);
   prompts_.erase(request);
   next_prompt_score_.erase(request);
-  sequences_.erase(sequences_.lower_bound(SequenceId{request, 0}), sequences_.lower_bound(SequenceId{request + 1, 0}));
+  const auto first = sequences_.lower_bound(SequenceId{request, 0});
+  const auto last = sequences_.lower_bound(SequenceId{request + 1, 0});
+  for (auto it = first; it != last; ++it) retire(it->second.state);
+  sequences_.erase(first, last);
+}
+
+void StepExecutor::retire(std::optional<model::SequenceState>& state) {
+  if (state && !steps_.empty()) retired_.push_back(Retired{steps_.back().step, std::move(*state)});
+  state.reset();
 }
 
 void StepExecutor::drop_state(SequenceId id) {
   const auto found = sequences_.find(id);
-  if (found != sequences_.end()) found->second.state.reset();
+  if (found != sequences_.end()) retire(found->second.state);
 }
 
-void StepExecutor::forget_sequence(SequenceId id) { sequences_.erase(id); }
+void StepExecutor::forget_sequence(SequenceId id) {
+  const auto found = sequences_.find(id);
+  if (found == sequences_.end()) return;
+  retire(found->second.state);
+  sequences_.erase(found);
+}
+
+int32_t StepExecutor::Prepared::draw_of(SequenceId id, uint64_t epoch) const {
+  for (std::size_t i = 0; i < owners.size(); ++i)
+    if (owners[i].id == id && owners[i].epoch == epoch) return static_cast<int32_t>(i);
+  return -1;
+}
+
+bool StepExecutor::can_chain(const StepPlan& plan) const {
+  if (steps_.size() != 1 || !model_.chains_draws()) return false;
+  const Prepared& previous = steps_.back();
+  if (!previous.issued_pending || previous.error || !previous.pending || !previous.forks.empty()) return false;
+  if (plan.sequences.empty() || !plan.dropped.empty() || !plan.forks.empty()) return false;
+  for (const ScheduledSequence& scheduled : plan.sequences) {
+    if (scheduled.starts || scheduled.restore != kNoSnapshot ||
+        !scheduled.needs_logits || scheduled.tokens.size() != 1 || scheduled.tokens.front() != kPendingToken)
+      return false;
+    if (previous.draw_of(scheduled.id, scheduled.epoch) < 0) return false;
+    const auto sequence = sequences_.find(scheduled.id);
+    // A matcher's next mask (or its trigger) depends on the token being drawn.
+    if (sequence == sequences_.end() || !sequence->second.state || sequence->second.matcher) return false;
+    if (next_prompt_score_.contains(scheduled.id.request)) return false;
+    const SamplingParams& params = requests_.at(scheduled.id.request)->params;
+    // Penalties count the token being drawn.
+    if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f || params.repetition_penalty != 1.0f)
+      return false;
+  }
+  return true;
+}
 
 StepExecutor::SequenceContext& StepExecutor::context(SequenceId id) {
   const auto found = sequences_.find(id);
@@ -76,7 +117,9 @@ std::vector<std::byte*> StepExecutor::payloads(const std::vector<BlockId>& table
 }
 
 void StepExecutor::prepare(const StepPlan& plan) {
-  if (prepared_) fail("engine: a step was prepared before the previous one finished");
+  if (!steps_.empty() && !can_chain(plan))
+    fail("engine: a step was prepared while one computes, and it is not chained on it");
+  const Prepared* previous = steps_.empty() ? nullptr : &steps_.back();
   for (SequenceId id : plan.dropped) drop_state(id);
   Prepared prepared;
   prepared.step = plan.step;
@@ -102,7 +145,14 @@ void StepExecutor::prepare(const StepPlan& plan) {
     item.begin = scheduled.begin;
     item.end = scheduled.end;
     item.tokens = scheduled.tokens;
-    if (!item.tokens.empty() && item.tokens.back() == kPendingToken) item.tokens.back() = sequence.last_token;
+    if (!item.tokens.empty() && item.tokens.back() == kPendingToken) {
+      if (previous) {  // still being drawn: the device hands it over (a placeholder here)
+        item.last_token_draw = previous->draw_of(scheduled.id, scheduled.epoch);
+        item.tokens.back() = 0;
+      } else {
+        item.tokens.back() = sequence.last_token;
+      }
+    }
     if (std::find(item.tokens.begin(), item.tokens.end(), kPendingToken) != item.tokens.end())
       fail("engine: request ", scheduled.id.request, " has a token that was never sampled");
     item.needs_logits = scheduled.needs_logits;
@@ -128,7 +178,7 @@ void StepExecutor::prepare(const StepPlan& plan) {
     start_sequence(fork.child);
     prepared.forks.push_back(std::move(prepared_fork));
   }
-  prepared_ = std::move(prepared);
+  steps_.push_back(std::move(prepared));
 }
 
 std::future<std::vector<StepExecutor::RowMask>> StepExecutor::start_masks(const Prepared& prepared) {
@@ -244,30 +294,23 @@ model::TokenDraw StepExecutor::draw_for(SequenceId id, int64_t row, int64_t posi
   return draw;
 }
 
-void StepExecutor::compute_drawing() {
-  Prepared& prepared = *prepared_;
+void StepExecutor::compute_drawing(Prepared& prepared, bool issue_only) {
   std::vector<model::BatchItem> batch;
   // Each item that needs a token asks for its last row; its draws (and its forks' children's,
   // which sample the same row) read head row `row`.
-  struct Owner {
-    SequenceId id;
-    uint64_t epoch;
-  };
-  std::vector<Owner> owners;
   std::vector<model::TokenDraw> draws;
   std::vector<std::vector<model::TokenDraw::Generated>> histories;
-  int64_t row = 0;
+  prepared.owners.clear();
   for (PreparedItem& item : prepared.items) {
     const model::LogitRows rows = item.needs_logits ? model::LogitRows::Last : model::LogitRows::None;
-    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, {}, rows});
+    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, {}, rows, item.last_token_draw});
     if (!item.needs_logits) continue;
-    owners.push_back({item.id, item.epoch});
+    prepared.owners.push_back({item.id, item.epoch});
     for (const PreparedFork& fork : prepared.forks)
-      if (fork.parent == item.id) owners.push_back({fork.child, fork.child_epoch});
-    ++row;
+      if (fork.parent == item.id) prepared.owners.push_back({fork.child, fork.child_epoch});
   }
-  histories.resize(owners.size());
-  row = 0;
+  histories.resize(prepared.owners.size());
+  int64_t row = 0;
   std::size_t owner = 0;
   for (PreparedItem& item : prepared.items) {
     if (!item.needs_logits) continue;
@@ -290,34 +333,79 @@ void StepExecutor::compute_drawing() {
     masks = masks_ahead.get();
     for (std::size_t i = 0; i < draws.size(); ++i)
       for (const RowMask& mask : masks)
-        if (mask.id == owners[i].id) {
+        if (mask.id == prepared.owners[i].id) {
           draws[i].mask = mask.mask;
           draws[i].mask_fallback_token = requests_.at(mask.id.request)->params.constraint->vocabulary->eos();
         }
   };
-  std::vector<model::DrawnToken> drawn(draws.size());
+  prepared.drawn.assign(draws.size(), {});
   // (If the pass throws, masks_ahead's destructor waits for the worker, which reads the matchers.)
-  model_.forward_batch_draw(batch, draws, drawn, attach_masks);
-  run_forks_and_snapshots(prepared);
-  for (std::size_t i = 0; i < drawn.size(); ++i) {
-    ProducedToken produced{owners[i].id, owners[i].epoch, drawn[i].token, drawn[i].logprob, {}, false};
-    for (const auto& [token, logprob] : drawn[i].top_logprobs) produced.top_logprobs.push_back({token, logprob});
+  if (issue_only) {
+    // A step prepared behind one still computing takes its rows' tokens from that step's draws.
+    const model::PendingDraws* source = steps_.size() > 1 ? steps_[steps_.size() - 2].pending.get() : nullptr;
+    prepared.pending = model_.issue_batch_draw(batch, draws, attach_masks, source);
+    begin_snapshots(prepared);  // before a chained pass moves the states on
+    return;
+  }
+  model_.forward_batch_draw(batch, draws, prepared.drawn, attach_masks);
+  run_forks(prepared);
+  begin_snapshots(prepared);
+  finish_snapshots(prepared);
+  take_drawn(prepared);
+}
+
+void StepExecutor::take_drawn(Prepared& prepared) {
+  for (std::size_t i = 0; i < prepared.drawn.size(); ++i) {
+    const model::DrawnToken& drawn = prepared.drawn[i];
+    ProducedToken produced{prepared.owners[i].id, prepared.owners[i].epoch, drawn.token, drawn.logprob, {}, false};
+    for (const auto& [token, logprob] : drawn.top_logprobs) produced.top_logprobs.push_back({token, logprob});
     prepared.tokens.push_back(std::move(produced));
   }
 }
 
-void StepExecutor::compute() {
-  if (!prepared_) fail("engine: compute() without a prepared step");
-  Prepared& prepared = *prepared_;
-  // The backend draws the tokens itself (constrained rows with their masks) unless a row's
-  // logits must come back (prompt scoring).
-  if (model_.backend().draws_tokens() &&
-      std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) {
-        return item.scores_prompt();
-      })) {
-    compute_drawing();
+void StepExecutor::issue() {
+  if (steps_.empty()) fail("engine: issue() without a prepared step");
+  Prepared& prepared = steps_.back();
+  try {
+    // The backend draws the tokens itself (constrained rows with their masks) unless a row's
+    // logits must come back (prompt scoring).
+    const bool drawing = model_.backend().draws_tokens() &&
+                         std::none_of(prepared.items.begin(), prepared.items.end(),
+                                      [](const PreparedItem& item) { return item.scores_prompt(); });
+    if (drawing && model_.chains_draws()) {
+      prepared.issued_pending = true;
+      compute_drawing(prepared, /*issue_only=*/true);
+      return;
+    }
+    // (A deque's elements stay where they are while others are added or removed.)
+    prepared.computing = std::async(std::launch::async, [this, &prepared, drawing] {
+      if (drawing) compute_drawing(prepared, /*issue_only=*/false);
+      else compute_on_host(prepared);
+    });
+  } catch (...) {
+    prepared.error = std::current_exception();
+  }
+}
+
+void StepExecutor::collect() {
+  if (steps_.empty()) fail("engine: collect() without an issued step");
+  Prepared& prepared = steps_.front();
+  if (prepared.error) std::rethrow_exception(prepared.error);
+  if (prepared.computing.valid()) {
+    prepared.computing.get();
     return;
   }
+  if (!prepared.issued_pending) return;
+  if (prepared.pending) {
+    prepared.pending->wait(prepared.drawn);
+    prepared.pending.reset();
+  }
+  run_forks(prepared);
+  finish_snapshots(prepared);
+  take_drawn(prepared);
+}
+
+void StepExecutor::compute_on_host(Prepared& prepared) {
   std::vector<model::BatchItem> batch;
   for (PreparedItem& item : prepared.items) {
     const model::LogitRows rows = item.scores_prompt() ? model::LogitRows::All
@@ -328,11 +416,13 @@ void StepExecutor::compute() {
   std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
   model_.forward_batch(batch);
   const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
-  run_forks_and_snapshots(prepared);
+  run_forks(prepared);
+  begin_snapshots(prepared);
+  finish_snapshots(prepared);
   sample_rows(prepared, masks);
 }
 
-void StepExecutor::run_forks_and_snapshots(Prepared& prepared) {
+void StepExecutor::run_forks(Prepared& prepared) {
   for (PreparedFork& fork : prepared.forks) {
     const model::SequenceState& parent = *context(fork.parent).state;
     const model::CachePages& parent_pages = parent.pages;
@@ -343,9 +433,18 @@ void StepExecutor::run_forks_and_snapshots(Prepared& prepared) {
     child.state->pages.blocks = fork.block_table;
     model_.restore_snapshot(*child.state, model_.save_snapshot(parent));
   }
+}
+
+void StepExecutor::begin_snapshots(Prepared& prepared) {
   for (PreparedItem& item : prepared.items)
     if (item.save_snapshot != kNoSnapshot)
-      prepared.snapshots.emplace_back(item.save_snapshot, model_.save_snapshot(*context(item.id).state));
+      prepared.pending_snapshots.emplace_back(item.save_snapshot, model_.begin_snapshot(*context(item.id).state));
+}
+
+void StepExecutor::finish_snapshots(Prepared& prepared) {
+  for (auto& [handle, pending] : prepared.pending_snapshots)
+    prepared.snapshots.emplace_back(handle, model_.finish_snapshot(pending));
+  prepared.pending_snapshots.clear();
 }
 
 void StepExecutor::sample_rows(Prepared& prepared, const std::vector<RowMask>& masks) {
@@ -380,19 +479,36 @@ void StepExecutor::sample_rows(Prepared& prepared, const std::vector<RowMask>& m
 }
 
 StepExecutor::Abandoned StepExecutor::abandon() {
-  if (!prepared_) fail("engine: abandon() without a prepared step");
+  if (steps_.empty()) fail("engine: abandon() without an issued step");
   Abandoned out;
-  out.step = prepared_->step;
-  for (const PreparedItem& item : prepared_->items) out.sequences.push_back(item.id);
-  for (const PreparedFork& fork : prepared_->forks) out.sequences.push_back(fork.child);
-  prepared_.reset();
+  {
+    Prepared& prepared = steps_.front();
+    out.step = prepared.step;
+    for (const PreparedItem& item : prepared.items) out.sequences.push_back(item.id);
+    for (const PreparedFork& fork : prepared.forks) out.sequences.push_back(fork.child);
+    // A chained step's device work (its pass, its snapshots' copies) may still be queued: wait
+    // for it before what it writes can go.
+    try {
+      if (prepared.pending) prepared.pending->wait(prepared.drawn);
+      prepared.pending.reset();
+      finish_snapshots(prepared);
+    } catch (const Error&) {  // the step failed already; this is the same failure
+    }
+  }
+  steps_.pop_front();
+  release_retired(out.step);
   return out;
 }
 
+void StepExecutor::release_retired(uint64_t finished_step) {
+  std::erase_if(retired_, [&](const Retired& retired) { return retired.until_step <= finished_step; });
+}
+
 StepExecutor::Finished StepExecutor::finish() {
-  if (!prepared_) fail("engine: finish() without a prepared step");
-  Prepared prepared = std::move(*prepared_);
-  prepared_.reset();
+  if (steps_.empty()) fail("engine: finish() without an issued step");
+  Prepared prepared = std::move(steps_.front());
+  steps_.pop_front();
+  release_retired(prepared.step);
   for (auto& [handle, bytes] : prepared.snapshots) scheduler_.snapshots().write(handle, bytes);
   Finished out;
   out.step = prepared.step;

@@ -1,15 +1,24 @@
 #pragma once
 // Runs the scheduler's plans on the model: one Model::forward_batch per step, then the sampler.
-// A step goes through three phases so that the engine thread can plan the next step while this
+// A step goes through these phases so that the engine thread can plan the next step while this
 // one computes (docs/ENGINE.md, "Engine loop"):
-//   prepare(plan)  engine thread, after the previous step finished: skips work that is no longer
-//                  current, fills pending token ids, creates or restores sequence states, binds
-//                  their block tables to pool payloads, loads snapshots;
-//   compute()      any thread: the forward pass, fork copies and sampling; touches only the
-//                  prepared states and pool payloads, never the scheduler;
+//   prepare(plan)  engine thread: skips work that is no longer current, fills pending token ids,
+//                  creates or restores sequence states, binds their block tables to pool
+//                  payloads, loads snapshots;
+//   issue()        engine thread: starts the step. A backend that chains passes
+//                  (Model::chains_draws) gets the pass issued here and computes it while the
+//                  engine goes on; otherwise a worker thread runs the forward pass, fork copies
+//                  and sampling, touching only the prepared states and pool payloads;
+//   collect()      engine thread: waits for the step's tokens;
 //   finish()       engine thread: writes snapshots into the store, returns the StepResults for
 //                  Scheduler::on_step_finished and the tokens produced.
+// Steps run one at a time, except that a step may be prepared and issued while the one before it
+// computes when it is chained on it (can_chain): every row continues a sequence of that step with
+// the token that step is drawing, which the device hands over without the host (vLLM's
+// asynchronous scheduling, SGLang's overlap scheduler). The device then never waits for the host.
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <future>
 #include <map>
 #include <memory>
@@ -73,8 +82,20 @@ class StepExecutor {
   void drop_state(SequenceId id);
   void forget_sequence(SequenceId id);
 
+  // A step after every issued one; when one is still in flight, `plan` must be chained on it.
   void prepare(const StepPlan& plan);
-  void compute();
+  // True when `plan` can be prepared and issued while the one step in flight computes: every item
+  // is the next token of a sequence that step draws for, with nothing that needs that token on the
+  // host first (a grammar's mask, repetition penalties, Engram's hashes, prompt scoring), and
+  // neither step forks, restores a snapshot or drops a sequence. (Snapshots are taken between the
+  // two: Model::begin_snapshot when the first is issued.)
+  bool can_chain(const StepPlan& plan) const;
+  // Starts the latest prepared step. Never throws: an error is kept and thrown by collect().
+  void issue();
+  // Waits for the oldest issued step; throws what its compute threw.
+  void collect();
+  // Issued steps not finished or abandoned yet (0, 1 or 2).
+  std::size_t in_flight() const { return steps_.size(); }
   struct Finished {
     uint64_t step = 0;
     std::vector<StepResult> results;
@@ -86,14 +107,13 @@ class StepExecutor {
     std::vector<std::pair<SequenceId, int64_t>> restored;
   };
   Finished finish();
-  // After compute() threw: drops the prepared step and names its sequences (each item's and each
+  // After collect() threw: drops the oldest step and names its sequences (each item's and each
   // fork's child), whose model states are now partly advanced.
   struct Abandoned {
     uint64_t step = 0;
     std::vector<SequenceId> sequences;
   };
   Abandoned abandon();
-  bool prepared() const { return prepared_.has_value(); }
 
  private:
   struct SequenceContext {
@@ -119,6 +139,7 @@ class StepExecutor {
     int64_t score_begin = 0;
     int64_t score_end = 0;
     SnapshotHandle save_snapshot = kNoSnapshot;
+    int32_t last_token_draw = -1;  // chained: the last token is this draw of the step before
     std::vector<float> logits;  // every row when scoring the prompt, else the last one (or none)
     bool scores_prompt() const { return score_end > score_begin; }
   };
@@ -129,15 +150,31 @@ class StepExecutor {
     std::vector<std::byte*> block_table;
     std::vector<std::pair<const std::byte*, std::byte*>> copies;
   };
+  struct DrawOwner {
+    SequenceId id;
+    uint64_t epoch = 0;
+  };
   struct Prepared {
     uint64_t step = 0;
     std::vector<PreparedItem> items;
     std::vector<PreparedFork> forks;
     std::vector<std::pair<SequenceId, int64_t>> restored;
-    // Filled by compute().
+    // issue(): how the step computes. issued_pending: the pass was issued on the engine thread and
+    // `pending` reads its draws (drawn[i] for owners[i]); else `computing` runs it on a worker.
+    bool issued_pending = false;
+    std::vector<DrawOwner> owners;
+    std::vector<model::DrawnToken> drawn;
+    std::unique_ptr<model::PendingDraws> pending;
+    std::future<void> computing;
+    std::exception_ptr error;  // issue() failed
+    // Filled by the compute and collect().
     std::vector<ProducedToken> tokens;
     std::vector<ScoredPrompt> scored_prompts;
     std::vector<std::pair<SnapshotHandle, std::vector<std::byte>>> snapshots;
+    // issued_pending: the snapshots begun when the pass was issued, finished by collect().
+    std::vector<std::pair<SnapshotHandle, model::Model::PendingSnapshot>> pending_snapshots;
+    // The draw of `id` (at `epoch`) in this step, or -1.
+    int32_t draw_of(SequenceId id, uint64_t epoch) const;
   };
 
   SequenceContext& context(SequenceId id);
@@ -165,12 +202,26 @@ class StepExecutor {
   // flattened history the draw points into.
   model::TokenDraw draw_for(SequenceId id, int64_t row, int64_t position,
                             std::vector<model::TokenDraw::Generated>& generated);
-  // compute() when the backend draws the tokens where the logits are (a GPU): only tokens come
+  // The step when the backend draws the tokens where the logits are (a GPU): only tokens come
   // back; constrained rows take their masks along, computed while the device runs the pass.
-  void compute_drawing();
-  // compute()'s parts after the forward: fork copies and snapshots, then the host sampler.
-  void run_forks_and_snapshots(Prepared& prepared);
+  // issue_only: issue the pass and return (Prepared::pending; its snapshots begun), else compute
+  // it to the end.
+  void compute_drawing(Prepared& prepared, bool issue_only);
+  // The step when the host samples: the forward pass, then the sampler on its logits.
+  void compute_on_host(Prepared& prepared);
+  // The parts after the forward: fork copies, snapshots (begun and finished at once unless the
+  // pass was issued chained), then the host sampler.
+  void run_forks(Prepared& prepared);
+  void begin_snapshots(Prepared& prepared);
+  void finish_snapshots(Prepared& prepared);
   void sample_rows(Prepared& prepared, const std::vector<RowMask>& masks);
+  // prepared.tokens from the backend's draws.
+  void take_drawn(Prepared& prepared);
+  // A sequence's model state that an issued step may still read on the device: kept until the
+  // latest issued step has finished.
+  void retire(std::optional<model::SequenceState>& state);
+  // Destroys the retired states no step after `finished_step` may read.
+  void release_retired(uint64_t finished_step);
 
   const model::Model& model_;
   Scheduler& scheduler_;
@@ -181,7 +232,12 @@ class StepExecutor {
   // finish(), so a step whose sequence was preempted meanwhile leaves it for the recompute.
   std::map<RequestId, int64_t> next_prompt_score_;
   std::map<SequenceId, SequenceContext> sequences_;
-  std::optional<Prepared> prepared_;
+  std::deque<Prepared> steps_;  // issued (or prepared) and not finished, oldest first
+  struct Retired {
+    uint64_t until_step = 0;  // destroyed once this step has finished
+    model::SequenceState state;
+  };
+  std::vector<Retired> retired_;
 };
 
 }  // namespace deepinfer::engine

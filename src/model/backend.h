@@ -89,14 +89,28 @@ struct DrawnToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first, ties to the lower id
 };
 
+// A pass's draws issued to the device and not read back yet (head_draw with `pending`): the host
+// goes on (it may issue the next pass, chained on these draws: embed's draw_source) while the
+// device computes. Destroying it unread waits for the device to be done with it.
+class PendingDraws {
+ public:
+  virtual ~PendingDraws() = default;
+  // Blocks until the device has drawn the tokens; fills drawn[i] for draws[i]. Throws
+  // deepinfer::Error as head_draw would.
+  virtual void wait(std::span<DrawnToken> drawn) = 0;
+};
+
 // One forward call's activations and the operations on them. `rows` rows at the start; a call
 // runs embed, then per layer [engram], enter_site, attention, exit_site, enter_site, moe,
 // exit_site, then head. Not thread-safe; one pass at a time per backend.
 class ForwardPass {
  public:
   virtual ~ForwardPass() = default;
-  // Every stream of row t = the embedding of tokens[t].
-  virtual void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) = 0;
+  // Every stream of row t = the embedding of tokens[t]; where from_draw (empty, or one per row)
+  // names a draw (>= 0), row t's token is instead that draw of draw_source, an earlier pass's
+  // draws still on the device (Backend::chains_draws; tokens[t] is a placeholder).
+  virtual void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens,
+                     std::span<const int32_t> from_draw, const PendingDraws* draw_source) = 0;
   // V4.1 Engram layer `index` (among Engram layers) into the streams; hash_ids as Engram::hash.
   virtual void engram(const Engram& engram, int index, std::span<const int64_t> hash_ids) = 0;
   // The mHC pre of a site and its RMSNorm: streams -> sublayer input (mix kept for exit_site).
@@ -123,8 +137,11 @@ class ForwardPass {
   // where engine::sample would (no finite logit, an id outside the vocabulary). before_read (if
   // set) runs once the pass's device work is issued and before `draws` is read: what it does
   // overlaps the device, and it may finish filling what the draws point to (their masks).
+  // pending (Backend::chains_draws backends): return once the draws are issued, with `drawn`
+  // untouched; *pending reads them back. `draws` need not outlive the call.
   virtual void head_draw(const HeadWeights& weights, std::span<const int64_t> rows, std::span<const TokenDraw> draws,
-                         std::span<DrawnToken> drawn, const std::function<void()>* before_read);
+                         std::span<DrawnToken> drawn, const std::function<void()>* before_read,
+                         std::unique_ptr<PendingDraws>* pending);
 };
 
 class Backend {
@@ -135,12 +152,21 @@ class Backend {
   virtual std::unique_ptr<ForwardPass> begin(const PassShape& shape, const CallShape& call) const = 0;
   // True when passes implement head_draw (the sampler runs where the logits are).
   virtual bool draws_tokens() const { return false; }
+  // True when a pass may return with its draws pending (head_draw's `pending`) and the next pass's
+  // rows may take their tokens from those draws on the device (embed's from_draw): the host
+  // prepares step N + 1 while the device computes step N, and the device never waits for it.
+  virtual bool chains_draws() const { return false; }
   // Where this backend's cache blocks live (the engine's pool, self-owned pages).
   virtual const CacheMemory& cache_memory() const { return host_cache_memory(); }
-  // For backends that keep layers' state in their own memory (AttentionState::backend): `host`
-  // (a copy of sequence.layers) gets the host form of every such layer, for a snapshot; and after
-  // a snapshot was restored into sequence.layers, the backend's copies are made to match it.
-  virtual void download_layers(const SequenceState& /*sequence*/, std::vector<AttentionState>& /*host*/) const {}
+  // For backends that keep layers' state in their own memory (AttentionState::backend), for
+  // snapshots: freeze_layers swaps each such state in `layers` (a copy of a sequence's) for a copy
+  // of it as it will be once the work issued so far is done, without waiting for that work, so a
+  // snapshot can be taken between two issued passes (chains_draws backends must do this);
+  // download_layers gives each such layer of `layers` its host form, waiting for what it needs
+  // (a frozen copy: only the work issued before it froze). After a snapshot was restored into
+  // sequence.layers, upload_layers makes the backend's copies match it.
+  virtual void freeze_layers(std::vector<AttentionState>& /*layers*/) const {}
+  virtual void download_layers(std::vector<AttentionState>& /*layers*/) const {}
   virtual void upload_layers(SequenceState& /*sequence*/) const {}
 };
 

@@ -14,7 +14,7 @@
 namespace deepinfer::model {
 
 void ForwardPass::head_draw(const HeadWeights&, std::span<const int64_t>, std::span<const TokenDraw>,
-                            std::span<DrawnToken>, const std::function<void()>*) {
+                            std::span<DrawnToken>, const std::function<void()>*, std::unique_ptr<PendingDraws>*) {
   fail("this backend does not draw tokens itself: ask for logits");
 }
 
@@ -53,7 +53,10 @@ class CpuForwardPass final : public ForwardPass {
     if (shape.single_pass) carried_pre_ = one_hot_pre(shape.hc, rows);
   }
 
-  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) override {
+  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
+             const PendingDraws* /*draw_source*/) override {
+    if (std::any_of(from_draw.begin(), from_draw.end(), [](int32_t draw) { return draw >= 0; }))
+      fail("the CPU backend draws no tokens: a row cannot take its token from a draw");
     const int64_t n = shape_.hc.streams;
     const int64_t d = shape_.hc.hidden;
     for (int64_t t = 0; t < rows_; ++t) {

@@ -133,6 +133,16 @@ void Model::forward_batch_draw(std::span<const BatchItem> items, std::span<const
   run(items, ForwardOptions{}, Draws{draws, drawn, true, before_draw ? &before_draw : nullptr});
 }
 
+std::unique_ptr<PendingDraws> Model::issue_batch_draw(std::span<const BatchItem> items,
+                                                      std::span<const TokenDraw> draws,
+                                                      const std::function<void()>& before_draw,
+                                                      const PendingDraws* draw_source) const {
+  if (!chains_draws()) fail("forward: backend ", backend_->name(), " does not chain passes for this model");
+  std::unique_ptr<PendingDraws> pending;
+  run(items, ForwardOptions{}, Draws{draws, {}, true, before_draw ? &before_draw : nullptr, &pending, draw_source});
+  return pending;
+}
+
 void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& options, const Draws& draws) const {
   const int64_t vocab = config_.vocab_size;
   const int64_t d_model = config_.hidden_size;
@@ -163,6 +173,8 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     }
     for (const BatchItem& earlier : items)
       if (earlier.sequence == item.sequence) fail("forward: a sequence appears twice in one batch");
+    if (item.last_token_draw >= 0 && (!draws.pending || !draws.source))
+      fail("forward: a batch item takes its token from a draw, which only issue_batch_draw with a draw source allows");
     items.push_back(item);
   }
   if (items.empty()) return;
@@ -185,6 +197,14 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   std::vector<int32_t> tokens;
   tokens.reserve(static_cast<std::size_t>(count));
   for (const BatchItem& item : items) tokens.insert(tokens.end(), item.tokens.begin(), item.tokens.end());
+  // Rows whose token is a draw of the previous pass (chained calls); empty when there is none.
+  std::vector<int32_t> from_draw;
+  if (std::any_of(items.begin(), items.end(), [](const BatchItem& item) { return item.last_token_draw >= 0; })) {
+    from_draw.assign(static_cast<std::size_t>(count), -1);
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (items[i].last_token_draw >= 0)
+        from_draw[static_cast<std::size_t>(row_begin[i]) + items[i].tokens.size() - 1] = items[i].last_token_draw;
+  }
 
   // Decoder window replay (single item): rows [0, skipped) of this call stop after the last kv source.
   int64_t skipped = 0;
@@ -215,7 +235,7 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     call.max_length = std::max(call.max_length, first_position[i] + static_cast<int64_t>(items[i].tokens.size()));
   }
   const std::unique_ptr<ForwardPass> pass = backend_->begin(shape, call);
-  pass->embed(embed_, tokens);
+  pass->embed(embed_, tokens, from_draw, draws.source);
   if (trace) {
     trace->layer_streams.assign(static_cast<std::size_t>(count * num_layers * n * d_model), 0.0f);
     trace->csa_topk.clear();
@@ -338,7 +358,8 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     for (const TokenDraw& draw : draws.draws)
       if (draw.row < 0 || draw.row >= logit_rows)
         fail("forward: a draw reads head row ", draw.row, " of ", logit_rows);
-    if (logit_rows > 0) pass->head_draw(head_weights(), head_rows, draws.draws, draws.drawn, draws.before_draw);
+    if (logit_rows > 0)
+      pass->head_draw(head_weights(), head_rows, draws.draws, draws.drawn, draws.before_draw, draws.pending);
     else if (draws.before_draw) (*draws.before_draw)();
     return;
   }

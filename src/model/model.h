@@ -82,6 +82,10 @@ struct BatchItem {
   std::span<const int32_t> tokens;
   std::span<float> logits;
   LogitRows rows = LogitRows::Last;
+  // >= 0: the item's last token is draw `last_token_draw` of the issue_batch_draw call the call
+  // names as its draw source, still on the device (Model::chains_draws); tokens.back() is a
+  // placeholder.
+  int32_t last_token_draw = -1;
 };
 
 struct LoadOptions {
@@ -117,6 +121,18 @@ class Model {
   // entry counts, V4.1 open groups, the Engram look-back. Taken at a block boundary it is what a
   // resume there needs besides the blocks (docs/ENGINE.md).
   std::vector<std::byte> save_snapshot(const SequenceState& sequence) const;
+  // save_snapshot in two halves, for a caller that has issued passes it has not waited for
+  // (issue_batch_draw): begin_snapshot copies the state as those passes leave it (the backend's
+  // layers frozen behind them, Backend::freeze_layers) and returns at once; finish_snapshot makes
+  // the bytes, waiting only for those passes. save_snapshot(s) is finish_snapshot(begin_snapshot(s)).
+  struct PendingSnapshot {
+    int64_t length = 0;
+    int64_t block_tokens = 0;
+    std::vector<AttentionState> layers;
+    std::vector<int64_t> engram_lookback;
+  };
+  PendingSnapshot begin_snapshot(const SequenceState& sequence) const;
+  std::vector<std::byte> finish_snapshot(PendingSnapshot& pending) const;
   // Into `sequence`, made by new_sequence with the snapshot's block_tokens, whose block table
   // already holds the blocks covering [0, length) as they were when the snapshot was taken.
   // Throws deepinfer::Error (leaving `sequence` unchanged) on a snapshot of another model or
@@ -151,6 +167,16 @@ class Model {
   // and it may finish filling what the draws point to (their structured-output masks).
   void forward_batch_draw(std::span<const BatchItem> items, std::span<const TokenDraw> draws,
                           std::span<DrawnToken> drawn, const std::function<void()>& before_draw = {}) const;
+  // forward_batch_draw that returns once the pass is issued (Model::chains_draws): the returned
+  // handle reads the draws back. Before it is read, the host may issue the next pass with it as
+  // draw_source: that pass's items may take their last token from its draws
+  // (BatchItem::last_token_draw) without the tokens coming to the host. Passes run in order.
+  std::unique_ptr<PendingDraws> issue_batch_draw(std::span<const BatchItem> items, std::span<const TokenDraw> draws,
+                                                 const std::function<void()>& before_draw = {},
+                                                 const PendingDraws* draw_source = nullptr) const;
+  // True when issue_batch_draw and BatchItem::last_token_draw work: the backend chains passes
+  // and no part of the model needs the token ids on the host (Engram hashes them there).
+  bool chains_draws() const { return backend_->chains_draws() && !engram_; }
 
   // The first layer that decoder window replay runs on the trailing window only (the one after the
   // last kv source); -1 when the config does not allow the mode (replay_refusal() says why).
@@ -183,6 +209,8 @@ class Model {
     std::span<DrawnToken> drawn;
     bool enabled;
     const std::function<void()>* before_draw = nullptr;
+    std::unique_ptr<PendingDraws>* pending = nullptr;  // issue_batch_draw
+    const PendingDraws* source = nullptr;               // the draws BatchItem::last_token_draw names
     bool active() const { return enabled; }
   };
   void run(std::span<const BatchItem> items, const ForwardOptions& options) const {

@@ -119,21 +119,32 @@ void restore_compressor(Reader& in, const CompressorWeights* weights, int64_t le
 }  // namespace
 
 std::vector<std::byte> Model::save_snapshot(const SequenceState& sequence) const {
+  PendingSnapshot pending = begin_snapshot(sequence);
+  return finish_snapshot(pending);
+}
+
+Model::PendingSnapshot Model::begin_snapshot(const SequenceState& sequence) const {
   if (static_cast<int64_t>(sequence.layers.size()) != config_.num_layers)
     fail("save_snapshot: the sequence state was not made by this model");
+  PendingSnapshot pending;
+  pending.length = sequence.length;
+  pending.block_tokens = sequence.pages.block_tokens;
+  pending.layers = sequence.layers;
+  if (sequence.engram) pending.engram_lookback.assign(sequence.engram->lookback().begin(), sequence.engram->lookback().end());
+  // A backend that holds layers' state in its own memory freezes it where the issued work leaves it.
+  if (std::any_of(pending.layers.begin(), pending.layers.end(), [](const AttentionState& l) { return l.backend; }))
+    backend_->freeze_layers(pending.layers);
+  return pending;
+}
+
+std::vector<std::byte> Model::finish_snapshot(PendingSnapshot& pending) const {
+  if (std::any_of(pending.layers.begin(), pending.layers.end(), [](const AttentionState& l) { return l.backend; }))
+    backend_->download_layers(pending.layers);
   Writer out;
   out.raw(kMagic.data(), kMagic.size());
-  out.array<int64_t>(fingerprint(config_, cache_layout(sequence.pages.block_tokens)));
-  out.integer(sequence.length);
-  // A backend that holds layers' state in its own memory gives back their host form first.
-  std::vector<AttentionState> downloaded;
-  const std::vector<AttentionState>* layers = &sequence.layers;
-  if (std::any_of(sequence.layers.begin(), sequence.layers.end(), [](const AttentionState& l) { return l.backend; })) {
-    downloaded = sequence.layers;
-    backend_->download_layers(sequence, downloaded);
-    layers = &downloaded;
-  }
-  for (const AttentionState& layer : *layers) {
+  out.array<int64_t>(fingerprint(config_, cache_layout(pending.block_tokens)));
+  out.integer(pending.length);
+  for (const AttentionState& layer : pending.layers) {
     out.integer(layer.window_first);
     out.integer(layer.window.size());
     out.array<uint8_t>(layer.window.stored());
@@ -146,8 +157,7 @@ std::vector<std::byte> Model::save_snapshot(const SequenceState& sequence) const
     out.integer(group.entries.size());
     out.integer(group.index_keys.size());
   }
-  if (sequence.engram) out.array<int64_t>(sequence.engram->lookback());
-  else out.integer(0);
+  out.array<int64_t>(pending.engram_lookback);
   const uint64_t checksum = fnv1a(out.bytes());
   out.raw(&checksum, sizeof checksum);
   return std::move(out.bytes());

@@ -84,6 +84,18 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
   counter("deepinfer:num_failed_steps_total",
           "Engine steps whose compute failed (a device out of memory); their requests ended with the error.",
           engine.failed_steps);
+  counter("deepinfer:engine_steps_total", "Engine steps computed.", engine.steps);
+  counter("deepinfer:engine_chained_steps_total",
+          "Engine steps issued while the step before them computed (overlap scheduling).", engine.chained_steps);
+  auto seconds = [&](const std::string& name, const char* help, double value) {
+    header(out, name, "counter", help);
+    out += name + "{" + label + "} " + number(value) + "\n";
+  };
+  seconds("deepinfer:engine_host_seconds_total",
+          "Engine thread time with no step issued (finishing, planning, issuing): what the device waits for.",
+          engine.schedule_seconds);
+  seconds("deepinfer:engine_wait_seconds_total", "Engine thread time waiting for a step's results.",
+          engine.compute_seconds);
   gauge("deepinfer:num_requests_running", "Sequences in the running batch.", static_cast<double>(engine.running));
   gauge("deepinfer:num_requests_waiting", "Sequences waiting to be scheduled.", static_cast<double>(engine.waiting));
   gauge("deepinfer:kv_cache_usage_perc", "Fraction of cache blocks not free (in use or held by the prefix cache).",

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine_checks.h"
+#include "tiny_model.h"
 #include "model/backend.h"
 #include "model/model.h"
 
@@ -26,7 +27,10 @@ using Tokens = std::vector<int32_t>;
 class FailingPass final : public model::ForwardPass {
  public:
   explicit FailingPass(std::unique_ptr<model::ForwardPass> inner) : inner_(std::move(inner)) {}
-  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) override { inner_->embed(table, tokens); }
+  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
+             const model::PendingDraws* draw_source) override {
+    inner_->embed(table, tokens, from_draw, draw_source);
+  }
   void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override {
     inner_->engram(engram, index, hash_ids);
   }
@@ -102,14 +106,9 @@ GenerationRequest greedy(Tokens prompt, int64_t max_tokens) {
   return request;
 }
 
-model::Model load_tiny() {
-  const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
-  return model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/golden/v4/tiny_fp8");
-}
-
 TEST(StepFailureTest, EndsOnlyTheFailedStepsRequests) {
   // Reference tokens: the same requests on a backend that never fails.
-  model::Model reference = load_tiny();
+  model::Model reference = testing::load_tiny_v4();
   EngineOptions options;
   options.cache_memory_bytes = 64 << 20;
   options.block_tokens = 8;
@@ -125,7 +124,7 @@ TEST(StepFailureTest, EndsOnlyTheFailedStepsRequests) {
     expected_third = read_all(*engine.submit(third)).tokens;
   }
 
-  model::Model model = load_tiny();
+  model::Model model = testing::load_tiny_v4();
   auto failing = std::make_shared<FailingBackend>(/*fail_at_length=*/18);  // the first request's 6th decode
   model.set_backend(failing);
   Engine engine(model, options);

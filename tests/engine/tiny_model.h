@@ -25,11 +25,15 @@ inline EngineOptions small_options() {
   return options;
 }
 
+// A fresh copy of the tiny model on the CPU backend, for tests that set a backend of their own.
+inline model::Model load_tiny_v4() {
+  const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
+  return model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/golden/v4/tiny_fp8");
+}
+
 inline const model::Model& tiny_v4() {
   static const model::Model model = [] {
-    const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
-    model::Model loaded = model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) +
-                                             "/golden/v4/tiny_fp8");
+    model::Model loaded = load_tiny_v4();
     if (const char* device = std::getenv("DEEPINFER_TEST_DEVICE"); device && *device) {
       // The engine tests hold batch invariance to the bit, so the GPU runs them batch invariant;
       // DEEPINFER_TEST_EAGER=1 runs them without CUDA graphs.

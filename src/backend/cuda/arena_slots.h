@@ -48,6 +48,7 @@ enum Slot : int {
   kSplitInput,
   kMmaPartials,
   kLowRankByGroup,
+  kTokenIds,  // the pass's token ids on the device, staged or taken from the previous pass's draws
   kLinearSplit,
   // Attention's middle (device_attention.cpp).
   kCallRows,

@@ -44,6 +44,34 @@ void check(cudaError_t status, const char* what) {
 
 class CudaBackend;
 
+// What the host writes for one pass and the device reads after the host has moved on: the staging
+// area (the pass's metadata). The backend has two and passes alternate, so the host fills pass
+// N + 1's while pass N's copies are still queued; `done` (recorded at the end of each pass) tells
+// when a bank is free again.
+struct PassBank {
+  Staging staging;
+  cudaEvent_t done = nullptr;
+};
+
+// The most draws a pass may leave on the device for a chained pass to read (BatchItem::last_token_draw).
+constexpr int64_t kChainedDrawCapacity = 16384;
+
+// Where one pass's draws go: their ids on the device (what a pass chained on it reads) and their
+// results back in pinned host memory, with the event that says they are there. Owned by the
+// pass's PendingDraws until it is read, so that other passes (another thread's, between two of
+// the engine's) cannot overwrite them; then back to the backend's free list.
+struct DrawSlot {
+  DrawSlot();
+  ~DrawSlot();
+  DrawSlot(const DrawSlot&) = delete;
+  DrawSlot& operator=(const DrawSlot&) = delete;
+  void reserve(int64_t draws);
+  DeviceBuffer tokens;                                 // kChainedDrawCapacity ids
+  kernels::cuda::SampleRowResult* results = nullptr;  // pinned host memory
+  std::size_t capacity = 0;
+  cudaEvent_t done = nullptr;
+};
+
 // The most columns of any weight matrix the device holds (for_each_device_tensor's walk).
 int64_t widest_matrix(const model::Model& model);
 
@@ -56,7 +84,8 @@ class CudaForwardPass final : public model::ForwardPass {
   // one is abandoned.
   ~CudaForwardPass() override;
 
-  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) override;
+  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
+             const model::PendingDraws* draw_source) override;
   void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override;
   void enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) override;
   void attention(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments) override;
@@ -72,7 +101,7 @@ class CudaForwardPass final : public model::ForwardPass {
             std::vector<float>* hidden) override;
   void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                  std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
-                 const std::function<void()>* before_read) override;
+                 const std::function<void()>* before_read, std::unique_ptr<model::PendingDraws>* pending) override;
 
  private:
   float* streams() const { return streams_ + first_ * shape_.hc.streams * shape_.hc.hidden; }
@@ -95,6 +124,9 @@ class CudaForwardPass final : public model::ForwardPass {
 
   CudaBackend& backend_;
   std::unique_lock<std::mutex> lock_;
+  int bank_index_;
+  PassBank& bank_;
+  bool pending_ = false;  // head_draw handed its draws out unread: the pass ends without waiting
   model::PassShape shape_;
   GraphKey key_;
   PassMode mode_ = PassMode::Eager;
@@ -115,8 +147,48 @@ class CudaForwardPass final : public model::ForwardPass {
   float* pre_ = nullptr;
   float* post_ = nullptr;
   float* comb_ = nullptr;
+  int32_t* token_ids_ = nullptr;  // the rows' ids on the device (embed), read again by hash routing
   DeviceAttention attention_;
 };
+
+// A chained pass's draws (head_draw with `pending`): their results come back into the bank's
+// pinned buffer behind the pass's kernels; wait() reads them once the bank's event has fired.
+class CudaPendingDraws final : public model::PendingDraws {
+ public:
+  CudaPendingDraws(CudaBackend& backend, std::unique_ptr<DrawSlot> slot, int64_t vocab, std::vector<int64_t> positions)
+      : backend_(backend), slot_(std::move(slot)), vocab_(vocab), positions_(std::move(positions)) {}
+  ~CudaPendingDraws() override;
+  void wait(std::span<model::DrawnToken> drawn) override;
+  const int32_t* device_tokens() const { return static_cast<const int32_t*>(slot_->tokens.data()); }
+
+ private:
+  CudaBackend& backend_;
+  std::unique_ptr<DrawSlot> slot_;
+  int64_t vocab_;
+  std::vector<int64_t> positions_;  // each draw's position, for the error it may raise
+};
+
+// drawn[i] from the sampler's results[i], or the Error the CPU's sampler would throw.
+void read_drawn(const k::SampleRowResult* results, std::span<const int64_t> positions, int64_t vocab,
+                std::span<model::DrawnToken> drawn) {
+  for (std::size_t i = 0; i < drawn.size(); ++i) {
+    const k::SampleRowResult& result = results[i];
+    switch (result.error) {
+      case k::kSampleOk: break;
+      case k::kSampleNoFiniteMaximum: fail("sampler: the largest logit is not finite; sampling needs a finite maximum");
+      case k::kSampleIdOutsideVocabulary:
+        fail("sampler: a token id in the history or logit_bias is outside the vocabulary of ", vocab, " logits");
+      case k::kSamplePositionOutOfRange:
+        fail("sampler: position ", positions[i], " is outside [0, 2^32) and cannot key the random stream");
+      default: fail("sampler: the device sampler failed (error ", result.error, ")");
+    }
+    model::DrawnToken& out = drawn[i];
+    out.token = result.token;
+    out.logprob = result.logprob;
+    out.top_logprobs.clear();
+    for (int32_t j = 0; j < result.top_count; ++j) out.top_logprobs.emplace_back(result.top_tokens[j], result.top_logprobs[j]);
+  }
+}
 
 class CudaBackend final : public model::Backend {
  public:
@@ -128,33 +200,56 @@ class CudaBackend final : public model::Backend {
     cache_memory_.emplace(device_, stream_, mutex_, "cuda:" + std::to_string(device_));
     tile_counters_ = DeviceBuffer(static_cast<std::size_t>(k::kLinearMmaTileCounters) * sizeof(uint32_t));
     check(cudaMemset(tile_counters_.data(), 0, tile_counters_.bytes()), "cudaMemset");
+    for (PassBank& bank : banks_) check(cudaEventCreateWithFlags(&bank.done, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
     graphs_.reset();
+    free_slots_.clear();
+    for (PassBank& bank : banks_)
+      if (bank.done) cudaEventDestroy(bank.done);
     if (setup_stream_) cudaStreamDestroy(setup_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   std::string name() const override { return name_; }
   bool draws_tokens() const override { return true; }
+  bool chains_draws() const override { return true; }
   std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, const model::CallShape& call) const override {
     // The pass holds the backend's lock: one pass at a time, on this backend's stream.
     return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, call);
   }
 
   // How a pass of `call` runs (step_graphs.h); key: its graph's key when not Eager.
-  PassMode mode_for(const model::CallShape& call, GraphKey& key) {
+  PassMode mode_for(const model::CallShape& call, int bank, GraphKey& key) {
     if (!options_.cuda_graphs || !call.decode || profile_.enabled()) return PassMode::Eager;
-    key = {batch_bucket(call.rows), context_bound_for(call.max_length), call.block_tokens};
+    key = {batch_bucket(call.rows), context_bound_for(call.max_length), call.block_tokens, bank};
     if (key.rows == 0) return PassMode::Eager;
     return graphs_->mode_for(key, arena_.generation());
   }
   const model::CacheMemory& cache_memory() const override { return *cache_memory_; }
-  void download_layers(const model::SequenceState& sequence, std::vector<model::AttentionState>& host) const override {
+  void freeze_layers(std::vector<model::AttentionState>& layers) const override {
     const std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
     check(cudaSetDevice(device_), "cudaSetDevice");
-    for (std::size_t l = 0; l < host.size(); ++l)
-      if (const auto* device = dynamic_cast<const DeviceLayerState*>(sequence.layers[l].backend.get()))
-        device->to_host(host[l], stream_);
+    auto ready = std::make_shared<ReadyEvent>();
+    for (model::AttentionState& layer : layers)
+      if (const auto* device = dynamic_cast<const DeviceLayerState*>(layer.backend.get()))
+        layer.backend = device->frozen_copy(stream_, ready);
+    check(cudaEventRecord(ready->event, stream_), "cudaEventRecord");
+  }
+  // A frozen copy is read on the setup stream once its copies are done, so that the read does not
+  // wait for the passes issued after it froze.
+  void download_layers(std::vector<model::AttentionState>& layers) const override {
+    const std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    for (model::AttentionState& layer : layers) {
+      const auto* device = dynamic_cast<const DeviceLayerState*>(layer.backend.get());
+      if (!device) continue;
+      if (const ReadyEvent* ready = device->ready()) {
+        check(cudaStreamWaitEvent(setup_stream_, ready->event, 0), "cudaStreamWaitEvent");
+        device->to_host(layer, setup_stream_);
+      } else {
+        device->to_host(layer, stream_);
+      }
+    }
   }
   // The host form a snapshot restored is the state now: the device copies are made from it again
   // on the layers' next use.
@@ -185,7 +280,34 @@ class CudaBackend final : public model::Backend {
   WeightStore& weights() { return weights_; }
   Arena& arena() { return arena_; }
   Arena& sampler_arena() { return sampler_arena_; }
-  Staging& staging() { return staging_; }
+  // The bank the next pass uses, once the pass that used it last is done on the device (a chained
+  // pass's host work may run while the pass before it computes, never two passes ahead).
+  int take_bank() {
+    const int index = next_bank_;
+    next_bank_ ^= 1;
+    check(cudaEventSynchronize(banks_[index].done), "cudaEventSynchronize");
+    return index;
+  }
+  PassBank& bank(int index) { return banks_[index]; }
+  // A slot for a pass's draws, with room for `draws` results (from the free list when one is there).
+  std::unique_ptr<DrawSlot> take_slot(int64_t draws) {
+    std::unique_ptr<DrawSlot> slot;
+    {
+      const std::lock_guard lock(slots_mutex_);
+      if (!free_slots_.empty()) {
+        slot = std::move(free_slots_.back());
+        free_slots_.pop_back();
+      }
+    }
+    if (!slot) slot = std::make_unique<DrawSlot>();
+    slot->reserve(draws);
+    return slot;
+  }
+  // Back once its draws were read (or never will be: its event has fired or is waited for first).
+  void give_back(std::unique_ptr<DrawSlot> slot) {
+    const std::lock_guard lock(slots_mutex_);
+    free_slots_.push_back(std::move(slot));
+  }
   // The tensor-core linears' split input and partial sums for calls of up to `rows` rows.
   void reserve_linear_buffers(int64_t rows) {
     if (simt_) return;
@@ -237,7 +359,10 @@ class CudaBackend final : public model::Backend {
   // The sampler's buffers, apart: they follow the draws of a step (forks draw more), and a graph
   // never reads them, so their growth must not move the arena the graphs hold.
   Arena sampler_arena_;
-  Staging staging_;
+  PassBank banks_[2];
+  int next_bank_ = 0;
+  std::mutex slots_mutex_;  // free_slots_ (a PendingDraws gives its slot back outside any pass)
+  std::vector<std::unique_ptr<DrawSlot>> free_slots_;
   std::optional<StepGraphs> graphs_{std::in_place};
   int64_t identity_count_ = 0;
   GraphCounts graph_counts_;
@@ -252,17 +377,19 @@ class CudaBackend final : public model::Backend {
 CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call)
     : backend_(backend),
       lock_(backend.mutex()),
+      bank_index_(backend.take_bank()),
+      bank_(backend.bank(bank_index_)),
       shape_(shape),
-      mode_(backend.mode_for(call, key_)),
+      mode_(backend.mode_for(call, bank_index_, key_)),
       rows_(mode_ == PassMode::Eager ? call.rows : key_.rows),
       live_rows_(call.rows),
       linear_(backend.linear_runner()),
-      attention_(backend.weights(), backend.arena(), backend.staging(), backend.stream(), backend.setup_stream(),
+      attention_(backend.weights(), backend.arena(), bank_.staging, backend.stream(), backend.setup_stream(),
                  rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, backend.profile(),
                  backend.tensor_cores()) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
-  backend_.staging().reset(/*copying=*/mode_ != PassMode::Replay);
+  bank_.staging.reset(/*copying=*/mode_ != PassMode::Replay);
   if (mode_ == PassMode::Capture) {
     // Relaxed: a layer state made for a sequence new to the device allocates and uploads on the
     // setup stream meanwhile (device_layer_state.h), outside the graph.
@@ -299,7 +426,8 @@ CudaForwardPass::~CudaForwardPass() {
     if (abandoned) cudaGraphDestroy(abandoned);
     cudaGetLastError();  // the capture's error is this pass's, already raised
   }
-  (void)cudaStreamSynchronize(backend_.stream());
+  (void)cudaEventRecord(bank_.done, backend_.stream());
+  if (!pending_) (void)cudaStreamSynchronize(backend_.stream());
   if (mode_ == PassMode::Warmup && finished_) backend_.graphs().warmed(key_, backend_.arena().generation());
 }
 
@@ -307,7 +435,7 @@ void CudaForwardPass::sync() { check(cudaStreamSynchronize(backend_.stream()), "
 
 template <typename T>
 T* CudaForwardPass::put(const std::vector<T>& values) {
-  return backend_.staging().put(values, backend_.stream());
+  return bank_.staging.put(values, backend_.stream());
 }
 
 template <typename T>
@@ -341,13 +469,33 @@ void CudaForwardPass::finish_graph() {
     skip_.reset();
     check(cudaGraphLaunch(backend_.graphs().graph(key_), stream), "cudaGraphLaunch");
   }
-  backend_.staging().set_copying(true);  // what follows (the sampler) runs eagerly
+  bank_.staging.set_copying(true);  // what follows (the sampler) runs eagerly
 }
 
-void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens) {
+void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens,
+                            std::span<const int32_t> from_draw, const model::PendingDraws* draw_source) {
   const OpProfile::Section timed(backend_.profile(), "embed", backend_.stream());
-  const int32_t* ids = put(padded(tokens, int32_t{0}));
-  k::embed(backend_.weights().matrix(table), ids, rows_, shape_.hc.streams, streams(), backend_.stream());
+  // Every pass resolves its ids on the device, chained or not, so that a graph's kernels are the
+  // same either way.
+  std::vector<int32_t> sources(tokens.size(), -1);
+  const int32_t* drawn = nullptr;  // read only where a row names a draw
+  if (!from_draw.empty()) {
+    const auto* source = dynamic_cast<const CudaPendingDraws*>(draw_source);
+    if (!source) fail("CUDA backend: rows take their tokens from draws, but not from this backend's pending draws");
+    drawn = source->device_tokens();
+    if (from_draw.size() != tokens.size()) fail("CUDA backend: ", from_draw.size(), " draw sources for ", tokens.size(), " rows");
+    for (int32_t draw : from_draw)
+      if (draw >= kChainedDrawCapacity) fail("CUDA backend: a row reads draw ", draw, " of at most ", kChainedDrawCapacity);
+    sources.assign(from_draw.begin(), from_draw.end());
+  }
+  const int32_t* staged = put(padded(tokens, int32_t{0}));
+  const int32_t* device_sources = put(padded(std::span<const int32_t>(sources), int32_t{-1}));
+  // The draws' address goes through staging too: a graph replays with each step's source.
+  const int32_t* const* device_drawn = put(std::vector<const int32_t*>{drawn});
+  const kernels::WeightMatrix& weights = backend_.weights().matrix(table);
+  token_ids_ = backend_.arena().get<int32_t>(kTokenIds, static_cast<std::size_t>(rows_ + first_));
+  k::resolve_token_ids(staged, device_sources, device_drawn, rows_, weights.rows, token_ids_, backend_.stream());
+  k::embed(weights, token_ids_, rows_, shape_.hc.streams, streams(), backend_.stream());
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
@@ -361,7 +509,7 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
   WeightStore& store = backend_.weights();
   cudaStream_t stream = backend_.stream();
   const model::EngramLayerWeights& layer = engram.layer(index);
-  const float* rows = backend_.staging().put(
+  const float* rows = bank_.staging.put(
       std::span<const float>(embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width)), stream);
   float* kv = arena.get<float>(kEngramKv, static_cast<std::size_t>(rows_ * layer.wkv.rows));
   linear_(rows, rows_, store.matrix(layer.wkv), kv);
@@ -512,7 +660,8 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t pairs = rows_ * top_k;
   const auto r = static_cast<std::size_t>(rows_);
 
-  const int32_t* ids = put(padded(token_ids.first(static_cast<std::size_t>(live_rows_)), int32_t{0}));
+  (void)token_ids;  // the same ids are on the device since embed
+  const int32_t* ids = token_ids_ + first_;
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
   linear_(sublayer_in_, rows_, store.matrix(weights.gate), router);
   k::RouterParams params;
@@ -670,7 +819,8 @@ void CudaForwardPass::head(const model::HeadWeights& weights, std::span<const in
 
 void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                                 std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
-                                const std::function<void()>* before_read) {
+                                const std::function<void()>* before_read,
+                                std::unique_ptr<model::PendingDraws>* pending) {
   const OpProfile::Section timed(backend_.profile(), "head + sampler", backend_.stream());
   Arena& arena = backend_.sampler_arena();
   cudaStream_t stream = backend_.stream();
@@ -739,28 +889,58 @@ void CudaForwardPass::head_draw(const model::HeadWeights& weights, std::span<con
   k::sample_rows(logits, count, vocab, put(params), put(prompt), put(generated), put(bias),
                  masks.empty() ? nullptr : put(masks), scratch, scratch_bytes,
                  results, stream);
-  std::vector<k::SampleRowResult> host(static_cast<std::size_t>(count));
-  check(cudaMemcpyAsync(host.data(), results, host.size() * sizeof(k::SampleRowResult), cudaMemcpyDeviceToHost,
-                        stream),
+  std::unique_ptr<DrawSlot> slot = backend_.take_slot(count);
+  k::store_drawn_tokens(results, std::min(count, kChainedDrawCapacity), static_cast<int32_t*>(slot->tokens.data()),
+                        stream);
+  check(cudaMemcpyAsync(slot->results, results, static_cast<std::size_t>(count) * sizeof(k::SampleRowResult),
+                        cudaMemcpyDeviceToHost, stream),
         "download");
-  sync();
-  for (int64_t i = 0; i < count; ++i) {
-    const k::SampleRowResult& result = host[static_cast<std::size_t>(i)];
-    switch (result.error) {
-      case k::kSampleOk: break;
-      case k::kSampleNoFiniteMaximum: fail("sampler: the largest logit is not finite; sampling needs a finite maximum");
-      case k::kSampleIdOutsideVocabulary:
-        fail("sampler: a token id in the history or logit_bias is outside the vocabulary of ", vocab, " logits");
-      case k::kSamplePositionOutOfRange:
-        fail("sampler: position ", draws[i].position, " is outside [0, 2^32) and cannot key the random stream");
-      default: fail("sampler: the device sampler failed (error ", result.error, ")");
-    }
-    model::DrawnToken& out = drawn[static_cast<std::size_t>(i)];
-    out.token = result.token;
-    out.logprob = result.logprob;
-    out.top_logprobs.clear();
-    for (int32_t j = 0; j < result.top_count; ++j) out.top_logprobs.emplace_back(result.top_tokens[j], result.top_logprobs[j]);
+  check(cudaEventRecord(slot->done, stream), "cudaEventRecord");
+  std::vector<int64_t> positions;
+  positions.reserve(static_cast<std::size_t>(count));
+  for (const model::TokenDraw& draw : draws) positions.push_back(draw.position);
+  auto draws_back = std::make_unique<CudaPendingDraws>(backend_, std::move(slot), vocab, std::move(positions));
+  if (pending) {
+    *pending = std::move(draws_back);
+    pending_ = true;  // the pass ends without waiting for its stream
+    return;
   }
+  draws_back->wait(drawn);
+}
+
+DrawSlot::DrawSlot() : tokens(static_cast<std::size_t>(kChainedDrawCapacity) * sizeof(int32_t)) {
+  check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+}
+
+DrawSlot::~DrawSlot() {
+  if (done) cudaEventDestroy(done);
+  if (results) cudaFreeHost(results);
+}
+
+void DrawSlot::reserve(int64_t draws) {
+  if (capacity >= static_cast<std::size_t>(draws)) return;
+  // Only a slot no pass uses grows (taken from the free list, its event fired and read).
+  if (results) check(cudaFreeHost(results), "cudaFreeHost");
+  results = nullptr;
+  capacity = 0;
+  const std::size_t grown = std::max<std::size_t>(static_cast<std::size_t>(draws), 256);
+  check(cudaHostAlloc(reinterpret_cast<void**>(&results), grown * sizeof(k::SampleRowResult), cudaHostAllocDefault),
+        "cudaHostAlloc");
+  capacity = grown;
+}
+
+CudaPendingDraws::~CudaPendingDraws() {
+  if (!slot_) return;
+  // Unread: the device may still write the slot; it goes back once it has.
+  (void)cudaEventSynchronize(slot_->done);
+  backend_.give_back(std::move(slot_));
+}
+
+void CudaPendingDraws::wait(std::span<model::DrawnToken> drawn) {
+  if (!slot_) fail("CUDA backend: draws read twice");
+  check(cudaEventSynchronize(slot_->done), "cudaEventSynchronize");
+  if (drawn.size() != positions_.size()) fail("CUDA backend: ", positions_.size(), " draws read into ", drawn.size());
+  read_drawn(slot_->results, positions_, vocab_, drawn);
 }
 
 void CudaBackend::reserve(const model::Model& model, int64_t rows) {
@@ -800,7 +980,7 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
       {kLowRankByGroup, r * low_rank}};
   for (const auto& [slot, count] : float_slots) arena_.get<float>(slot, count);
   for (const auto& [slot, count] :
-       {std::pair<int, std::size_t>{kExperts, route_pairs}, {kPairToken, pairs}, {kPairIdentity, pairs}})
+       {std::pair<int, std::size_t>{kExperts, route_pairs}, {kPairToken, pairs}, {kPairIdentity, pairs}, {kTokenIds, r}})
     arena_.get<int32_t>(slot, count);
   arena_.get<int32_t>(kSortedExpert, expert_pairs);
   arena_.get<int64_t>(kSortedPair, expert_pairs);

@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -98,7 +101,97 @@ void download_compressor(const DeviceCompressorRing& ring, int64_t length, model
   host.entries.set_size(ring.entries);
 }
 
+// The free lists of StateMemory, per device and size. Never freed: the buffers are reused for the
+// process's life (and the CUDA context may be gone at static destruction).
+struct StatePool {
+  std::mutex mutex;
+  std::map<std::pair<int, std::size_t>, std::vector<void*>> free;
+};
+StatePool& state_pool() {
+  static auto* pool = new StatePool;
+  return *pool;
+}
+
+int current_device() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
+// Moves a ring's pointers from one allocation to another laid out the same.
+void rebase(DeviceCompressorRing& ring, const std::byte* from, std::byte* to) {
+  if (ring.kv) ring.kv = reinterpret_cast<float*>(to + (reinterpret_cast<const std::byte*>(ring.kv) - from));
+  if (ring.gate) ring.gate = reinterpret_cast<float*>(to + (reinterpret_cast<const std::byte*>(ring.gate) - from));
+}
+
 }  // namespace
+
+StateMemory::StateMemory(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  StatePool& pool = state_pool();
+  {
+    const std::lock_guard lock(pool.mutex);
+    std::vector<void*>& free = pool.free[{current_device(), bytes}];
+    if (!free.empty()) {
+      data_ = free.back();
+      free.pop_back();
+      return;
+    }
+  }
+  if (const cudaError_t status = cudaMalloc(&data_, bytes); status != cudaSuccess) {
+    cudaGetLastError();
+    data_ = nullptr;
+    fail("CUDA: a layer state's ", bytes, " bytes: ", cudaGetErrorString(status));
+  }
+}
+
+StateMemory::~StateMemory() {
+  if (!data_) return;
+  StatePool& pool = state_pool();
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return;  // the context is gone: nothing to keep
+  const std::lock_guard lock(pool.mutex);
+  pool.free[{device, bytes_}].push_back(data_);
+}
+
+StateMemory& StateMemory::operator=(StateMemory&& other) noexcept {
+  if (this != &other) {
+    StateMemory old(std::move(*this));  // back to the pool at the end of this scope
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+ReadyEvent::ReadyEvent() { check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
+ReadyEvent::~ReadyEvent() {
+  if (event) cudaEventDestroy(event);
+}
+
+std::shared_ptr<DeviceLayerState> DeviceLayerState::frozen_copy(cudaStream_t stream,
+                                                                std::shared_ptr<const ReadyEvent> ready) const {
+  std::shared_ptr<DeviceLayerState> copy(new DeviceLayerState());
+  copy->window_first = window_first;
+  copy->length = length;
+  copy->compressor = compressor;
+  copy->indexer = indexer;
+  copy->latent = latent;
+  copy->window_capacity_ = window_capacity_;
+  copy->window_row_bytes_ = window_row_bytes_;
+  copy->memory_ = StateMemory(memory_.bytes());
+  const auto* from = static_cast<const std::byte*>(memory_.data());
+  auto* to = static_cast<std::byte*>(copy->memory_.data());
+  if (memory_.bytes() > 0)
+    check(cudaMemcpyAsync(to, from, memory_.bytes(), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+  copy->window_ring_ = window_ring_ ? to + (window_ring_ - from) : nullptr;
+  rebase(copy->compressor, from, to);
+  rebase(copy->indexer, from, to);
+  rebase(copy->latent, from, to);
+  copy->ready_ = std::move(ready);
+  return copy;
+}
 
 DeviceLayerState::DeviceLayerState(const model::AttentionWeights& weights, const model::AttentionState& host,
                                    cudaStream_t stream) {
@@ -113,7 +206,7 @@ DeviceLayerState::DeviceLayerState(const model::AttentionWeights& weights, const
     latent.capacity = latent.ratio > 1 ? latent.ratio : 0;  // ratio 1: every row is its own entry
   }
   const std::size_t window_bytes = aligned(static_cast<std::size_t>(window_capacity_ * window_row_bytes_));
-  memory_ = DeviceBuffer(window_bytes + ring_bytes(compressor) + ring_bytes(indexer) + ring_bytes(latent));
+  memory_ = StateMemory(window_bytes + ring_bytes(compressor) + ring_bytes(indexer) + ring_bytes(latent));
   auto* cursor = static_cast<std::byte*>(memory_.data());
   window_ring_ = cursor;
   cursor += window_bytes;

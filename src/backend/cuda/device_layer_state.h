@@ -7,9 +7,15 @@
 // cache blocks, which are device memory too (CudaCacheMemory).
 //
 // The host form moves in and out only for snapshots and forks (from_host / to_host), so a
-// restored sequence continues bit for bit on either backend.
+// restored sequence continues bit for bit on either backend. A snapshot taken between two issued
+// passes reads a frozen copy (frozen_copy), made on the stream behind the first pass.
+//
+// Layer states come and go with sequences, every few steps under load, and cudaFree waits for the
+// whole device: it would stall the host behind a step issued ahead (chained steps). So their
+// memory comes from a free list per size (StateMemory), kept for the process's life.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -35,6 +41,35 @@ struct DeviceCompressorRing {
   kernels::cuda::CompressorRing ring() const { return {kv, gate}; }
 };
 
+// Device memory from the free list of its size (see above); back to it when destroyed.
+class StateMemory {
+ public:
+  StateMemory() = default;
+  explicit StateMemory(std::size_t bytes);
+  ~StateMemory();
+  StateMemory(StateMemory&& other) noexcept : data_(other.data_), bytes_(other.bytes_) {
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  StateMemory& operator=(StateMemory&& other) noexcept;
+  StateMemory(const StateMemory&) = delete;
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A CUDA event a frozen copy's reader waits for (the copies that made it).
+struct ReadyEvent {
+  ReadyEvent();
+  ~ReadyEvent();
+  ReadyEvent(const ReadyEvent&) = delete;
+  ReadyEvent& operator=(const ReadyEvent&) = delete;
+  cudaEvent_t event = nullptr;
+};
+
 class DeviceLayerState final : public model::BackendLayerState {
  public:
   // Sized for `weights`' layer; holds what `host` holds (a fresh state: nothing).
@@ -42,6 +77,10 @@ class DeviceLayerState final : public model::BackendLayerState {
 
   // The host form of this state into `host` (window rows as stored, compressor rows, counts).
   void to_host(model::AttentionState& host, cudaStream_t stream) const;
+  // A copy of this state as the work queued on `stream` so far leaves it, made by copies queued
+  // there too; `ready` is to be recorded behind them, and a reader waits for it (ready()).
+  std::shared_ptr<DeviceLayerState> frozen_copy(cudaStream_t stream, std::shared_ptr<const ReadyEvent> ready) const;
+  const ReadyEvent* ready() const { return ready_.get(); }
 
   int64_t window_capacity() const { return window_capacity_; }
   int64_t window_row_bytes() const { return window_row_bytes_; }
@@ -55,7 +94,9 @@ class DeviceLayerState final : public model::BackendLayerState {
   DeviceCompressorRing latent;      // V4.1 kv sources with ratio > 1
 
  private:
-  DeviceBuffer memory_;
+  DeviceLayerState() = default;
+  StateMemory memory_;
+  std::shared_ptr<const ReadyEvent> ready_;  // frozen copies only
   int64_t window_capacity_ = 0;
   int64_t window_row_bytes_ = 0;
   std::byte* window_ring_ = nullptr;

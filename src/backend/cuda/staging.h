@@ -8,8 +8,9 @@
 // order (the same offsets), and launches the graph: its copies move the new values.
 //
 // Pinned memory makes each copy a true asynchronous DMA, so a byte may not be rewritten before the
-// copy of the pass before has run: every pass ends waiting for its stream (the head's download or
-// the pass's destructor), and reset() starts a pass.
+// copy that reads it has run: the backend has two staging areas that passes take in turn, each
+// only once the pass that used it last is done on the device (CudaBackend::take_bank), so a pass's
+// host work may overlap the pass before it. reset() starts a pass.
 #include <cuda_runtime.h>
 
 #include <cstddef>

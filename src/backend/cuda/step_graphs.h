@@ -9,7 +9,9 @@
 // buffer reaches its size), the second is captured, and every later one replays the graph: the
 // host only writes the step's metadata into the staging area (staging.h) and launches it.
 //
-// A graph holds device addresses: the arena's buffers, the staging chunks, the weights. The
+// A graph holds device addresses: the arena's buffers, the staging chunks, the weights. Passes
+// alternate between two staging banks (so the host can fill pass N + 1's while pass N's copies are
+// still queued), and a graph reads one bank's chunks: the bank is part of the key. The
 // staging chunks and the weights never move; an arena buffer that grows moves, so every graph
 // records the arena generation it was captured at and is dropped when the arena has grown since.
 #include <cuda_runtime.h>
@@ -31,6 +33,7 @@ struct GraphKey {
   int64_t rows = 0;           // the batch bucket: sequences, one row each, then padding rows
   int64_t context_bound = 0;  // C: every sequence's length after the step is at most C
   int64_t block_tokens = 0;   // the cache layout (region offsets and block tables follow it)
+  int bank = 0;               // the staging bank its copies read (CudaBackend's banks alternate)
   auto operator<=>(const GraphKey&) const = default;
 };
 

@@ -183,6 +183,14 @@ void fill(int32_t* out, int64_t count, int32_t value, Stream stream);
 void iota(int32_t* out, int64_t count, Stream stream);
 
 // out[r] = in[rows[r]] for r < count, rows of `width` floats (device index array).
+// The token ids of a pass whose rows may continue an earlier pass's draws on the device (a
+// chained decode step): ids[t] = drawn[sources[t]] where sources[t] >= 0, with drawn =
+// *drawn_address (device memory holding the address, so a graph replays with each step's own
+// source; read only where a row names a draw), 0 when that draw is not an id of the vocabulary
+// (only a failed draw gives one: its step's requests end anyway); else staged[t].
+void resolve_token_ids(const int32_t* staged, const int32_t* sources, const int32_t* const* drawn_address,
+                       int64_t tokens, int64_t vocab, int32_t* ids, Stream stream);
+
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream);
 
 }  // namespace deepinfer::kernels::cuda

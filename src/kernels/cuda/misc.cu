@@ -52,6 +52,21 @@ __global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* 
   }
 }
 
+__global__ void resolve_token_ids_kernel(const int32_t* staged, const int32_t* sources,
+                                         const int32_t* const* drawn_address, int64_t tokens, int64_t vocab,
+                                         int32_t* ids) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t source = sources[t];
+    if (source < 0) {
+      ids[t] = staged[t];
+      continue;
+    }
+    const int32_t id = (*drawn_address)[source];
+    ids[t] = id >= 0 && id < vocab ? id : 0;
+  }
+}
+
 __global__ void fill_kernel(int32_t* out, int64_t count, int32_t value, bool ascending) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -104,6 +119,16 @@ void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_
     embed_kernel<WeightEncoding::BF16><<<blocks, kThreads, 0, native(stream)>>>(
         bytes, table.rows, table.cols, address % 2 == 0, ids, tokens, copies, streams);
   check_launch("cuda::embed");
+}
+
+void resolve_token_ids(const int32_t* staged, const int32_t* sources, const int32_t* const* drawn_address,
+                       int64_t tokens, int64_t vocab, int32_t* ids, Stream stream) {
+  if (launches_skipped()) return;
+  if (tokens < 0) fail("cuda::resolve_token_ids: ", tokens, " tokens");
+  if (tokens == 0) return;
+  resolve_token_ids_kernel<<<grid_for(tokens, kThreads), kThreads, 0, native(stream)>>>(
+      staged, sources, drawn_address, tokens, vocab, ids);
+  check_launch("cuda::resolve_token_ids");
 }
 
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream) {

@@ -754,7 +754,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+__global__ void store_drawn_tokens_kernel(const SampleRowResult* results, int64_t count, int32_t* out) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = results[i].token;
+}
+
 }  // namespace
+
+void store_drawn_tokens(const SampleRowResult* results, int64_t count, int32_t* out, Stream stream) {
+  if (count < 0) fail("cuda::store_drawn_tokens: ", count, " draws");
+  if (count == 0) return;
+  constexpr int kStoreThreads = 256;
+  const auto blocks = static_cast<unsigned>((count + kStoreThreads - 1) / kStoreThreads);
+  store_drawn_tokens_kernel<<<blocks, kStoreThreads, 0, native(stream)>>>(results, count, out);
+  check_launch("cuda::store_drawn_tokens");
+}
 
 std::size_t sample_scratch_bytes(int64_t rows, int64_t vocab) {
   if (rows <= 0 || vocab <= 0) return 0;

@@ -90,4 +90,8 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleR
                  const uint64_t* masks, void* scratch, std::size_t scratch_bytes, SampleRowResult* results,
                  Stream stream);
 
+// out[i] = results[i].token for i < count: the drawn ids where a pass chained on this one reads
+// them (resolve_token_ids) without a trip through the host.
+void store_drawn_tokens(const SampleRowResult* results, int64_t count, int32_t* out, Stream stream);
+
 }  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,134 @@
+#pragma once
+// The CPU backend made to draw tokens and chain passes the way the CUDA backend does
+// (model::Backend::chains_draws), so that CI drives the engine's overlap scheduling without a
+// GPU: a pass draws its tokens with the engine's own sampler on the head's logits; asked to leave
+// its draws pending, it hands them out through a PendingDraws that also stands for their copy on
+// the device, which a pass chained on it reads for its rows that name a draw (embed's from_draw).
+// Draws with penalties or a grammar mask are refused: these tests send none.
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "engine/token_history.h"
+#include "model/backend.h"
+
+namespace deepinfer::engine::testing {
+
+class ChainingCpuBackend final : public model::Backend {
+ public:
+  std::string name() const override { return "cpu, drawing and chaining"; }
+  std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, const model::CallShape& call) const override;
+  bool draws_tokens() const override { return true; }
+  bool chains_draws() const override { return true; }
+  int64_t chained_rows() const { return chained_rows_; }
+
+ private:
+  friend class ChainingPass;
+  mutable int64_t chained_rows_ = 0;  // rows whose token came from a draw
+};
+
+class ChainedDraws final : public model::PendingDraws {
+ public:
+  explicit ChainedDraws(std::vector<model::DrawnToken> drawn) : drawn_(std::move(drawn)) {}
+  void wait(std::span<model::DrawnToken> drawn) override {
+    if (drawn.size() != drawn_.size()) fail("chaining backend: ", drawn_.size(), " draws read into ", drawn.size());
+    std::copy(drawn_.begin(), drawn_.end(), drawn.begin());
+  }
+  int32_t token(int32_t draw) const {
+    if (draw < 0 || static_cast<std::size_t>(draw) >= drawn_.size())
+      fail("chaining backend: a row reads draw ", draw, " of ", drawn_.size());
+    return drawn_[static_cast<std::size_t>(draw)].token;
+  }
+
+ private:
+  std::vector<model::DrawnToken> drawn_;
+};
+
+class ChainingPass final : public model::ForwardPass {
+ public:
+  ChainingPass(std::unique_ptr<model::ForwardPass> inner, const ChainingCpuBackend& backend)
+      : inner_(std::move(inner)), backend_(backend) {}
+
+  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
+             const model::PendingDraws* draw_source) override {
+    ids_.assign(tokens.begin(), tokens.end());
+    for (std::size_t t = 0; t < from_draw.size(); ++t) {
+      if (from_draw[t] < 0) continue;
+      const auto* source = dynamic_cast<const ChainedDraws*>(draw_source);
+      if (!source) fail("chaining backend: row ", t, " names a draw but the pass has no draw source");
+      ids_[t] = source->token(from_draw[t]);
+      ++backend_.chained_rows_;
+    }
+    inner_->embed(table, ids_, {}, nullptr);
+  }
+  void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override {
+    inner_->engram(engram, index, hash_ids);
+  }
+  void enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) override {
+    inner_->enter_site(hc, norm);
+  }
+  void attention(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments) override {
+    inner_->attention(weights, segments);
+  }
+  // Hash routing reads the rows' ids: the resolved ones, as the device's are.
+  void moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
+           std::vector<model::Routing>* routing) override {
+    inner_->moe(weights, token_ids.size() == ids_.size() ? std::span<const int32_t>(ids_) : token_ids, routing);
+  }
+  void exit_site() override { inner_->exit_site(); }
+  void drop_front_rows(int64_t rows) override { inner_->drop_front_rows(rows); }
+  void restart_window(model::AttentionState& state, int64_t first_position) override {
+    inner_->restart_window(state, first_position);
+  }
+  void read_streams(std::span<float> out) override { inner_->read_streams(out); }
+  void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
+            std::vector<float>* hidden) override {
+    inner_->head(weights, rows, logits, hidden);
+  }
+  void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                 std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
+                 const std::function<void()>* before_read, std::unique_ptr<model::PendingDraws>* pending) override {
+    const auto vocab = static_cast<std::size_t>(weights.head->rows);
+    std::vector<float> logits(rows.size() * vocab);
+    inner_->head(weights, rows, logits.data(), nullptr);
+    if (before_read) (*before_read)();
+    std::vector<model::DrawnToken> out(draws.size());
+    for (std::size_t i = 0; i < draws.size(); ++i) {
+      const model::TokenDraw& draw = draws[i];
+      if (draw.presence_penalty != 0 || draw.frequency_penalty != 0 || draw.repetition_penalty != 1 ||
+          !draw.mask.empty())
+        fail("chaining backend: draws with penalties or a mask are not supported");
+      SamplingParams params;
+      params.temperature = draw.temperature;
+      params.top_p = draw.top_p;
+      params.min_p = draw.min_p;
+      params.top_k = draw.top_k;
+      params.logit_bias.insert(draw.logit_bias.begin(), draw.logit_bias.end());
+      if (draw.logprobs >= 0) params.logprobs = draw.logprobs;
+      const std::span<const float> row(logits.data() + static_cast<std::size_t>(draw.row) * vocab, vocab);
+      const SampleResult result = sample(row, params, TokenHistory{}, draw.seed, draw.request_id, draw.position);
+      out[i].token = result.token;
+      out[i].logprob = result.logprob;
+      for (const TokenLogprob& top : result.top_logprobs) out[i].top_logprobs.emplace_back(top.token, top.logprob);
+    }
+    if (pending) {
+      *pending = std::make_unique<ChainedDraws>(std::move(out));
+      return;
+    }
+    std::copy(out.begin(), out.end(), drawn.begin());
+  }
+
+ private:
+  std::unique_ptr<model::ForwardPass> inner_;
+  const ChainingCpuBackend& backend_;
+  std::vector<int32_t> ids_;
+};
+
+inline std::unique_ptr<model::ForwardPass> ChainingCpuBackend::begin(const model::PassShape& shape,
+                                                                     const model::CallShape& call) const {
+  return std::make_unique<ChainingPass>(model::cpu_backend()->begin(shape, call), *this);
+}
+
+}  // namespace deepinfer::engine::testing
