@@ -12,8 +12,9 @@
 // The CPU backend (cpu_backend.cpp) is the reference: the code in attention.cpp, moe.cpp,
 // hyper_connections.cpp and engram.cpp. The CUDA backend lives in backend/cuda.
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -144,6 +145,16 @@ class ForwardPass {
                          std::unique_ptr<PendingDraws>* pending);
 };
 
+// Where a device's time went, for backends with a device of their own (CUDA), over the passes it
+// has finished since load: busy from each pass's first queued work to its last, and the gaps
+// between one pass's end and the next one's start, when the device had nothing queued (waiting
+// for the host, or for work).
+struct DeviceTime {
+  double busy_seconds = 0;
+  double gap_seconds = 0;
+  int64_t passes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -156,6 +167,8 @@ class Backend {
   // rows may take their tokens from those draws on the device (embed's from_draw): the host
   // prepares step N + 1 while the device computes step N, and the device never waits for it.
   virtual bool chains_draws() const { return false; }
+  // None for the CPU (its passes are the host's own time).
+  virtual std::optional<DeviceTime> device_time() const { return std::nullopt; }
   // Where this backend's cache blocks live (the engine's pool, self-owned pages).
   virtual const CacheMemory& cache_memory() const { return host_cache_memory(); }
   // For backends that keep layers' state in their own memory (AttentionState::backend), for

@@ -56,7 +56,7 @@ void Metrics::record(const RequestRecord& record) {
 }
 
 std::string Metrics::render(const engine::EngineStats& engine, const std::string& model_name,
-                            const ListenerStats& connections) const {
+                            const ListenerStats& connections, const std::optional<model::DeviceTime>& device) const {
   const std::string label = "model_name=\"" + model_name + "\"";
   std::string out;
   auto counter = [&](const std::string& name, const char* help, int64_t value) {
@@ -96,6 +96,15 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
           engine.schedule_seconds);
   seconds("deepinfer:engine_wait_seconds_total", "Engine thread time waiting for a step's results.",
           engine.compute_seconds);
+  if (device) {
+    seconds("deepinfer:device_busy_seconds_total",
+            "Device time from each forward pass's first queued work to its last, over finished passes.",
+            device->busy_seconds);
+    seconds("deepinfer:device_gap_seconds_total",
+            "Device time between one forward pass's end and the next one's start (nothing queued).",
+            device->gap_seconds);
+    counter("deepinfer:device_passes_total", "Forward passes the device has finished.", device->passes);
+  }
   gauge("deepinfer:num_requests_running", "Sequences in the running batch.", static_cast<double>(engine.running));
   gauge("deepinfer:num_requests_waiting", "Sequences waiting to be scheduled.", static_cast<double>(engine.waiting));
   gauge("deepinfer:kv_cache_usage_perc", "Fraction of cache blocks not free (in use or held by the prefix cache).",

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/backend.h"
 #include "server/http_listener.h"
 
 namespace deepinfer::server {
@@ -45,7 +47,8 @@ class Metrics {
   // Every metric in the Prometheus text format 0.0.4; `engine` gives the gauges and engine
   // counters, `connections` the HTTP connection gauges and counters.
   std::string render(const engine::EngineStats& engine, const std::string& model_name,
-                     const ListenerStats& connections = {}) const;
+                     const ListenerStats& connections = {},
+                     const std::optional<model::DeviceTime>& device = std::nullopt) const;
 
  private:
   mutable std::mutex mutex_;

@@ -215,7 +215,8 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
         send_json(response, {{"status", "ok"}});
         return;
       case RouteKind::Metrics:
-        response.set_content(metrics_.render(model_->engine().stats(), model_->name(), listener_->stats()),
+        response.set_content(metrics_.render(model_->engine().stats(), model_->name(), listener_->stats(),
+                                             model_->model().backend().device_time()),
                              "text/plain; version=0.0.4");
         return;
     }

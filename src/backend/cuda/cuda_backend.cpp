@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <numeric>
+#include <deque>
 #include <optional>
 #include <unordered_map>
 
@@ -204,6 +205,12 @@ class CudaBackend final : public model::Backend {
   }
   ~CudaBackend() override {
     graphs_.reset();
+    for (const auto& [begin, end] : pass_events_) {
+      if (begin) cudaEventDestroy(begin);
+      if (end) cudaEventDestroy(end);
+    }
+    for (cudaEvent_t event : free_timing_events_) cudaEventDestroy(event);
+    if (last_pass_end_) cudaEventDestroy(last_pass_end_);
     free_slots_.clear();
     for (PassBank& bank : banks_)
       if (bank.done) cudaEventDestroy(bank.done);
@@ -213,6 +220,36 @@ class CudaBackend final : public model::Backend {
   std::string name() const override { return name_; }
   bool draws_tokens() const override { return true; }
   bool chains_draws() const override { return true; }
+  std::optional<model::DeviceTime> device_time() const override {
+    const std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+    const_cast<CudaBackend*>(this)->account_passes();
+    return device_time_;
+  }
+  // A pass's first and last work on the stream (timing events recorded around it), for
+  // device_time(): read once the device has done them.
+  void pass_began(cudaEvent_t begin) { pass_events_.push_back({begin, nullptr}); }
+  // end null: its event could not be recorded (a failed pass); the pass is not counted.
+  void pass_ended(cudaEvent_t end) {
+    if (pass_events_.empty() || pass_events_.back().second) return;
+    if (end) {
+      pass_events_.back().second = end;
+      return;
+    }
+    free_timing_events_.push_back(pass_events_.back().first);
+    pass_events_.pop_back();
+  }
+  void give_back_timing_event(cudaEvent_t event) { free_timing_events_.push_back(event); }
+  cudaEvent_t timing_event() {
+    account_passes();
+    if (!free_timing_events_.empty()) {
+      cudaEvent_t event = free_timing_events_.back();
+      free_timing_events_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreate(&event), "cudaEventCreate");
+    return event;
+  }
   std::unique_ptr<model::ForwardPass> begin(const model::PassShape& shape, const model::CallShape& call) const override {
     // The pass holds the backend's lock: one pass at a time, on this backend's stream.
     return std::make_unique<CudaForwardPass>(const_cast<CudaBackend&>(*this), shape, call);
@@ -359,6 +396,27 @@ class CudaBackend final : public model::Backend {
   // The sampler's buffers, apart: they follow the draws of a step (forks draw more), and a graph
   // never reads them, so their growth must not move the arena the graphs hold.
   Arena sampler_arena_;
+  // The passes whose events the device has not reached yet, oldest first, and the last one's end.
+  void account_passes() {
+    while (!pass_events_.empty()) {
+      const auto [begin, end] = pass_events_.front();
+      if (!end || cudaEventQuery(end) != cudaSuccess) break;
+      float busy_ms = 0, gap_ms = 0;
+      if (cudaEventElapsedTime(&busy_ms, begin, end) == cudaSuccess) device_time_.busy_seconds += busy_ms * 1e-3;
+      if (last_pass_end_ && cudaEventElapsedTime(&gap_ms, last_pass_end_, begin) == cudaSuccess && gap_ms > 0)
+        device_time_.gap_seconds += gap_ms * 1e-3;
+      ++device_time_.passes;
+      if (last_pass_end_) free_timing_events_.push_back(last_pass_end_);
+      free_timing_events_.push_back(begin);
+      last_pass_end_ = end;
+      pass_events_.pop_front();
+    }
+    cudaGetLastError();  // a query's cudaErrorNotReady is not an error
+  }
+  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> pass_events_;
+  std::vector<cudaEvent_t> free_timing_events_;
+  cudaEvent_t last_pass_end_ = nullptr;
+  model::DeviceTime device_time_;
   PassBank banks_[2];
   int next_bank_ = 0;
   std::mutex slots_mutex_;  // free_slots_ (a PendingDraws gives its slot back outside any pass)
@@ -390,6 +448,9 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   bank_.staging.reset(/*copying=*/mode_ != PassMode::Replay);
+  const cudaEvent_t began = backend_.timing_event();
+  check(cudaEventRecord(began, backend_.stream()), "cudaEventRecord");
+  backend_.pass_began(began);
   if (mode_ == PassMode::Capture) {
     // Relaxed: a layer state made for a sequence new to the device allocates and uploads on the
     // setup stream meanwhile (device_layer_state.h), outside the graph.
@@ -427,6 +488,10 @@ CudaForwardPass::~CudaForwardPass() {
     cudaGetLastError();  // the capture's error is this pass's, already raised
   }
   (void)cudaEventRecord(bank_.done, backend_.stream());
+  const cudaEvent_t ended = backend_.timing_event();
+  const bool recorded = cudaEventRecord(ended, backend_.stream()) == cudaSuccess;
+  if (!recorded) backend_.give_back_timing_event(ended);
+  backend_.pass_ended(recorded ? ended : nullptr);
   if (!pending_) (void)cudaStreamSynchronize(backend_.stream());
   if (mode_ == PassMode::Warmup && finished_) backend_.graphs().warmed(key_, backend_.arena().generation());
 }
