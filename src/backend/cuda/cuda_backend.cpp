@@ -205,10 +205,11 @@ class CudaBackend final : public model::Backend {
   }
   ~CudaBackend() override {
     graphs_.reset();
-    for (const auto& [begin, end] : pass_events_) {
-      if (begin) cudaEventDestroy(begin);
-      if (end) cudaEventDestroy(end);
+    for (const TimedPass& pass : pass_events_) {
+      if (pass.begin) cudaEventDestroy(pass.begin);
+      if (pass.end) cudaEventDestroy(pass.end);
     }
+    if (pass_trace_) std::fclose(pass_trace_);
     for (cudaEvent_t event : free_timing_events_) cudaEventDestroy(event);
     if (last_pass_end_) cudaEventDestroy(last_pass_end_);
     free_slots_.clear();
@@ -227,18 +228,23 @@ class CudaBackend final : public model::Backend {
   }
   // A pass's first and last work on the stream (timing events recorded around it), for
   // device_time(): read once the device has done them.
-  void pass_began(cudaEvent_t begin) { pass_events_.push_back({begin, nullptr}); }
+  void pass_began(cudaEvent_t begin, int64_t rows, PassMode mode, bool pending) {
+    pass_events_.push_back({begin, nullptr, rows, mode, pending});
+  }
   // end null: its event could not be recorded (a failed pass); the pass is not counted.
   void pass_ended(cudaEvent_t end) {
-    if (pass_events_.empty() || pass_events_.back().second) return;
+    if (pass_events_.empty() || pass_events_.back().end) return;
     if (end) {
-      pass_events_.back().second = end;
+      pass_events_.back().end = end;
       return;
     }
-    free_timing_events_.push_back(pass_events_.back().first);
+    free_timing_events_.push_back(pass_events_.back().begin);
     pass_events_.pop_back();
   }
   void give_back_timing_event(cudaEvent_t event) { free_timing_events_.push_back(event); }
+  void mark_pending() {
+    if (!pass_events_.empty()) pass_events_.back().pending = true;
+  }
   cudaEvent_t timing_event() {
     account_passes();
     if (!free_timing_events_.empty()) {
@@ -399,13 +405,17 @@ class CudaBackend final : public model::Backend {
   // The passes whose events the device has not reached yet, oldest first, and the last one's end.
   void account_passes() {
     while (!pass_events_.empty()) {
-      const auto [begin, end] = pass_events_.front();
+      const TimedPass pass = pass_events_.front();
+      const cudaEvent_t begin = pass.begin, end = pass.end;
       if (!end || cudaEventQuery(end) != cudaSuccess) break;
       float busy_ms = 0, gap_ms = 0;
       if (cudaEventElapsedTime(&busy_ms, begin, end) == cudaSuccess) device_time_.busy_seconds += busy_ms * 1e-3;
       if (last_pass_end_ && cudaEventElapsedTime(&gap_ms, last_pass_end_, begin) == cudaSuccess && gap_ms > 0)
         device_time_.gap_seconds += gap_ms * 1e-3;
       ++device_time_.passes;
+      if (pass_trace_)
+        std::fprintf(pass_trace_, "%lld %lld %s %d %.3f %.3f\n", static_cast<long long>(device_time_.passes),
+                     static_cast<long long>(pass.rows), mode_name(pass.mode), pass.pending ? 1 : 0, gap_ms, busy_ms);
       if (last_pass_end_) free_timing_events_.push_back(last_pass_end_);
       free_timing_events_.push_back(begin);
       last_pass_end_ = end;
@@ -413,7 +423,29 @@ class CudaBackend final : public model::Backend {
     }
     cudaGetLastError();  // a query's cudaErrorNotReady is not an error
   }
-  std::deque<std::pair<cudaEvent_t, cudaEvent_t>> pass_events_;
+  struct TimedPass {
+    cudaEvent_t begin = nullptr;
+    cudaEvent_t end = nullptr;
+    int64_t rows = 0;
+    PassMode mode = PassMode::Eager;
+    bool pending = false;
+  };
+  static const char* mode_name(PassMode mode) {
+    switch (mode) {
+      case PassMode::Eager: return "eager";
+      case PassMode::Warmup: return "warmup";
+      case PassMode::Capture: return "capture";
+      case PassMode::Replay: return "replay";
+    }
+    return "?";
+  }
+  std::deque<TimedPass> pass_events_;
+  // DEEPINFER_PASS_TRACE=FILE: one line per finished pass (index, rows, mode, draws left pending,
+  // the gap before it and its span in ms): where the device waited (a development tool).
+  std::FILE* pass_trace_ = [] {
+    const char* path = std::getenv("DEEPINFER_PASS_TRACE");
+    return path && *path ? std::fopen(path, "w") : nullptr;
+  }();
   std::vector<cudaEvent_t> free_timing_events_;
   cudaEvent_t last_pass_end_ = nullptr;
   model::DeviceTime device_time_;
@@ -450,7 +482,7 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
   bank_.staging.reset(/*copying=*/mode_ != PassMode::Replay);
   const cudaEvent_t began = backend_.timing_event();
   check(cudaEventRecord(began, backend_.stream()), "cudaEventRecord");
-  backend_.pass_began(began);
+  backend_.pass_began(began, rows_, mode_, false);
   if (mode_ == PassMode::Capture) {
     // Relaxed: a layer state made for a sequence new to the device allocates and uploads on the
     // setup stream meanwhile (device_layer_state.h), outside the graph.
@@ -488,6 +520,7 @@ CudaForwardPass::~CudaForwardPass() {
     cudaGetLastError();  // the capture's error is this pass's, already raised
   }
   (void)cudaEventRecord(bank_.done, backend_.stream());
+  if (pending_) backend_.mark_pending();
   const cudaEvent_t ended = backend_.timing_event();
   const bool recorded = cudaEventRecord(ended, backend_.stream()) == cudaSuccess;
   if (!recorded) backend_.give_back_timing_event(ended);

@@ -54,20 +54,27 @@ void upload_rows(const DeviceCompressorRing& ring, int64_t first, int64_t count,
   }
 }
 
+// A host copy of a layer state's whole allocation, read row by row: one transfer instead of one
+// per row (a snapshot of a 4-layer state took hundreds of small copies, milliseconds, while the
+// next step waited for the host).
+struct StateImage {
+  const std::byte* device_base = nullptr;
+  std::vector<std::byte> bytes;
+  const std::byte* at(const void* device) const {
+    return bytes.data() + (static_cast<const std::byte*>(device) - device_base);
+  }
+};
+
 // The ring's rows of positions [first, first + count), in order, into host vectors.
 void download_rows(const DeviceCompressorRing& ring, int64_t first, int64_t count, std::vector<float>& kv,
-                   std::vector<float>& gate, cudaStream_t stream) {
+                   std::vector<float>& gate, const StateImage& image) {
   const auto width = static_cast<std::size_t>(ring.width);
   kv.resize(static_cast<std::size_t>(count) * width);
   gate.resize(kv.size());
   for (int64_t i = 0; i < count; ++i) {
     const int64_t slot = (first + i) % ring.capacity;
-    check(cudaMemcpyAsync(kv.data() + i * ring.width, ring.kv + slot * ring.width, width * 4, cudaMemcpyDeviceToHost,
-                          stream),
-          "download");
-    check(cudaMemcpyAsync(gate.data() + i * ring.width, ring.gate + slot * ring.width, width * 4,
-                          cudaMemcpyDeviceToHost, stream),
-          "download");
+    std::memcpy(kv.data() + i * ring.width, image.at(ring.kv + slot * ring.width), width * 4);
+    std::memcpy(gate.data() + i * ring.width, image.at(ring.gate + slot * ring.width), width * 4);
   }
 }
 
@@ -89,11 +96,11 @@ void upload_compressor(DeviceCompressorRing& ring, const model::CompressorState&
 }
 
 void download_compressor(const DeviceCompressorRing& ring, int64_t length, model::CompressorState& host,
-                         cudaStream_t stream) {
+                         const StateImage& image) {
   const int64_t open_first = ring.entries * ring.ratio;
-  download_rows(ring, open_first, length - open_first, host.open_kv, host.open_gate, stream);
+  download_rows(ring, open_first, length - open_first, host.open_kv, host.open_gate, image);
   if (ring.overlap && ring.entries > 0) {
-    download_rows(ring, open_first - ring.ratio, ring.ratio, host.previous_kv, host.previous_gate, stream);
+    download_rows(ring, open_first - ring.ratio, ring.ratio, host.previous_kv, host.previous_gate, image);
   } else {
     host.previous_kv.clear();
     host.previous_gate.clear();
@@ -240,22 +247,28 @@ DeviceLayerState::DeviceLayerState(const model::AttentionWeights& weights, const
 }
 
 void DeviceLayerState::to_host(model::AttentionState& host, cudaStream_t stream) const {
+  StateImage image;
+  image.device_base = static_cast<const std::byte*>(memory_.data());
+  image.bytes.resize(memory_.bytes());
+  if (!image.bytes.empty())
+    check(cudaMemcpyAsync(image.bytes.data(), memory_.data(), image.bytes.size(), cudaMemcpyDeviceToHost, stream),
+          "download");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const int64_t rows = length - window_first;
   std::vector<uint8_t> stored(static_cast<std::size_t>(rows * window_row_bytes_));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t slot = (window_first + r) % window_capacity_;
-    check(cudaMemcpyAsync(stored.data() + r * window_row_bytes_, window_ring_ + slot * window_row_bytes_,
-                          static_cast<std::size_t>(window_row_bytes_), cudaMemcpyDeviceToHost, stream),
-          "download");
+    std::memcpy(stored.data() + r * window_row_bytes_, image.at(window_ring_ + slot * window_row_bytes_),
+                static_cast<std::size_t>(window_row_bytes_));
   }
-  if (compressor.present()) download_compressor(compressor, length, host.compressor, stream);
-  if (indexer.present()) download_compressor(indexer, length, host.indexer.compressor, stream);
+  if (compressor.present()) download_compressor(compressor, length, host.compressor, image);
+  if (indexer.present()) download_compressor(indexer, length, host.indexer.compressor, image);
   model::CompressedGroupState& group = host.group;
   if (latent.ratio > 0) {
     group.compressor.entry_count = latent.entries;
     if (latent.present()) {
       const int64_t first = latent.entries * latent.ratio;
-      download_rows(latent, first, length - first, group.compressor.open_kv, group.compressor.open_gate, stream);
+      download_rows(latent, first, length - first, group.compressor.open_kv, group.compressor.open_gate, image);
     } else {
       group.compressor.open_kv.clear();
       group.compressor.open_gate.clear();
@@ -263,7 +276,6 @@ void DeviceLayerState::to_host(model::AttentionState& host, cudaStream_t stream)
     group.entries.set_size(latent.entries);
     group.index_keys.set_size(latent.entries);
   }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   host.window.restore_stored(rows, stored);
   host.window_first = window_first;
 }
