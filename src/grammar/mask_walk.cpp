@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "grammar/earley.h"
+#include "grammar/slice_closed_rules.h"
 #include "grammar/text_slice.h"
 
 namespace deepinfer::grammar {
@@ -153,6 +154,16 @@ int8_t check_slice(LazyChart& chart, KeyAutomaton& automaton, const CompiledGram
   return level;
 }
 
+// Whether a rule the last column predicted takes the whole slice by itself: then the chart
+// does (those items scan every slice path whatever else the column holds), decided on the
+// grammar's rules instead of by a product walk over chart states.
+bool predicts_slice_closed_rule(const Chart& chart) {
+  SliceClosedRules& rules = chart.grammar.slice_closed_rules();
+  for (const RuleId rule : chart.columns.back().predicted)
+    if (rules.closed(rule)) return true;
+  return false;
+}
+
 void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, std::span<const Vocabulary::Node> trie, int32_t start,
                std::span<uint64_t> mask) {
   std::vector<int32_t> states(vocabulary.max_token_length() + 1);  // on the path, by depth
@@ -218,6 +229,10 @@ void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& voc
     if (chart.columns.back().accepting && vocabulary.eos() >= 0) allow(mask, vocabulary.eos());
     const int32_t start = automaton.intern(key);
     int8_t level = automaton.slice_level(start);
+    if (level == KeyAutomaton::kUnknownLevel && predicts_slice_closed_rule(chart)) {
+      level = text_slice::kLevels;
+      automaton.set_slice_level(start, level);
+    }
     if (level == KeyAutomaton::kUnknownLevel) level = check_slice(lazy, automaton, chart.grammar, start);
     if (level > 0) {
       const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
