@@ -187,6 +187,10 @@ void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, std::span<const V
 int32_t KeyAutomaton::intern(const std::string& key) {
   const auto [found, inserted] = ids_.try_emplace(key, static_cast<int32_t>(ids_.size()));
   if (inserted) {
+    // The table's room for the bound, taken once: growing it by doubling copied megabytes and
+    // touched fresh pages inside one mask walk (a 10 ms mask on the dev split), and clear()
+    // keeps it, so a grammar that outgrows the bound does not pay that again at every regrowth.
+    if (transitions_.capacity() == 0) transitions_.reserve(max_bytes_ / sizeof(int32_t));
     transitions_.resize(transitions_.size() + static_cast<std::size_t>(class_count_), kUnknown);
     slice_levels_.push_back(kUnknownLevel);
     bytes_ += 2 * key.size() + static_cast<std::size_t>(class_count_) * sizeof(int32_t) + 64;
