@@ -5,7 +5,7 @@
 // allow EOS. Prints the compile and mask percentiles. A plain main(): it takes data paths.
 //
 //   grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] [--limit N] [--json] [--verify]
-//                      [--warm] [--cpu-time]
+//                      [--warm] [--cpu-time] [--slowest N] [--schema ID]...
 //
 // --warm walks each schema's valid instances once untimed first, so the timed walk sees the
 // masks a schema's earlier requests left in its cache (a schema every request of a client sends).
@@ -13,6 +13,9 @@
 // (slow: every step costs a full walk).
 // --cpu-time times compiles and masks by the thread's CPU clock instead of the wall clock: on a
 // shared machine the wall clock's tail is mostly other processes' time slices (a 4 ms tick).
+// --slowest N prints the N slowest masks after the summary (to stderr), each with its schema
+// (split and id), instance, step and the last bytes of the output before it: where the tail is.
+// --schema ID (repeatable) runs only the schemas with that id (to profile the slowest ones).
 //
 // Defaults: ../shared/structured/jsonschemabench_dev.jsonl.xz beside the checkout, the bundled
 // DeepSeek-V4.1 tokenizer, every schema.
@@ -47,11 +50,13 @@ struct Options {
   bool verify = false;
   bool warm = false;
   bool cpu_time = false;
+  int64_t slowest = 0;
+  std::vector<std::string> only;  // schema ids; empty: every schema
 };
 
 [[noreturn]] void usage(const std::string& message) {
   std::fprintf(stderr, "grammar_mask_bench: %s\nusage: grammar_mask_bench [--dev FILE.jsonl.xz] [--tokenizer FILE] "
-                       "[--limit N] [--json] [--verify] [--warm] [--cpu-time]\n", message.c_str());
+                       "[--limit N] [--json] [--verify] [--warm] [--cpu-time] [--slowest N] [--schema ID]...\n", message.c_str());
   std::exit(2);
 }
 
@@ -70,6 +75,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "--verify") o.verify = true;
     else if (flag == "--warm") o.warm = true;
     else if (flag == "--cpu-time") o.cpu_time = true;
+    else if (flag == "--slowest") o.slowest = std::atoll(value().c_str());
+    else if (flag == "--schema") o.only.push_back(value());
     else usage("unknown option " + flag);
   }
   return o;
@@ -83,6 +90,20 @@ double now_us(const Options& o) {
     return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
   }
   return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
+
+// A timed mask and where it was taken, for --slowest.
+struct SlowMask {
+  double us;
+  std::string schema;  // split/id
+  int64_t instance, step;
+  std::string before;  // the output's last bytes before the mask
+};
+
+// The output's last `n` bytes, printable: JSON escapes for the rest.
+std::string tail_of(const std::string& text, std::size_t n) {
+  const std::string tail = text.size() > n ? text.substr(text.size() - n) : text;
+  return nlohmann::json(tail).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 double percentile(std::vector<double>& sorted, double q) {
@@ -100,6 +121,7 @@ int run(const Options& o) {
   int64_t schemas = 0, compiled = 0, instances = 0, accepted = 0;
   std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary->size() + 63) / 64)), walked(mask.size());
   int64_t hits = 0, misses = 0;
+  std::vector<SlowMask> slowest;  // a heap on us, least first, at most o.slowest
   std::string line;
   char buffer[1 << 16];
   while (o.limit == 0 || schemas < o.limit) {
@@ -110,6 +132,8 @@ int run(const Options& o) {
     }
     if (line.empty()) break;
     const ojson record = ojson::parse(line);
+    if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), record["id"].get<std::string>()) == o.only.end())
+      continue;
     ++schemas;
     const double start = now_us(o);
     std::shared_ptr<const deepinfer::grammar::CompiledGrammar> grammar;
@@ -121,12 +145,27 @@ int run(const Options& o) {
     compile_ms.push_back((now_us(o) - start) / 1e3);
     ++compiled;
     // One valid instance token by token; `timed`: its masks count.
-    const auto walk = [&](const ojson& instance, bool timed) {
+    const auto walk = [&](const ojson& instance, int64_t instance_index, bool timed) {
       deepinfer::grammar::Matcher matcher(grammar, vocabulary);
+      std::string output;
+      int64_t step = 0;
       const auto timed_mask = [&] {
         const double begin = now_us(o);
         matcher.fill_mask(mask);
-        if (timed) mask_us.push_back(now_us(o) - begin);
+        const double us = now_us(o) - begin;
+        if (timed) mask_us.push_back(us);
+        if (timed && o.slowest > 0 &&
+            (static_cast<int64_t>(slowest.size()) < o.slowest || us > slowest.front().us)) {
+          const auto less = [](const SlowMask& a, const SlowMask& b) { return a.us > b.us; };
+          if (static_cast<int64_t>(slowest.size()) == o.slowest) {
+            std::pop_heap(slowest.begin(), slowest.end(), less);
+            slowest.pop_back();
+          }
+          slowest.push_back({us, record["split"].get<std::string>() + "/" + record["id"].get<std::string>(),
+                             instance_index, step, tail_of(output, 60)});
+          std::push_heap(slowest.begin(), slowest.end(), less);
+        }
+        ++step;
         if (o.verify) {
           matcher.fill_mask(walked, /*cached=*/false);
           if (walked != mask) deepinfer::fail("a cached mask differs from the walk (schema ", schemas, ")");
@@ -135,14 +174,16 @@ int run(const Options& o) {
       for (const int32_t id : tokenizer.encode_plain(instance.dump())) {
         timed_mask();
         if (!((mask[static_cast<std::size_t>(id) / 64] >> (id % 64)) & 1) || !matcher.accept_token(id)) return false;
+        output += vocabulary->bytes(id);
       }
       timed_mask();  // the step that must allow EOS
       return true;
     };
     for (int pass = o.warm ? 0 : 1; pass < 2; ++pass)
-      for (const ojson& test : record["tests"]) {
+      for (std::size_t t = 0; t < record["tests"].size(); ++t) {
+        const ojson& test = record["tests"][t];
         if (!test["valid"].get<bool>()) continue;
-        const bool ok = walk(test["data"], pass == 1);
+        const bool ok = walk(test["data"], static_cast<int64_t>(t), pass == 1);
         if (pass == 1) {
           ++instances;
           accepted += ok;
@@ -179,6 +220,10 @@ int run(const Options& o) {
     std::printf("mask us:    p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", percentile(mask_us, 0.5),
                 percentile(mask_us, 0.99), percentile(mask_us, 0.999), mask_us.empty() ? 0.0 : mask_us.back());
   }
+  std::sort(slowest.begin(), slowest.end(), [](const SlowMask& a, const SlowMask& b) { return a.us > b.us; });
+  for (const SlowMask& m : slowest)
+    std::fprintf(stderr, "%10.1f us  %s  test %lld step %lld  after %s\n", m.us, m.schema.c_str(),
+                 static_cast<long long>(m.instance), static_cast<long long>(m.step), m.before.c_str());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "grammar/mask_walk.h"
+#include "grammar/slice_closed_rules.h"
 
 namespace deepinfer::grammar {
 
@@ -11,12 +12,13 @@ namespace deepinfer::grammar {
 
 int64_t CompiledGrammar::table_bytes(const Grammar& grammar) {
   // A slot per symbol and one per production end (size() counts both), each a Next and a lhs;
-  // a production's first slot and a rule's vector and nullable flag.
+  // a production's first slot and a rule's vector and nullable flag, and its two bytes in
+  // SliceClosedRules once a mask walk asks.
   int64_t productions = 0;
   for (RuleId r = 0; r < grammar.rule_count(); ++r) productions += static_cast<int64_t>(grammar.alternatives(r).size());
   return grammar.size() * static_cast<int64_t>(sizeof(Next) + sizeof(RuleId)) +
          productions * static_cast<int64_t>(sizeof(uint32_t)) +
-         grammar.rule_count() * static_cast<int64_t>(sizeof(std::vector<uint32_t>) + 1);
+         grammar.rule_count() * static_cast<int64_t>(sizeof(std::vector<uint32_t>) + 3);
 }
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, const CompileLimits& limits) : grammar_(std::move(grammar)) {
@@ -62,6 +64,7 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, const CompileLimits& limits) :
       if (!met) edges.push_back({static_cast<uint8_t>(b), static_cast<int8_t>(to)});
     }
   automaton_ = std::make_unique<KeyAutomaton>(class_count_);
+  slice_closed_rules_ = std::make_unique<SliceClosedRules>(*this);
 }
 
 // A rule is nullable when one alternative is all nullable rules. By worklist, linear in the

@@ -20,6 +20,7 @@
 namespace deepinfer::grammar {
 
 class KeyAutomaton;
+class SliceClosedRules;
 
 // Every production gets length + 1 slots, one per dot position, so a slot number alone names an
 // item's production and dot; slot_next says what the dot is before.
@@ -73,6 +74,9 @@ class CompiledGrammar {
   void store_mask(const Vocabulary* vocabulary, const std::string& key, std::span<const uint64_t> mask) const;
   // The chart-key automaton the cached walk builds as it goes, shared like the masks.
   KeyAutomaton& automaton() const { return *automaton_; }
+  // Which rules take the whole plain-text slice by themselves (slice_closed_rules.h), decided as
+  // mask walks ask.
+  SliceClosedRules& slice_closed_rules() const { return *slice_closed_rules_; }
 
  private:
   void compute_nullable(const CompileLimits& limits);
@@ -95,6 +99,7 @@ class CompiledGrammar {
   std::array<std::vector<SliceEdge>, text_slice::kStates> slice_edges_;
   mutable MaskCache mask_cache_;
   std::unique_ptr<KeyAutomaton> automaton_;
+  std::unique_ptr<SliceClosedRules> slice_closed_rules_;
 };
 
 struct Item {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "grammar/earley.h"
+#include "grammar/slice_closed_rules.h"
 #include "grammar/text_slice.h"
 
 namespace deepinfer::grammar {
@@ -153,6 +154,16 @@ int8_t check_slice(LazyChart& chart, KeyAutomaton& automaton, const CompiledGram
   return level;
 }
 
+// Whether a rule the last column predicted takes the whole slice by itself: then the chart
+// does (those items scan every slice path whatever else the column holds), decided on the
+// grammar's rules instead of by a product walk over chart states.
+bool predicts_slice_closed_rule(const Chart& chart) {
+  SliceClosedRules& rules = chart.grammar.slice_closed_rules();
+  for (const RuleId rule : chart.columns.back().predicted)
+    if (rules.closed(rule)) return true;
+  return false;
+}
+
 void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, std::span<const Vocabulary::Node> trie, int32_t start,
                std::span<uint64_t> mask) {
   std::vector<int32_t> states(vocabulary.max_token_length() + 1);  // on the path, by depth
@@ -176,6 +187,10 @@ void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, std::span<const V
 int32_t KeyAutomaton::intern(const std::string& key) {
   const auto [found, inserted] = ids_.try_emplace(key, static_cast<int32_t>(ids_.size()));
   if (inserted) {
+    // The table's room for the bound, taken once: growing it by doubling copied megabytes and
+    // touched fresh pages inside one mask walk (a 10 ms mask on the dev split), and clear()
+    // keeps it, so a grammar that outgrows the bound does not pay that again at every regrowth.
+    if (transitions_.capacity() == 0) transitions_.reserve(max_bytes_ / sizeof(int32_t));
     transitions_.resize(transitions_.size() + static_cast<std::size_t>(class_count_), kUnknown);
     slice_levels_.push_back(kUnknownLevel);
     bytes_ += 2 * key.size() + static_cast<std::size_t>(class_count_) * sizeof(int32_t) + 64;
@@ -218,6 +233,10 @@ void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& voc
     if (chart.columns.back().accepting && vocabulary.eos() >= 0) allow(mask, vocabulary.eos());
     const int32_t start = automaton.intern(key);
     int8_t level = automaton.slice_level(start);
+    if (level == KeyAutomaton::kUnknownLevel && predicts_slice_closed_rule(chart)) {
+      level = text_slice::kLevels;
+      automaton.set_slice_level(start, level);
+    }
     if (level == KeyAutomaton::kUnknownLevel) level = check_slice(lazy, automaton, chart.grammar, start);
     if (level > 0) {
       const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
