@@ -86,14 +86,16 @@ bool StepExecutor::can_chain(const StepPlan& plan) const {
   if (!previous.issued_pending || previous.error || !previous.pending || !previous.forks.empty()) return false;
   if (plan.sequences.empty() || !plan.dropped.empty() || !plan.forks.empty()) return false;
   for (const ScheduledSequence& scheduled : plan.sequences) {
-    if (scheduled.starts || scheduled.restore != kNoSnapshot ||
-        !scheduled.needs_logits || scheduled.tokens.size() != 1 || scheduled.tokens.front() != kPendingToken)
-      return false;
-    if (previous.draw_of(scheduled.id, scheduled.epoch) < 0) return false;
+    // A restore reads the snapshot store, which finishing the computing step writes.
+    if (scheduled.restore != kNoSnapshot) return false;
+    if (next_prompt_score_.contains(scheduled.id.request)) return false;
+    const auto pending = std::find(scheduled.tokens.begin(), scheduled.tokens.end(), kPendingToken);
+    if (pending == scheduled.tokens.end()) continue;  // a prompt chunk: every id is known
+    // The next token of a sequence the computing step draws for.
+    if (scheduled.tokens.size() != 1 || previous.draw_of(scheduled.id, scheduled.epoch) < 0) return false;
     const auto sequence = sequences_.find(scheduled.id);
     // A matcher's next mask (or its trigger) depends on the token being drawn.
     if (sequence == sequences_.end() || !sequence->second.state || sequence->second.matcher) return false;
-    if (next_prompt_score_.contains(scheduled.id.request)) return false;
     const SamplingParams& params = requests_.at(scheduled.id.request)->params;
     // Penalties count the token being drawn.
     if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f || params.repetition_penalty != 1.0f)

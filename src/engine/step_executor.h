@@ -85,10 +85,11 @@ class StepExecutor {
   // A step after every issued one; when one is still in flight, `plan` must be chained on it.
   void prepare(const StepPlan& plan);
   // True when `plan` can be prepared and issued while the one step in flight computes: every item
-  // is the next token of a sequence that step draws for, with nothing that needs that token on the
-  // host first (a grammar's mask, repetition penalties, Engram's hashes, prompt scoring), and
-  // neither step forks, restores a snapshot or drops a sequence. (Snapshots are taken between the
-  // two: Model::begin_snapshot when the first is issued.)
+  // is a prompt chunk (its ids known) or the next token of a sequence that step draws for, with
+  // nothing that needs that token on the host first (a grammar's mask, repetition penalties,
+  // Engram's hashes); no item scores its prompt or restores a snapshot, and neither step forks or
+  // drops a sequence. (Snapshots are taken between the two: Model::begin_snapshot when the first
+  // is issued.)
   bool can_chain(const StepPlan& plan) const;
   // Starts the latest prepared step. Never throws: an error is kept and thrown by collect().
   void issue();

@@ -5,6 +5,7 @@
 // its draws pending, it hands them out through a PendingDraws that also stands for their copy on
 // the device, which a pass chained on it reads for its rows that name a draw (embed's from_draw).
 // Draws with penalties or a grammar mask are refused: these tests send none.
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <vector>
@@ -23,10 +24,12 @@ class ChainingCpuBackend final : public model::Backend {
   bool draws_tokens() const override { return true; }
   bool chains_draws() const override { return true; }
   int64_t chained_rows() const { return chained_rows_; }
+  int64_t mixed_passes() const { return mixed_passes_; }
 
  private:
   friend class ChainingPass;
   mutable int64_t chained_rows_ = 0;  // rows whose token came from a draw
+  mutable int64_t mixed_passes_ = 0;  // passes with rows from draws and prompt rows beside them
 };
 
 class ChainedDraws final : public model::PendingDraws {
@@ -54,6 +57,8 @@ class ChainingPass final : public model::ForwardPass {
   void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
              const model::PendingDraws* draw_source) override {
     ids_.assign(tokens.begin(), tokens.end());
+    const auto drawn_rows = std::count_if(from_draw.begin(), from_draw.end(), [](int32_t draw) { return draw >= 0; });
+    if (drawn_rows > 0 && static_cast<std::size_t>(drawn_rows) < tokens.size()) ++backend_.mixed_passes_;
     for (std::size_t t = 0; t < from_draw.size(); ++t) {
       if (from_draw[t] < 0) continue;
       const auto* source = dynamic_cast<const ChainedDraws*>(draw_source);
