@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/token_history.h"
+#include "forwarding_pass.h"
 #include "model/backend.h"
 
 namespace deepinfer::engine::testing {
@@ -49,10 +50,10 @@ class ChainedDraws final : public model::PendingDraws {
   std::vector<model::DrawnToken> drawn_;
 };
 
-class ChainingPass final : public model::ForwardPass {
+class ChainingPass final : public ForwardingPass {
  public:
   ChainingPass(std::unique_ptr<model::ForwardPass> inner, const ChainingCpuBackend& backend)
-      : inner_(std::move(inner)), backend_(backend) {}
+      : ForwardingPass(std::move(inner)), backend_(backend) {}
 
   void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
              const model::PendingDraws* draw_source) override {
@@ -66,38 +67,19 @@ class ChainingPass final : public model::ForwardPass {
       ids_[t] = source->token(from_draw[t]);
       ++backend_.chained_rows_;
     }
-    inner_->embed(table, ids_, {}, nullptr);
-  }
-  void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override {
-    inner_->engram(engram, index, hash_ids);
-  }
-  void enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) override {
-    inner_->enter_site(hc, norm);
-  }
-  void attention(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments) override {
-    inner_->attention(weights, segments);
+    inner().embed(table, ids_, {}, nullptr);
   }
   // Hash routing reads the rows' ids: the resolved ones, as the device's are.
   void moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
            std::vector<model::Routing>* routing) override {
-    inner_->moe(weights, token_ids.size() == ids_.size() ? std::span<const int32_t>(ids_) : token_ids, routing);
-  }
-  void exit_site() override { inner_->exit_site(); }
-  void drop_front_rows(int64_t rows) override { inner_->drop_front_rows(rows); }
-  void restart_window(model::AttentionState& state, int64_t first_position) override {
-    inner_->restart_window(state, first_position);
-  }
-  void read_streams(std::span<float> out) override { inner_->read_streams(out); }
-  void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
-            std::vector<float>* hidden) override {
-    inner_->head(weights, rows, logits, hidden);
+    inner().moe(weights, token_ids.size() == ids_.size() ? std::span<const int32_t>(ids_) : token_ids, routing);
   }
   void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                  std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
                  const std::function<void()>* before_read, std::unique_ptr<model::PendingDraws>* pending) override {
     const auto vocab = static_cast<std::size_t>(weights.head->rows);
     std::vector<float> logits(rows.size() * vocab);
-    inner_->head(weights, rows, logits.data(), nullptr);
+    inner().head(weights, rows, logits.data(), nullptr);
     if (before_read) (*before_read)();
     std::vector<model::DrawnToken> out(draws.size());
     for (std::size_t i = 0; i < draws.size(); ++i) {
@@ -126,7 +108,6 @@ class ChainingPass final : public model::ForwardPass {
   }
 
  private:
-  std::unique_ptr<model::ForwardPass> inner_;
   const ChainingCpuBackend& backend_;
   std::vector<int32_t> ids_;
 };

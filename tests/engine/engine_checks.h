@@ -1,10 +1,14 @@
 #pragma once
 // What the engine tests share besides the model: random prompts over the tiny vocabulary, a
-// bit-for-bit comparison of generated (or scored) tokens, and the check that an idle engine holds
-// no block.
+// choice's stream read to its end, a bit-for-bit comparison of generated (or scored) tokens, and
+// the check that an idle engine holds no block.
+#include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -17,6 +21,55 @@ inline std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t length) {
   std::uniform_int_distribution<int32_t> id(2, 511);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < length; ++i) out.push_back(id(rng));
+  return out;
+}
+
+// A one-choice stream read to its end.
+struct Answer {
+  std::vector<GeneratedToken> tokens;
+  FinishReason finish = FinishReason::Error;
+  std::string error;
+  int64_t cached_tokens = 0;  // the most any event reported
+};
+
+inline Answer read_answer(RequestStream& stream) {
+  Answer out;
+  while (true) {
+    std::optional<StreamEvent> event = stream.next(std::chrono::seconds(120));
+    if (!event) throw std::runtime_error("no event within 120 s");
+    for (GeneratedToken& token : event->tokens) out.tokens.push_back(std::move(token));
+    out.cached_tokens = std::max(out.cached_tokens, event->cached_tokens);
+    if (event->finish) {
+      out.finish = *event->finish;
+      out.error = event->error;
+      return out;
+    }
+  }
+}
+
+// Every choice of a stream read to its end: answer c holds choice c's tokens (their events
+// interleave with the other choices' in an order that depends on timing).
+inline std::vector<Answer> read_choices(RequestStream& stream, int32_t choices) {
+  std::vector<Answer> out(static_cast<std::size_t>(choices));
+  int32_t open = choices;
+  while (open > 0) {
+    std::optional<StreamEvent> event = stream.next(std::chrono::seconds(120));
+    if (!event) throw std::runtime_error("no event within 120 s");
+    Answer& answer = out.at(static_cast<std::size_t>(event->choice));
+    for (GeneratedToken& token : event->tokens) answer.tokens.push_back(std::move(token));
+    answer.cached_tokens = std::max(answer.cached_tokens, event->cached_tokens);
+    if (event->finish) {
+      answer.finish = *event->finish;
+      answer.error = event->error;
+      --open;
+    }
+  }
+  return out;
+}
+
+inline std::vector<int32_t> ids(const Answer& answer) {
+  std::vector<int32_t> out;
+  for (const GeneratedToken& token : answer.tokens) out.push_back(token.token);
   return out;
 }
 

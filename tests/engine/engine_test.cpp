@@ -23,26 +23,14 @@ using testing::random_prompt;
 using testing::same_bits;
 using testing::tiny_v4;
 
-struct Output {
-  std::vector<GeneratedToken> tokens;
-  FinishReason finish = FinishReason::Error;
-  int64_t cached_tokens = 0;
-};
+using Output = testing::Answer;
+using testing::ids;
 
-// Reads a one-choice stream to its end.
+// Reads a one-choice stream to its end; an Error ends the test.
 Output collect(RequestStream& stream) {
-  Output out;
-  while (true) {
-    std::optional<StreamEvent> event = stream.next(std::chrono::seconds(60));
-    if (!event) throw std::runtime_error("no event within 60 s");
-    for (GeneratedToken& token : event->tokens) out.tokens.push_back(std::move(token));
-    out.cached_tokens = std::max(out.cached_tokens, event->cached_tokens);
-    if (event->finish) {
-      out.finish = *event->finish;
-      if (*event->finish == FinishReason::Error) throw std::runtime_error(event->error);
-      return out;
-    }
-  }
+  Output out = testing::read_answer(stream);
+  if (out.finish == FinishReason::Error) throw std::runtime_error(out.error);
+  return out;
 }
 
 GenerationRequest greedy(Tokens prompt, int64_t max_tokens) {
@@ -66,12 +54,6 @@ Tokens solo_greedy(const Tokens& prompt, int64_t max_tokens) {
     out.push_back(next);
     if (step + 1 < max_tokens) model.forward(sequence, std::span(&next, 1), logits, model::LogitRows::Last);
   }
-  return out;
-}
-
-Tokens ids(const Output& output) {
-  Tokens out;
-  for (const GeneratedToken& token : output.tokens) out.push_back(token.token);
   return out;
 }
 

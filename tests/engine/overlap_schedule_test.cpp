@@ -20,30 +20,12 @@
 namespace deepinfer::engine {
 namespace {
 
+using testing::Answer;
 using testing::ChainingCpuBackend;
 using testing::random_prompt;
+using testing::read_answer;
 using testing::same_bits;
 using testing::small_options;
-
-struct Answer {
-  std::vector<GeneratedToken> tokens;
-  FinishReason finish = FinishReason::Error;
-  std::string error;
-};
-
-Answer read_answer(RequestStream& stream) {
-  Answer out;
-  while (true) {
-    std::optional<StreamEvent> event = stream.next(std::chrono::seconds(120));
-    if (!event) throw std::runtime_error("no event within 120 s");
-    out.tokens.insert(out.tokens.end(), event->tokens.begin(), event->tokens.end());
-    if (event->finish) {
-      out.finish = *event->finish;
-      out.error = event->error;
-      return out;
-    }
-  }
-}
 
 // A mix of greedy and seeded sampled requests, some with logprobs.
 std::vector<GenerationRequest> mixed_requests(int count, uint32_t seed) {
@@ -67,8 +49,10 @@ std::vector<Answer> run_all(const model::Model& model, const EngineOptions& opti
   Engine engine(model, options);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const GenerationRequest& request : requests) streams.push_back(engine.submit(request));
-  std::vector<Answer> answers;
-  for (const auto& stream : streams) answers.push_back(read_answer(*stream));
+  std::vector<Answer> answers;  // every choice of every request, in order
+  for (std::size_t r = 0; r < streams.size(); ++r)
+    for (Answer& choice : testing::read_choices(*streams[r], requests[r].sampling.n))
+      answers.push_back(std::move(choice));
   if (stats) *stats = engine.stats();
   testing::expect_everything_returned(engine);
   return answers;
@@ -77,8 +61,8 @@ std::vector<Answer> run_all(const model::Model& model, const EngineOptions& opti
 void expect_same_answers(const std::vector<Answer>& got, const std::vector<Answer>& expected) {
   ASSERT_EQ(got.size(), expected.size());
   for (std::size_t r = 0; r < got.size(); ++r) {
-    EXPECT_TRUE(same_bits(got[r].tokens, expected[r].tokens)) << "request " << r;
-    EXPECT_EQ(got[r].finish, expected[r].finish) << "request " << r << ": " << got[r].error;
+    EXPECT_TRUE(same_bits(got[r].tokens, expected[r].tokens)) << "answer " << r;
+    EXPECT_EQ(got[r].finish, expected[r].finish) << "answer " << r << ": " << got[r].error;
   }
 }
 
@@ -86,9 +70,9 @@ TEST(OverlapScheduleTest, ChainedStepsGiveThePlainEnginesTokens) {
   std::vector<GenerationRequest> requests = mixed_requests(16, 7);
   const model::Model reference = testing::load_tiny_v4();  // the plain CPU backend
   // Every other request stops early: at a token its free answer draws halfway through.
-  const std::vector<Answer> free = run_all(reference, small_options(), requests);
+  const std::vector<Answer> unstopped = run_all(reference, small_options(), requests);
   for (std::size_t r = 1; r < requests.size(); r += 2)
-    requests[r].sampling.stop_token_ids = {free[r].tokens[free[r].tokens.size() / 2].token};
+    requests[r].sampling.stop_token_ids = {unstopped[r].tokens[unstopped[r].tokens.size() / 2].token};
   const std::vector<Answer> expected = run_all(reference, small_options(), requests);
 
   model::Model model = testing::load_tiny_v4();

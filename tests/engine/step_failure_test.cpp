@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine_checks.h"
+#include "forwarding_pass.h"
 #include "tiny_model.h"
 #include "model/backend.h"
 #include "model/model.h"
@@ -24,40 +25,15 @@ using Tokens = std::vector<int32_t>;
 
 // The inner pass, except that its third attention layer throws, leaving the call's sequences
 // partly advanced as a real failure would.
-class FailingPass final : public model::ForwardPass {
+class FailingPass final : public testing::ForwardingPass {
  public:
-  explicit FailingPass(std::unique_ptr<model::ForwardPass> inner) : inner_(std::move(inner)) {}
-  void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
-             const model::PendingDraws* draw_source) override {
-    inner_->embed(table, tokens, from_draw, draw_source);
-  }
-  void engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) override {
-    inner_->engram(engram, index, hash_ids);
-  }
-  void enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) override {
-    inner_->enter_site(hc, norm);
-  }
+  using ForwardingPass::ForwardingPass;
   void attention(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments) override {
     if (++layers_ == 3) fail("injected: out of memory on the device");
-    inner_->attention(weights, segments);
-  }
-  void moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
-           std::vector<model::Routing>* routing) override {
-    inner_->moe(weights, token_ids, routing);
-  }
-  void exit_site() override { inner_->exit_site(); }
-  void drop_front_rows(int64_t rows) override { inner_->drop_front_rows(rows); }
-  void restart_window(model::AttentionState& state, int64_t first_position) override {
-    inner_->restart_window(state, first_position);
-  }
-  void read_streams(std::span<float> out) override { inner_->read_streams(out); }
-  void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
-            std::vector<float>* hidden) override {
-    inner_->head(weights, rows, logits, hidden);
+    inner().attention(weights, segments);
   }
 
  private:
-  std::unique_ptr<model::ForwardPass> inner_;
   int layers_ = 0;
 };
 
@@ -78,25 +54,9 @@ class FailingBackend final : public model::Backend {
   mutable std::atomic<bool> failed_{false};
 };
 
-struct Outcome {
-  Tokens tokens;
-  FinishReason finish = FinishReason::Error;
-  std::string error;
-};
-
-Outcome read_all(RequestStream& stream) {
-  Outcome out;
-  while (true) {
-    std::optional<StreamEvent> event = stream.next(std::chrono::seconds(60));
-    if (!event) throw std::runtime_error("no event within 60 s");
-    for (const GeneratedToken& token : event->tokens) out.tokens.push_back(token.token);
-    if (event->finish) {
-      out.finish = *event->finish;
-      out.error = event->error;
-      return out;
-    }
-  }
-}
+using testing::Answer;
+using testing::ids;
+using testing::read_answer;
 
 GenerationRequest greedy(Tokens prompt, int64_t max_tokens) {
   GenerationRequest request;
@@ -120,8 +80,8 @@ TEST(StepFailureTest, EndsOnlyTheFailedStepsRequests) {
   Tokens expected_second, expected_third;
   {
     Engine engine(reference, options);
-    expected_second = read_all(*engine.submit(second)).tokens;
-    expected_third = read_all(*engine.submit(third)).tokens;
+    expected_second = ids(read_answer(*engine.submit(second)));
+    expected_third = ids(read_answer(*engine.submit(third)));
   }
 
   model::Model model = testing::load_tiny_v4();
@@ -130,19 +90,19 @@ TEST(StepFailureTest, EndsOnlyTheFailedStepsRequests) {
   Engine engine(model, options);
   const std::shared_ptr<RequestStream> first_stream = engine.submit(first);
   const std::shared_ptr<RequestStream> second_stream = engine.submit(second);
-  const Outcome failed = read_all(*first_stream);
+  const Answer failed = read_answer(*first_stream);
   EXPECT_TRUE(failing->failed());
   EXPECT_EQ(failed.finish, FinishReason::Error);
   EXPECT_NE(failed.error.find("injected: out of memory on the device"), std::string::npos) << failed.error;
   // The prompt's call (length 12) and the decodes to lengths 13 .. 17 each gave a token.
   EXPECT_EQ(failed.tokens.size(), 6u);
 
-  const Outcome waited = read_all(*second_stream);
+  const Answer waited = read_answer(*second_stream);
   EXPECT_EQ(waited.finish, FinishReason::Length) << waited.error;
-  EXPECT_EQ(waited.tokens, expected_second);
-  const Outcome later = read_all(*engine.submit(third));
+  EXPECT_EQ(ids(waited), expected_second);
+  const Answer later = read_answer(*engine.submit(third));
   EXPECT_EQ(later.finish, FinishReason::Length) << later.error;
-  EXPECT_EQ(later.tokens, expected_third);
+  EXPECT_EQ(ids(later), expected_third);
 
   EXPECT_EQ(engine.stats().failed_steps, 1);
   testing::expect_everything_returned(engine);
