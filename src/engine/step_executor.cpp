@@ -350,9 +350,7 @@ void StepExecutor::compute_drawing(Prepared& prepared, bool issue_only) {
     return;
   }
   model_.forward_batch_draw(batch, draws, prepared.drawn, attach_masks);
-  run_forks(prepared);
-  begin_snapshots(prepared);
-  finish_snapshots(prepared);
+  run_forks_and_snapshots(prepared);
   take_drawn(prepared);
 }
 
@@ -418,9 +416,7 @@ void StepExecutor::compute_on_host(Prepared& prepared) {
   std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
   model_.forward_batch(batch);
   const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
-  run_forks(prepared);
-  begin_snapshots(prepared);
-  finish_snapshots(prepared);
+  run_forks_and_snapshots(prepared);
   sample_rows(prepared, masks);
 }
 
@@ -435,6 +431,12 @@ void StepExecutor::run_forks(Prepared& prepared) {
     child.state->pages.blocks = fork.block_table;
     model_.restore_snapshot(*child.state, model_.save_snapshot(parent));
   }
+}
+
+void StepExecutor::run_forks_and_snapshots(Prepared& prepared) {
+  run_forks(prepared);
+  begin_snapshots(prepared);
+  finish_snapshots(prepared);
 }
 
 void StepExecutor::begin_snapshots(Prepared& prepared) {

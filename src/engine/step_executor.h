@@ -215,6 +215,8 @@ class StepExecutor {
   void run_forks(Prepared& prepared);
   void begin_snapshots(Prepared& prepared);
   void finish_snapshots(Prepared& prepared);
+  // All three at once: a step whose pass is done (computed to the end, not left pending).
+  void run_forks_and_snapshots(Prepared& prepared);
   void sample_rows(Prepared& prepared, const std::vector<RowMask>& masks);
   // prepared.tokens from the backend's draws.
   void take_drawn(Prepared& prepared);
