@@ -170,8 +170,10 @@ void register_all() {
   const Shape shapes[] = {{4096, 4096, 1}, {2048, 4096, 1}, {4096, 4096, 64}};
   const std::pair<WeightEncoding, const char*> encodings[] = {
       {WeightEncoding::BF16, "bf16"}, {WeightEncoding::FP8_E4M3, "fp8_128x128"}, {WeightEncoding::FP4_E2M1, "fp4_g32"}};
-  std::vector<std::pair<LinearPath, const char*>> paths = {{LinearPath::Portable, "portable"}};
-  if (deepinfer::kernels::cpu::linear_path_available(LinearPath::Avx2)) paths.push_back({LinearPath::Avx2, "avx2"});
+  std::vector<std::pair<LinearPath, const char*>> paths;
+  for (auto path : {LinearPath::Portable, LinearPath::Avx2, LinearPath::Avx512})
+    if (deepinfer::kernels::cpu::linear_path_available(path))
+      paths.push_back({path, deepinfer::kernels::cpu::linear_path_name(path)});
   for (int threads : {1, all_threads()}) {
     benchmark::RegisterBenchmark(("memory_read/1GiB/threads:" + std::to_string(threads)).c_str(), bench_memory_read, threads)
         ->UseRealTime()

@@ -20,11 +20,12 @@ using cpu::LinearPath;
 
 std::vector<LinearPath> available_paths() {
   std::vector<LinearPath> paths{LinearPath::Portable};
-  if (cpu::linear_path_available(LinearPath::Avx2)) paths.push_back(LinearPath::Avx2);
+  for (auto path : {LinearPath::Avx2, LinearPath::Avx512})
+    if (cpu::linear_path_available(path)) paths.push_back(path);
   return paths;
 }
 
-const char* path_name(LinearPath path) { return path == LinearPath::Avx2 ? "avx2" : "portable"; }
+const char* path_name(LinearPath path) { return cpu::linear_path_name(path); }
 
 // A weight matrix with its bytes and scales stored `misalign` bytes past an aligned address, the
 // way safetensors offsets leave them.

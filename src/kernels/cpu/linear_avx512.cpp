@@ -1,0 +1,566 @@
+// AVX-512 (F, BW, VL, DQ) linear kernel, picked at run time on CPUs that have it.
+//
+// Why its own path: at decode (1 to 3 tokens) a linear is a stream of weight bytes, and the AVX2
+// path's decode into an L1 panel plus a reload per FMA cannot keep up with DRAM on one core
+// (docs/BENCHMARKS.md: FP8 at 15%, FP4 at 7% of the read bandwidth). Here a few tokens take the
+// STREAMING kernel: each 16-column chunk of a weight row is decoded into a register and used at
+// once by every token, the row's accumulators stay in registers for the whole row, and nothing is
+// stored. Four or more tokens take the PANEL kernel: a 16-row x 256-column panel is decoded once
+// into L1 and swept by 4-row x 6-token micro-kernels (24 accumulators), which is FMA-bound.
+//
+// Why f32 activations: the BF16 dot-product and VNNI instructions would round the activations to
+// BF16 or int8 first, which changes results by more than the reduction order; this path keeps the
+// same numerics as the AVX2 and portable ones (exactly decoded weights times f32 activations).
+//
+// Batch invariance: every y[t, r] is reduced in one order that depends only on `cols`: one
+// 16-lane accumulator, lane j summing x[t, c] * w[r, c] for c = 16k + j in increasing k by FMA
+// (the last partial chunk zero-padded on both sides), then a fixed horizontal sum. The streaming
+// and the panel kernel perform exactly these operations (the panel stores and reloads its
+// accumulators exactly between panels), so which kernel, which row group, which thread and how
+// many tokens are in the call never change a bit. Results differ from the AVX2 path's (8 lanes)
+// by rounding only.
+//
+// Decoding gives exactly the scalar decoders' value times the scale (core/float_formats.h):
+//   BF16  zero-extend to 32 bits and shift into the high half;
+//   FP8   e4m3 bits moved into an f16 (same mantissa, exponent bias 15 instead of 7, so the value
+//         is w / 256 exactly), S.1111.111 forced to an f16 NaN, converted, times 256 * scale:
+//         round(w / 256 * (256 * s)) = round(w * s) whenever 256 * s is exact, which holds unless
+//         s > 2^119; such blocks (and blocks that do not hold whole 16-column chunks) take the
+//         scalar decoders, which give the same values;
+//   FP4   the nibbles in column order index a 16-entry f32 table already multiplied by the group
+//         scale (one multiply per group and row instead of one per weight; same products).
+//
+// Compilation: the binary targets x86-64-v3; only the functions below the target pragma use
+// AVX-512, and every header is included above it, so no inline or template function that other
+// files share is ever compiled for AVX-512 (the linker could otherwise keep that copy for all).
+#include "kernels/cpu/linear_cpu.h"
+
+#ifdef DEEPINFER_AVX512_KERNELS
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/float_formats.h"
+#include "kernels/cpu/weight_scales.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+// GCC 12's own _mm512_undefined_* (inside avx512fintrin.h) trip these.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace deepinfer::kernels::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelCols = 256;        // 16 chunks; 16 KB of f32 per panel
+constexpr int kPanelTokens = 6;            // micro-kernel: 4 rows x 6 tokens = 24 accumulators
+constexpr int64_t kMaxStreamTokens = 3;    // fewer tokens than the panel kernel needs
+constexpr int64_t kRowGroup = 8;           // rows the pool splits by; the streaming group at 1 token
+
+// ---- where a weight row's bytes and scales are -------------------------------------------------
+
+enum class Decode { F32, BF16, FP8, FP4, Scalar };
+
+struct Matrix {
+  const WeightMatrix* w;
+  const uint8_t* bytes;
+  int64_t row_bytes;
+  int64_t full_chunks;      // 16-column chunks fully inside a row
+  int tail;                 // columns in the last partial chunk (0: none)
+  __mmask16 tail_mask;
+  bool scaled;              // FP8 / FP4: a scale per block_cols columns
+  int64_t chunks_per_block;  // block_cols / 16 when block_cols is a multiple of 16
+};
+
+Matrix describe(const WeightMatrix& w) {
+  Matrix m{};
+  m.w = &w;
+  m.bytes = static_cast<const uint8_t*>(w.data);
+  switch (w.encoding) {
+    case WeightEncoding::F32: m.row_bytes = w.cols * 4; break;
+    case WeightEncoding::BF16: m.row_bytes = w.cols * 2; break;
+    case WeightEncoding::FP8_E4M3: m.row_bytes = w.cols; break;
+    case WeightEncoding::FP4_E2M1: m.row_bytes = w.cols / 2; break;
+  }
+  m.full_chunks = w.cols / kLanes;
+  m.tail = static_cast<int>(w.cols % kLanes);
+  m.tail_mask = static_cast<__mmask16>((1u << m.tail) - 1u);
+  m.scaled = w.encoding == WeightEncoding::FP8_E4M3 || w.encoding == WeightEncoding::FP4_E2M1;
+  m.chunks_per_block = w.block_cols % kLanes == 0 ? w.block_cols / kLanes : 0;
+  return m;
+}
+
+// The decoder a matrix takes: the vector one when every chunk lies in one scale block.
+Decode decode_of(const Matrix& m) {
+  switch (m.w->encoding) {
+    case WeightEncoding::F32: return Decode::F32;
+    case WeightEncoding::BF16: return Decode::BF16;
+    case WeightEncoding::FP8_E4M3: return m.chunks_per_block > 0 ? Decode::FP8 : Decode::Scalar;
+    case WeightEncoding::FP4_E2M1:  // whole 32-column pairs of chunks in whole scale groups
+      return m.w->cols % 32 == 0 && m.w->block_cols % 32 == 0 ? Decode::FP4 : Decode::Scalar;
+  }
+  return Decode::Scalar;
+}
+
+// ---- decoding one 16-column chunk --------------------------------------------------------------
+
+// Per row and scale block: what the vector decoders multiply by. `fallback` marks an FP8 block
+// whose 2^120 * scale is not exact; its chunks take the scalar decoder.
+struct BlockScale {
+  __m512 factor;  // FP8: 2^120 * scale in every lane; FP4: the e2m1 table times the scale
+  bool fallback;
+};
+
+inline __m512 e2m1_table() {
+  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f,
+                        -6.0f);
+}
+
+template <Decode D>
+inline BlockScale block_scale(const Matrix& m, int64_t row, int64_t block) {
+  const float scale = scale_at(*m.w, scale_row_start(*m.w, row) + block);
+  if constexpr (D == Decode::FP8) {
+    const float factor = 0x1p120f * scale;
+    // Exact unless it overflowed (NaN scales stay NaN either way).
+    const bool exact = std::isnan(scale) || std::isinf(scale) || !std::isinf(factor);
+    return {_mm512_set1_ps(factor), !exact};
+  } else if constexpr (D == Decode::FP4) {
+    return {_mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scale)), false};
+  } else {
+    return {_mm512_setzero_ps(), false};
+  }
+}
+
+// The scales of blocks [first_block, first_block + count) of `row` (count <= 16) as block_scale
+// gives them: FP8 2^120 * scale, FP4 the scale itself. Returns whether an FP8 block among them
+// needs the scalar decoder (2^120 * scale overflowed).
+template <Decode D>
+bool block_scales(const Matrix& m, int64_t row, int64_t first_block, int count, float* out) {
+  const WeightMatrix& w = *m.w;
+  const int64_t start = scale_row_start(w, row) + first_block;
+  const auto lanes = static_cast<__mmask16>((1u << count) - 1u);
+  __m512 scale;
+  if (w.scale_encoding == ScaleEncoding::E8M0) {
+    // 2^(b - 127) as f32 bits b << 23; b = 0 is the subnormal 2^-127 and b = 255 is NaN.
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, static_cast<const uint8_t*>(w.scales) + start));
+    __m512i bits = _mm512_slli_epi32(b, 23);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()), _mm512_set1_epi32(1 << 22));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(255)),
+                                 _mm512_castps_si512(_mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())));
+    scale = _mm512_castsi512_ps(bits);
+  } else if (w.scale_encoding == ScaleEncoding::F32) {
+    scale = _mm512_maskz_loadu_ps(lanes, static_cast<const float*>(w.scales) + start);
+  } else {
+    scale = _mm512_set1_ps(1.0f);
+  }
+  if constexpr (D == Decode::FP8) {
+    const __m512 factor = _mm512_mul_ps(scale, _mm512_set1_ps(0x1p120f));
+    _mm512_store_ps(out, factor);
+    // fpclass 0x18: +-inf; 0x99: +-inf or NaN.
+    const __mmask16 overflowed = _mm512_fpclass_ps_mask(factor, 0x18) & ~_mm512_fpclass_ps_mask(scale, 0x99);
+    return (overflowed & lanes) != 0;
+  } else {
+    _mm512_store_ps(out, scale);
+    return false;
+  }
+}
+
+// The scalar decoders (the portable path's values) for columns [col, col + count) of `row`.
+__m512 decode_scalar(const Matrix& m, int64_t row, int64_t col, int count) {
+  alignas(64) float values[kLanes] = {};
+  const WeightMatrix& w = *m.w;
+  const uint8_t* row_bytes = m.bytes + row * m.row_bytes;
+  const int64_t first_scale = m.scaled ? scale_row_start(w, row) : 0;
+  for (int j = 0; j < count; ++j) {
+    const int64_t c = col + j;
+    switch (w.encoding) {
+      case WeightEncoding::F32: std::memcpy(&values[j], row_bytes + c * 4, 4); break;
+      case WeightEncoding::BF16: {
+        uint16_t bits;
+        std::memcpy(&bits, row_bytes + c * 2, 2);
+        values[j] = bf16_to_float(bits);
+        break;
+      }
+      case WeightEncoding::FP8_E4M3:
+        values[j] = e4m3fn_to_float(row_bytes[c]) * scale_at(w, first_scale + c / w.block_cols);
+        break;
+      case WeightEncoding::FP4_E2M1: {
+        const uint8_t byte = row_bytes[c / 2];
+        values[j] = e2m1_to_float(c % 2 == 0 ? byte & 0x0F : byte >> 4) * scale_at(w, first_scale + c / w.block_cols);
+        break;
+      }
+    }
+  }
+  return _mm512_load_ps(values);
+}
+
+// Chunk `k` of a row whose bytes start at `row_bytes`. TAIL: the row's last, partial chunk, whose
+// valid columns `mask` has (lanes past it are 0, and no byte past the row is read).
+template <Decode D, bool TAIL>
+__attribute__((always_inline)) inline __m512 decode_chunk(const uint8_t* row_bytes, int64_t k, __mmask16 mask,
+                                                           __m512 factor) {
+  if constexpr (D == Decode::F32) {
+    return TAIL ? _mm512_maskz_loadu_ps(mask, row_bytes + k * 64) : _mm512_loadu_ps(row_bytes + k * 64);
+  } else if constexpr (D == Decode::BF16) {
+    const __m256i bits = TAIL ? _mm256_maskz_loadu_epi16(mask, row_bytes + k * 32)
+                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_bytes + k * 32));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  } else if constexpr (D == Decode::FP8) {
+    const __m128i bytes = TAIL ? _mm_maskz_loadu_epi8(mask, row_bytes + k * 16)
+                               : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_bytes + k * 16));
+    // Sign-extended and shifted left by 20: the 7 magnitude bits land in the f32's exponent and
+    // mantissa (bits 26..20) and the sign in bits 31..27, of which the mask keeps bit 31. That
+    // f32 is w * 2^-120 exactly (e4m3 subnormals become f32 subnormals), so one multiply by
+    // 2^120 * scale gives round(w * scale). S.1111.111 (NaN) lanes keep the NaN instead.
+    const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20),
+                                          _mm512_set1_epi32(static_cast<int>(0x87F00000u)));
+    const __mmask16 finite = _mm_cmpneq_epi8_mask(_mm_or_si128(bytes, _mm_set1_epi8(static_cast<char>(0x80))),
+                                                  _mm_set1_epi8(static_cast<char>(0xFF)));
+    return _mm512_mask_mul_ps(_mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()), finite,
+                              _mm512_castsi512_ps(bits), factor);
+  } else {
+    static_assert(D == Decode::FP4 && !TAIL);
+    // Chunks 2p and 2p + 1 share the 16 bytes of columns [32p, 32p + 32): one byte per lane,
+    // whose low nibble (the even column) vpermps reads as the index; shifted by 4, the odd one.
+    // So lane j of chunk 2p holds column 32p + 2j and of chunk 2p + 1 column 32p + 2j + 1: the
+    // activations are permuted the same way (permute_fp4_activations).
+    (void)mask;
+    __m512i index = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row_bytes + (k / 2) * 16)));
+    if (k % 2 == 1) index = _mm512_srli_epi32(index, 4);
+    return _mm512_permutexvar_ps(index, factor);
+  }
+}
+
+// Any chunk through the vector decoder or, for blocks marked `fallback`, the scalar one.
+template <Decode D>
+inline __m512 decode_any_chunk(const Matrix& m, int64_t row, int64_t k, const BlockScale& scale) {
+  const bool tail = k >= m.full_chunks;
+  if (D == Decode::Scalar || scale.fallback)
+    return decode_scalar(m, row, k * kLanes, tail ? m.tail : kLanes);
+  if constexpr (D != Decode::Scalar) {
+    const uint8_t* row_bytes = m.bytes + row * m.row_bytes;
+    if constexpr (D == Decode::FP4)
+      return decode_chunk<D, false>(row_bytes, k, 0xFFFF, scale.factor);
+    else
+      return tail ? decode_chunk<D, true>(row_bytes, k, m.tail_mask, scale.factor)
+                  : decode_chunk<D, false>(row_bytes, k, 0xFFFF, scale.factor);
+  }
+  return _mm512_setzero_ps();
+}
+
+// Lane sums in a fixed tree: (j, j+8), then the AVX2 path's (j, j+4), (j, j+2), (0, 1).
+inline float horizontal_sum(__m512 v) {
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+
+// ---- streaming kernel: ROWS rows x TOKENS tokens, accumulators in registers --------------------
+
+// Chunks [k, end) of ROWS consecutive rows (row i's bytes at base + i * stride), all full chunks
+// or (TAIL) the last partial one, into the accumulators.
+template <Decode D, int ROWS, int TOKENS, bool TAIL>
+__attribute__((always_inline)) inline void stream_chunks(const uint8_t* base, int64_t stride, int64_t k, int64_t end,
+                                                         __mmask16 mask, const __m512* factor, const float* x,
+                                                         int64_t x_stride, __m512 (&acc)[ROWS][TOKENS]) {
+  // The rows are contiguous and the next group follows them: while this group's chunks are read,
+  // ask for as many bytes of the next group, so it is in cache when its pass starts (each row of
+  // a group lies in its own pages, where the hardware prefetcher would start late).
+  constexpr int64_t kChunkBytes = D == Decode::F32 ? 64 : D == Decode::BF16 ? 32 : D == Decode::FP8 ? 16 : 8;
+  const char* next_group = reinterpret_cast<const char*>(base + ROWS * stride);
+  if constexpr (D == Decode::FP4) {  // a pair of chunks from one load (decode_chunk); never a tail
+    for (; k < end; k += 2) {
+      for (int64_t offset = 0; offset < 2 * ROWS * kChunkBytes; offset += 64)
+        _mm_prefetch(next_group + k * ROWS * kChunkBytes + offset, _MM_HINT_T0);
+      __m512 even[TOKENS], odd[TOKENS];
+      for (int t = 0; t < TOKENS; ++t) {
+        even[t] = _mm512_loadu_ps(x + t * x_stride + k * kLanes);
+        odd[t] = _mm512_loadu_ps(x + t * x_stride + (k + 1) * kLanes);
+      }
+      for (int i = 0; i < ROWS; ++i) {
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * stride + k * 8)));
+        const __m512 w_even = _mm512_permutexvar_ps(bytes, factor[i]);
+        const __m512 w_odd = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), factor[i]);
+        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
+        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
+      }
+    }
+  } else {
+    for (; k < end; ++k) {
+      if constexpr (!TAIL)
+        for (int64_t offset = 0; offset < ROWS * kChunkBytes; offset += 64)
+          _mm_prefetch(next_group + k * ROWS * kChunkBytes + offset, _MM_HINT_T0);
+      __m512 xs[TOKENS];
+      for (int t = 0; t < TOKENS; ++t)
+        xs[t] = TAIL ? _mm512_maskz_loadu_ps(mask, x + t * x_stride + k * kLanes) : _mm512_loadu_ps(x + t * x_stride + k * kLanes);
+      for (int i = 0; i < ROWS; ++i) {
+        const __m512 w = decode_chunk<D, TAIL>(base + i * stride, k, mask, factor[i]);
+        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
+      }
+    }
+  }
+}
+
+template <Decode D, int ROWS, int TOKENS>
+void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
+  constexpr bool kScaled = D == Decode::FP8 || D == Decode::FP4;
+  const uint8_t* base = m.bytes + row0 * m.row_bytes;
+  __m512 acc[ROWS][TOKENS];
+  __m512 factor[ROWS];
+  for (int i = 0; i < ROWS; ++i) {
+    factor[i] = _mm512_setzero_ps();
+    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  }
+  const int64_t chunks = m.full_chunks + (m.tail ? 1 : 0);
+  if constexpr (!kScaled) {
+    stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, 0, m.full_chunks, 0xFFFF, factor, x, x_stride, acc);
+    if (m.tail)
+      stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, m.full_chunks, chunks, m.tail_mask, factor, x, x_stride, acc);
+  } else {
+    // Scales 16 blocks at a time per row (block_scales), each block's factor from them by one
+    // broadcast: per-block scalar work would cost as much as FP4's whole decode.
+    const int64_t per_block = m.chunks_per_block;
+    const int64_t blocks = (chunks + per_block - 1) / per_block;
+    alignas(64) float scales[ROWS][kLanes];
+    for (int64_t first_block = 0; first_block < blocks; first_block += kLanes) {
+      const int count = static_cast<int>(std::min<int64_t>(kLanes, blocks - first_block));
+      bool fallback = false;
+      for (int i = 0; i < ROWS; ++i) fallback |= block_scales<D>(m, row0 + i, first_block, count, scales[i]);
+      for (int j = 0; j < count; ++j) {
+        int64_t k = (first_block + j) * per_block;
+        const int64_t end = std::min(chunks, k + per_block);
+        if (fallback) {  // FP8 blocks where 2^120 * scale overflows: the scalar decoder, same values
+          for (; k < end; ++k) {
+            const __mmask16 mask = k < m.full_chunks ? __mmask16(0xFFFF) : m.tail_mask;
+            for (int i = 0; i < ROWS; ++i) {
+              const __m512 w = decode_scalar(m, row0 + i, k * kLanes, __builtin_popcount(mask));
+              for (int t = 0; t < TOKENS; ++t)
+                acc[i][t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + t * x_stride + k * kLanes), w, acc[i][t]);
+            }
+          }
+          continue;
+        }
+        for (int i = 0; i < ROWS; ++i)
+          factor[i] = D == Decode::FP4 ? _mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scales[i][j])) : _mm512_set1_ps(scales[i][j]);
+        const int64_t full_end = std::min(end, m.full_chunks);
+        stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, k, full_end, 0xFFFF, factor, x, x_stride, acc);
+        if constexpr (D != Decode::FP4)
+          if (end > full_end)
+            stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, factor, x, x_stride, acc);
+      }
+    }
+  }
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
+}
+
+template <Decode D, int GROUP, int TOKENS>
+void stream_range(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
+  int64_t row = first_row;
+  for (; row + GROUP <= end_row; row += GROUP) stream_rows<D, GROUP, TOKENS>(m, row, x, cols, y, m.w->rows);
+  for (; row < end_row; ++row) stream_rows<D, 1, TOKENS>(m, row, x, cols, y, m.w->rows);
+}
+
+template <Decode D>
+void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row, int64_t end_row) {
+  const int64_t cols = m.w->cols;
+  switch (tokens) {
+    case 1: return stream_range<D, 8, 1>(m, x, cols, y, first_row, end_row);
+    case 2: return stream_range<D, 4, 2>(m, x, cols, y, first_row, end_row);
+    default: return stream_range<D, 4, 3>(m, x, cols, y, first_row, end_row);
+  }
+}
+
+// ---- panel kernel: decode 16 x 256 once, sweep every token over it -----------------------------
+
+struct Scratch {
+  std::vector<float> panel;         // kPanelRows x kPanelCols decoded weights
+  std::vector<float> accumulators;  // tokens x kPanelRows x 16 lanes
+};
+
+// ROWS x TOKENS accumulators over the `chunks` chunks of a decoded panel; the 16 floats at
+// acc_store + (t * kPanelRows + i) * 16 hold (token t, row i)'s lanes between panels.
+template <int ROWS, int TOKENS>
+void multiply_panel(const float* panel, int64_t chunks, bool last_partial, __mmask16 tail_mask, const float* x,
+                    int64_t x_stride, float* acc_store) {
+  __m512 acc[ROWS][TOKENS];
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_loadu_ps(acc_store + (t * kPanelRows + i) * kLanes);
+  const int64_t full = last_partial ? chunks - 1 : chunks;
+  for (int64_t k = 0; k < full; ++k) {
+    __m512 xs[TOKENS];
+    for (int t = 0; t < TOKENS; ++t) xs[t] = _mm512_loadu_ps(x + t * x_stride + k * kLanes);
+    for (int i = 0; i < ROWS; ++i) {
+      const __m512 w = _mm512_load_ps(panel + i * kPanelCols + k * kLanes);
+      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
+    }
+  }
+  if (last_partial) {  // the zero-padded chunk: same FMAs, x masked to its valid lanes
+    const int64_t k = full;
+    __m512 xs[TOKENS];
+    for (int t = 0; t < TOKENS; ++t) xs[t] = _mm512_maskz_loadu_ps(tail_mask, x + t * x_stride + k * kLanes);
+    for (int i = 0; i < ROWS; ++i) {
+      const __m512 w = _mm512_load_ps(panel + i * kPanelCols + k * kLanes);
+      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
+    }
+  }
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) _mm512_storeu_ps(acc_store + (t * kPanelRows + i) * kLanes, acc[i][t]);
+}
+
+template <int TOKENS>
+void multiply_token_block(const float* panel, int rows, int64_t chunks, bool last_partial, __mmask16 tail_mask,
+                          const float* x, int64_t x_stride, float* acc_store) {
+  int i = 0;
+  for (; i + 4 <= rows; i += 4)
+    multiply_panel<4, TOKENS>(panel + i * kPanelCols, chunks, last_partial, tail_mask, x, x_stride, acc_store + i * kLanes);
+  for (; i < rows; ++i)
+    multiply_panel<1, TOKENS>(panel + i * kPanelCols, chunks, last_partial, tail_mask, x, x_stride, acc_store + i * kLanes);
+}
+
+void multiply_all_tokens(const float* panel, int rows, int64_t chunks, bool last_partial, __mmask16 tail_mask,
+                         const float* x, int64_t tokens, int64_t cols, float* acc_store) {
+  int64_t t = 0;
+  for (; t + kPanelTokens <= tokens; t += kPanelTokens)
+    multiply_token_block<kPanelTokens>(panel, rows, chunks, last_partial, tail_mask, x + t * cols, cols,
+                                       acc_store + t * kPanelRows * kLanes);
+  float* acc = acc_store + t * kPanelRows * kLanes;
+  const float* xt = x + t * cols;
+  switch (tokens - t) {
+    case 5: return multiply_token_block<5>(panel, rows, chunks, last_partial, tail_mask, xt, cols, acc);
+    case 4: return multiply_token_block<4>(panel, rows, chunks, last_partial, tail_mask, xt, cols, acc);
+    case 3: return multiply_token_block<3>(panel, rows, chunks, last_partial, tail_mask, xt, cols, acc);
+    case 2: return multiply_token_block<2>(panel, rows, chunks, last_partial, tail_mask, xt, cols, acc);
+    case 1: return multiply_token_block<1>(panel, rows, chunks, last_partial, tail_mask, xt, cols, acc);
+    default: return;
+  }
+}
+
+// Decodes chunks [k0, k0 + chunks) of `rows` rows into the panel (row i at panel + i * kPanelCols).
+template <Decode D>
+void decode_panel(const Matrix& m, int64_t row0, int rows, int64_t k0, int64_t chunks, float* panel) {
+  for (int i = 0; i < rows; ++i) {
+    const int64_t row = row0 + i;
+    BlockScale scale{_mm512_setzero_ps(), false};
+    int64_t scale_block = -1;
+    for (int64_t k = k0; k < k0 + chunks; ++k) {
+      if constexpr (D == Decode::FP8 || D == Decode::FP4) {
+        if (k / m.chunks_per_block != scale_block) {
+          scale_block = k / m.chunks_per_block;
+          scale = block_scale<D>(m, row, scale_block);
+        }
+      }
+      _mm512_store_ps(panel + i * kPanelCols + (k - k0) * kLanes, decode_any_chunk<D>(m, row, k, scale));
+    }
+  }
+}
+
+template <Decode D>
+void panel_rows(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row, int64_t end_row) {
+  thread_local Scratch scratch;  // grows to the largest call a thread has seen; no per-call allocation
+  if (scratch.panel.size() < static_cast<std::size_t>(kPanelRows * kPanelCols + kLanes))
+    scratch.panel.resize(kPanelRows * kPanelCols + kLanes);
+  const auto accumulator_floats = static_cast<std::size_t>(tokens * kPanelRows * kLanes);
+  if (scratch.accumulators.size() < accumulator_floats) scratch.accumulators.resize(accumulator_floats);
+  // 64-byte aligned panel rows: kPanelCols floats are a multiple of 16.
+  float* panel = scratch.panel.data();
+  panel += (kLanes - (reinterpret_cast<uintptr_t>(panel) / 4) % kLanes) % kLanes;
+  float* accumulators = scratch.accumulators.data();
+
+  const int64_t cols = m.w->cols;
+  const int64_t chunks = m.full_chunks + (m.tail ? 1 : 0);
+  const int64_t panel_chunks = kPanelCols / kLanes;
+  for (int64_t row0 = first_row; row0 < end_row; row0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, end_row - row0));
+    std::fill(accumulators, accumulators + accumulator_floats, 0.0f);
+    for (int64_t k0 = 0; k0 < chunks; k0 += panel_chunks) {
+      const int64_t count = std::min(panel_chunks, chunks - k0);
+      const bool last_partial = m.tail != 0 && k0 + count == chunks;
+      decode_panel<D>(m, row0, rows, k0, count, panel);
+      multiply_all_tokens(panel, rows, count, last_partial, m.tail_mask, x + k0 * kLanes, tokens, cols, accumulators);
+    }
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int i = 0; i < rows; ++i)
+        y[t * m.w->rows + row0 + i] = horizontal_sum(_mm512_loadu_ps(accumulators + (t * kPanelRows + i) * kLanes));
+  }
+}
+
+template <Decode D>
+void linear_range(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row, int64_t end_row) {
+  if (tokens <= kMaxStreamTokens)
+    stream<D>(m, x, tokens, y, first_row, end_row);
+  else
+    panel_rows<D>(m, x, tokens, y, first_row, end_row);
+}
+
+// The scalar decoder streams too: same values and order, only slower (odd test shapes).
+template <>
+void linear_range<Decode::Scalar>(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row,
+                                  int64_t end_row) {
+  panel_rows<Decode::Scalar>(m, x, tokens, y, first_row, end_row);
+}
+
+void linear_range_any(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row, int64_t end_row) {
+  switch (decode_of(m)) {
+    case Decode::F32: return linear_range<Decode::F32>(m, x, tokens, y, first_row, end_row);
+    case Decode::BF16: return linear_range<Decode::BF16>(m, x, tokens, y, first_row, end_row);
+    case Decode::FP8: return linear_range<Decode::FP8>(m, x, tokens, y, first_row, end_row);
+    case Decode::FP4: return linear_range<Decode::FP4>(m, x, tokens, y, first_row, end_row);
+    case Decode::Scalar: return linear_range<Decode::Scalar>(m, x, tokens, y, first_row, end_row);
+  }
+}
+
+// The FP4 decoder's column order (decode_chunk): in every 32 columns, the even ones, then the odd
+// ones. Written to the calling thread's buffer, which the pool's workers read during the call.
+const float* permute_fp4_activations(const float* x, int64_t tokens, int64_t cols) {
+  thread_local std::vector<float> permuted;  // grows to the largest call; no per-call allocation
+  if (permuted.size() < static_cast<std::size_t>(tokens * cols)) permuted.resize(static_cast<std::size_t>(tokens * cols));
+  const __m512i even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t c = 0; c < cols; c += 32) {
+      const __m512 low = _mm512_loadu_ps(x + t * cols + c);
+      const __m512 high = _mm512_loadu_ps(x + t * cols + c + 16);
+      _mm512_storeu_ps(permuted.data() + t * cols + c, _mm512_permutex2var_ps(low, even_index, high));
+      _mm512_storeu_ps(permuted.data() + t * cols + c + 16, _mm512_permutex2var_ps(low, odd_index, high));
+    }
+  return permuted.data();
+}
+
+}  // namespace
+
+void linear_avx512(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, ThreadPool& pool) {
+  const Matrix m = describe(weight);
+  if (decode_of(m) == Decode::FP4) x = permute_fp4_activations(x, tokens, weight.cols);
+  const int64_t groups = (weight.rows + kRowGroup - 1) / kRowGroup;
+  pool.parallel_for(groups, [&](int64_t first_group, int64_t end_group) {
+    linear_range_any(m, x, tokens, y, first_group * kRowGroup, std::min(end_group * kRowGroup, weight.rows));
+  });
+}
+
+}  // namespace deepinfer::kernels::cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+#endif  // DEEPINFER_AVX512_KERNELS
