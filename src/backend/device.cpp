@@ -4,6 +4,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_cpu.h"
 #ifdef DEEPINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -55,7 +57,9 @@ DeviceSpec parse_device(const std::string& text) {
 std::string attach_device(model::Model& model, const DeviceSpec& spec, [[maybe_unused]] int64_t max_rows) {
   if (spec.kind == DeviceSpec::Kind::Cpu) {
     model.set_backend(model::cpu_backend());
-    return "device: cpu";
+    // Resolving the path here also refuses a bad DEEPINFER_CPU_ISA before the server starts.
+    return std::string("device: cpu (") + kernels::cpu::linear_path_name(kernels::cpu::default_linear_path()) +
+           " kernels, " + std::to_string(default_thread_pool().size()) + " threads)";
   }
 #ifdef DEEPINFER_HAVE_CUDA
   cuda::Options options;

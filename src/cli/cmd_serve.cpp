@@ -45,6 +45,8 @@ constexpr const char* kServeUsage =
     "                           batch and chunking (fixed reduction orders; slower at small\n"
     "                           batches)\n"
     "  --threads N              compute threads (default: all cores; also DEEPINFER_THREADS)\n"
+    "                           (the CPU kernels: the widest the CPU has; DEEPINFER_CPU_ISA=\n"
+    "                           portable, avx2 or avx512 picks one)\n"
     "  --http-threads N         threads that parse requests and prepare prompts (default 32;\n"
     "                           connections and streams hold no thread)\n"
     "  --max-connections N      open connections at most; one more gets 503 and is closed at once\n"

@@ -67,15 +67,32 @@ void ThreadPool::run_claimed_chunks() {
   }
 }
 
+template <typename Done>
+bool ThreadPool::spin_until(Done&& done) const {
+  for (int spin = 0; spin < spin_iterations_; ++spin) {
+    if (done()) return true;
+    cpu_relax();
+  }
+  if (warm_scopes_.load(std::memory_order_relaxed) == 0) return done();
+  const auto deadline = std::chrono::steady_clock::now() + kWarmSpinLimit;
+  for (;;) {
+    for (int spin = 0; spin < 256; ++spin) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (warm_scopes_.load(std::memory_order_relaxed) == 0 || std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
 void ThreadPool::worker_loop() {
   t_inside_pool = true;
   uint64_t seen = 0;
   for (;;) {
-    uint64_t generation = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; generation == seen && spin < spin_iterations_; ++spin) {
-      cpu_relax();
+    uint64_t generation = seen;
+    spin_until([&] {
       generation = generation_.load(std::memory_order_acquire);
-    }
+      return generation != seen;
+    });
     if (generation == seen) {
       std::unique_lock lock(wake_mutex_);
       // seq_cst pairs with the caller's bump-then-read: either it sees us asleep and notifies,
@@ -119,9 +136,7 @@ void ThreadPool::run(int64_t count, void* callable, ChunkFunction function) {
   t_inside_pool = false;
 
   // Only chunks that workers claimed and are still running are left to wait for.
-  for (int spin = 0; finished_chunks_.load(std::memory_order_acquire) != job_chunks_ && spin < spin_iterations_; ++spin)
-    cpu_relax();
-  if (finished_chunks_.load(std::memory_order_acquire) != job_chunks_) {
+  if (!spin_until([&] { return finished_chunks_.load(std::memory_order_acquire) == job_chunks_; })) {
     std::unique_lock lock(wake_mutex_);
     caller_sleeping_.store(true);
     wake_caller_.wait(lock, [&] { return finished_chunks_.load() == job_chunks_; });

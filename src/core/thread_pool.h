@@ -11,6 +11,7 @@
 // caller included once its own chunk is done, so a worker the OS has not scheduled yet (the
 // machine is shared) delays nothing: the caller takes its chunk instead of waiting.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -57,6 +58,23 @@ class ThreadPool {
 
   static constexpr int kDefaultSpinIterations = 0;
 
+  // While at least one Warm of a pool is alive, its idle workers (and a caller waiting for their
+  // chunks) poll for the next job instead of sleeping, for up to kWarmSpinLimit at a stretch:
+  // a decode step is hundreds of short parallel regions with serial work between them, and a
+  // sleeping worker takes longer to wake than many of those regions last. Held for one forward
+  // pass, so the spare cores are only busy while a step runs and sleep between steps.
+  class Warm {
+   public:
+    explicit Warm(ThreadPool& pool) : pool_(pool) { pool_.warm_scopes_.fetch_add(1, std::memory_order_relaxed); }
+    ~Warm() { pool_.warm_scopes_.fetch_sub(1, std::memory_order_relaxed); }
+    Warm(const Warm&) = delete;
+    Warm& operator=(const Warm&) = delete;
+
+   private:
+    ThreadPool& pool_;
+  };
+  static constexpr std::chrono::microseconds kWarmSpinLimit{2000};
+
  private:
   using ChunkFunction = void (*)(void*, int64_t, int64_t);
   void run(int64_t count, void* callable, ChunkFunction function);
@@ -64,6 +82,10 @@ class ThreadPool {
   // Claims and runs unclaimed chunks of the current job until none is left.
   void run_claimed_chunks();
   void worker_loop();
+  // Polls done() with pause instructions while spinning is allowed (spin_iterations_ polls, or
+  // up to kWarmSpinLimit while warm); returns done()'s last value.
+  template <typename Done>
+  bool spin_until(Done&& done) const;
 
   std::vector<std::thread> workers_;
   const int spin_iterations_;
@@ -85,6 +107,7 @@ class ThreadPool {
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stopping_{false};  // set before the final generation bump; lagging workers read it any time
+  std::atomic<int> warm_scopes_{0};
   std::mutex wake_mutex_;
   std::condition_variable wake_workers_;
   std::condition_variable wake_caller_;

@@ -45,7 +45,8 @@ void rms_norm_rows(float* x, int64_t rows, int64_t width, const float* weight, f
 class CpuForwardPass final : public ForwardPass {
  public:
   CpuForwardPass(const PassShape& shape, int64_t rows)
-      : shape_(shape),
+      : warm_(default_thread_pool()),
+        shape_(shape),
         rows_(rows),
         streams_(static_cast<std::size_t>(rows * shape.hc.streams * shape.hc.hidden)),
         sublayer_in_(static_cast<std::size_t>(rows * shape.hc.hidden)),
@@ -129,6 +130,7 @@ class CpuForwardPass final : public ForwardPass {
   }
 
  private:
+  ThreadPool::Warm warm_;  // the pool's workers stay awake between this pass's parallel regions
   PassShape shape_;
   int64_t rows_;
   std::vector<float> streams_;  // [rows, hc, D]

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <cstdlib>
@@ -43,6 +44,26 @@ TEST(ThreadPool, CoversEveryIndexOnceForManyCountsAndSizes) {
 TEST(ThreadPool, SleepingWorkersWakeUp) {
   ThreadPool pool(3, /*spin_iterations=*/0);  // every wait goes through the condition variables
   for (int round = 0; round < 200; ++round) expect_exact_cover(pool, 1 + round % 17);
+}
+
+TEST(ThreadPool, WarmScopesKeepEveryJobCorrect) {
+  // Jobs back to back, after pauses shorter and longer than the warm spin limit (the worker then
+  // falls asleep mid-scope), inside nested scopes and after they end.
+  ThreadPool pool(3, /*spin_iterations=*/0);
+  {
+    ThreadPool::Warm outer(pool);
+    for (int round = 0; round < 100; ++round) expect_exact_cover(pool, 1 + round % 17);
+    {
+      ThreadPool::Warm inner(pool);
+      for (int round = 0; round < 3; ++round) {
+        std::this_thread::sleep_for(ThreadPool::kWarmSpinLimit * 2);
+        expect_exact_cover(pool, 64);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    expect_exact_cover(pool, 100);
+  }
+  for (int round = 0; round < 50; ++round) expect_exact_cover(pool, 1 + round % 5);
 }
 
 TEST(ThreadPool, ChunksAreStaticAndDeterministic) {

@@ -492,6 +492,16 @@ void panel_rows(const Matrix& m, const float* x, int64_t tokens, float* y, int64
     for (int64_t k0 = 0; k0 < chunks; k0 += panel_chunks) {
       const int64_t count = std::min(panel_chunks, chunks - k0);
       const bool last_partial = m.tail != 0 && k0 + count == chunks;
+      // The next panel's bytes, asked for now: its 16 rows lie in as many separate places, which
+      // the hardware prefetcher would find only after the first misses of each.
+      const bool last_panel = k0 + count == chunks;
+      const int64_t next_row0 = last_panel ? row0 + kPanelRows : row0;
+      const int64_t next_k0 = last_panel ? 0 : k0 + count;
+      const int64_t span_bytes = std::min(panel_chunks, chunks - next_k0) * m.row_bytes / chunks;
+      for (int64_t r = next_row0; r < std::min(next_row0 + kPanelRows, end_row); ++r) {
+        const char* start = reinterpret_cast<const char*>(m.bytes + r * m.row_bytes + next_k0 * m.row_bytes / chunks);
+        for (int64_t offset = 0; offset < span_bytes + 64; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
+      }
       decode_panel<D>(m, row0, rows, k0, count, panel);
       multiply_all_tokens(panel, rows, count, last_partial, m.tail_mask, x + k0 * kLanes, tokens, cols, accumulators);
     }
