@@ -5,6 +5,12 @@
     python3 tools/make_synthetic_v41_flash.py --out /tmp/v41tiny --layers 2 --small   # ~7 MB, for checks
     python3 tools/make_synthetic_v41_flash.py --family v4 --out /tmp/v4flash  # V4, 4 layers, ~16 GB
     python3 tools/make_synthetic_v41_flash.py --family v4 --out /tmp/v4tiny --layers 4 --small   # ~11 MB
+    # the CPU comparison model (docs/BENCHMARKS.md, "CPU: deepinfer vs llama.cpp"): hidden 256, 8 layers,
+    # 64 experts top-6, full vocabulary, with the DeepSeek tokenizer so llama.cpp's converter takes it
+    python3 tools/make_synthetic_v41_flash.py --family v4 --out /tmp/v4cmp --layers 8 --small \
+        --ratios 0,4,128,0,4,128,0,4 --experts 64 --vocab 129280 \
+        --tokenizer ../shared/deepseek/tokenizer/deepseek_v3_tokenizer.from_npm_lenml_3.7.2.json \
+        --tokenizer-config ../shared/deepseek/tokenizer/deepseek_v3_tokenizer_config.from_npm_lenml_3.7.2.json
 
 --family v41 (the default) makes V4.1-Flash; its output is unchanged by the V4 option (same bytes
 for the same command and seed). --family v4 makes V4-Flash (below the V4.1 description).
@@ -52,6 +58,20 @@ N = 4: release layers 0, 10, 21, 32 -> layer 0 SWA + hash-routed, 1 CSA (ratio 4
 has both ratios 4 and 128; every N has one hash layer (N >= 15 more; with --ratios the hash layers
 still follow this mapping). num_nextn_predict_layers 0 and no DSpark fields; the 4-layer
 full-width V4 checkpoint is 16.4 GB (15.3 GiB), the V4.1 one 32.2 GB (30.0 GiB).
+
+Width options (any family; each replaces one field after --small, so without them the output is
+byte-identical to what the tool wrote before they existed): --hidden (hidden_size), --experts
+(n_routed_experts), --experts-per-tok (num_experts_per_tok), --vocab (vocab_size; with a tokenizer
+it must cover the tokenizer's ids). --dtype release (the default) writes the release dtypes above;
+--dtype bf16 writes every linear, the routed experts included, as BF16 (one weight, no scale) and
+drops quantization_config (and expert_dtype), which is how deepinfer reads an unquantized
+checkpoint; the values are fresh U(-1, 1) * 2/sqrt(cols), not the release codes dequantized.
+--tokenizer FILE copies a tokenizer.json into the folder (and --tokenizer-config FILE a
+tokenizer_config.json), which converters such as llama.cpp's convert_hf_to_gguf.py need; the
+DeepSeek-V3 tokenizer in ../shared/deepseek/tokenizer has ids up to 128814, inside V4's 129280.
+llama.cpp's DeepseekV4 converter (upstream 571d0d540) takes --dtype release only: it repacks the
+routed experts from FP4 + scales into MXFP4 (BF16 experts are an error) and writes FP8 linears as
+Q8_0, BF16 ones as BF16, whatever --outtype says.
 
 Values are random but sane (both families): FP8 codes are U(-1, 1) rounded to e4m3 (never the NaN
 codes 0x7f / 0xff) with tile scales 2^(-round(log2 sqrt(cols)) + {-1, 0, 0, +1}), so weights ~
@@ -169,7 +189,14 @@ def derive_schedule_v4(text, layers, ratios_override):
     return ratios, hash_layers, source_of
 
 
-def make_config_v4(base, layers, ratios_override, small):
+def apply_widths(text, widths):
+    """--hidden / --experts / --experts-per-tok / --vocab, applied after --small (None: unchanged)."""
+    for key, value in widths.items():
+        if value is not None:
+            text[key] = value
+
+
+def make_config_v4(base, layers, ratios_override, small, widths=None):
     config = copy.deepcopy(base)
     ratios, hash_layers, source_of = derive_schedule_v4(config, layers, ratios_override)
     config["num_hidden_layers"] = layers
@@ -180,12 +207,13 @@ def make_config_v4(base, layers, ratios_override, small):
         config.pop(key, None)
     if small:
         config.update(SMALL_WIDTHS)
+    apply_widths(config, widths or {})
     return config, (source_of if ratios_override is None else [None] * layers)
 
 
-def make_config(base, layers, ratios_override, small, family="v41"):
+def make_config(base, layers, ratios_override, small, family="v41", widths=None):
     if family == "v4":
-        return make_config_v4(base, layers, ratios_override, small)
+        return make_config_v4(base, layers, ratios_override, small, widths)
     config = copy.deepcopy(base)
     text = config["text_config"]
     ratios, kv, index, candidate, source_of = derive_schedule(text, layers, ratios_override)
@@ -202,7 +230,18 @@ def make_config(base, layers, ratios_override, small, family="v41"):
     if small:
         text.update(SMALL_WIDTHS)
         config.pop("image_token_id", None)  # 129264 is outside the small vocabulary
+    apply_widths(text, widths or {})
+    if "image_token_id" in config and config["image_token_id"] >= text["vocab_size"]:
+        config.pop("image_token_id")
     return config, source_of
+
+
+def unquantize_config(config):
+    """--dtype bf16: no quantization_config and no expert_dtype, so every linear is read as BF16."""
+    config.pop("quantization_config", None)
+    config.pop("expert_dtype", None)
+    text_of(config).pop("expert_dtype", None)
+    return config
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,14 +266,20 @@ class Tensor:
         return n
 
 
-def expected_tensors(config):
+def expected_tensors(config, dtype="release"):
     t = text_of(config)
-    q = config["quantization_config"]
+    q = config.get("quantization_config")
     v4 = config["model_type"] == "deepseek_v4"
-    block_rows, block_cols = q["weight_block_size"]
-    expert_dtype = config.get("expert_dtype") if v4 else q.get("expert_dtype")
-    if q.get("quant_method") != "fp8" or expert_dtype != "fp4":
-        sys.exit("the base config must be a release config (fp8 dense, fp4 experts)")
+    bf16_linears = dtype == "bf16"
+    if bf16_linears:
+        if q is not None:
+            sys.exit("--dtype bf16 needs a config without quantization_config")
+        block_rows = block_cols = None
+    else:
+        block_rows, block_cols = q["weight_block_size"]
+        expert_dtype = config.get("expert_dtype") if v4 else q.get("expert_dtype")
+        if q.get("quant_method") != "fp8" or expert_dtype != "fp4":
+            sys.exit("the base config must be a release config (fp8 dense, fp4 experts)")
     D = t["hidden_size"]
     V = t["vocab_size"]
     n = t["hc_mult"]
@@ -249,10 +294,14 @@ def expected_tensors(config):
         out.append(Tensor(name, dtype, list(shape), kind, cols))
 
     def fp8_linear(prefix, rows, cols):
+        if bf16_linears:
+            return add(prefix + ".weight", "BF16", [rows, cols], "bf16", cols)
         add(prefix + ".weight", "F8_E4M3", [rows, cols], "fp8", cols)
         add(prefix + ".scale", "F8_E8M0", [ceil_div(rows, block_rows), ceil_div(cols, block_cols)], "fp8_scale", cols)
 
     def fp4_linear(prefix, rows, cols):
+        if bf16_linears:
+            return add(prefix + ".weight", "BF16", [rows, cols], "bf16", cols)
         add(prefix + ".weight", "I8", [rows, cols // 2], "fp4", cols)
         add(prefix + ".scale", "F8_E8M0", [rows, cols // 32], "fp4_scale", cols)
 
@@ -517,6 +566,15 @@ def main():
     parser.add_argument("--ratios", help="comma-separated compress ratios per layer (v41: 0, 1, 2; v4: 0, 4, or "
                                          "another >= 2), instead of the ones sampled from the release schedule")
     parser.add_argument("--small", action="store_true", help="narrow widths and 16 experts (quick checks)")
+    parser.add_argument("--hidden", type=int, help="hidden_size (after --small; default: unchanged)")
+    parser.add_argument("--experts", type=int, help="n_routed_experts (after --small; default: unchanged)")
+    parser.add_argument("--experts-per-tok", type=int, help="num_experts_per_tok (after --small; default: unchanged)")
+    parser.add_argument("--vocab", type=int, help="vocab_size (after --small; default: unchanged)")
+    parser.add_argument("--dtype", choices=("release", "bf16"), default="release",
+                        help="release: FP8 dense + FP4 experts as DeepSeek ships (default); bf16: every linear BF16, "
+                             "no quantization_config")
+    parser.add_argument("--tokenizer", help="a tokenizer.json to copy into --out (for converters that need one)")
+    parser.add_argument("--tokenizer-config", help="a tokenizer_config.json to copy into --out")
     parser.add_argument("--base-config", help="release config.json (default: tests/data/configs/v41_flash.json, "
                                               "v4_flash.json with --family v4)")
     parser.add_argument("--shard-gb", type=float, default=4.0, help="target shard size in GB (default 4)")
@@ -540,11 +598,34 @@ def main():
     if base.get("model_type") not in MODEL_TYPES[args.family]:
         sys.exit(f"--base-config has model_type {base.get('model_type')!r}, not a --family {args.family} config")
     ratios = [int(r) for r in args.ratios.split(",")] if args.ratios else None
-    config, source_of = make_config(base, args.layers, ratios, args.small, args.family)
-    tensors = expected_tensors(config)
+    widths = {"hidden_size": args.hidden, "n_routed_experts": args.experts,
+              "num_experts_per_tok": args.experts_per_tok, "vocab_size": args.vocab}
+    for key, value in widths.items():
+        if value is not None and value < 1:
+            sys.exit(f"{key} must be >= 1")
+    config, source_of = make_config(base, args.layers, ratios, args.small, args.family, widths)
+    text = text_of(config)
+    if args.dtype == "release" and (text["hidden_size"] % 32 or text["moe_intermediate_size"] % 32):
+        sys.exit("FP4 experts need hidden_size and moe_intermediate_size divisible by 32 (or --dtype bf16)")
+    if text["num_experts_per_tok"] > text["n_routed_experts"]:
+        sys.exit(f"num_experts_per_tok {text['num_experts_per_tok']} > n_routed_experts {text['n_routed_experts']}")
+    if args.dtype == "bf16":
+        unquantize_config(config)
+    tokenizer_files = {}
+    for option, source, target in (("--tokenizer", args.tokenizer, "tokenizer.json"),
+                                   ("--tokenizer-config", args.tokenizer_config, "tokenizer_config.json")):
+        if source is not None:
+            if not Path(source).is_file():
+                sys.exit(f"{option} {source}: no such file")
+            tokenizer_files[target] = Path(source)
+    if "tokenizer.json" in tokenizer_files:
+        vocab = json.loads(tokenizer_files["tokenizer.json"].read_text(encoding="utf-8"))
+        ids = list(vocab.get("model", {}).get("vocab", {}).values()) + [a["id"] for a in vocab.get("added_tokens", [])]
+        if ids and max(ids) >= text["vocab_size"]:
+            sys.exit(f"--tokenizer has ids up to {max(ids)}, outside vocab_size {text['vocab_size']} (see --vocab)")
+    tensors = expected_tensors(config, args.dtype)
     total = sum(t.nbytes for t in tensors)
     shards = plan_shards(tensors, int(args.shard_gb * 1e9))
-    text = text_of(config)
     kinds = []
     for layer, ratio in enumerate(text["compress_ratios"]):
         if args.family == "v4":
@@ -579,6 +660,8 @@ def main():
         return
 
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for target, source in tokenizer_files.items():
+        (out / target).write_bytes(source.read_bytes())
     started = time.time()
     blocks = Blocks(args.block_mb * 1024 * 1024, args.seed)
     rng = np.random.default_rng(args.seed + 1)
