@@ -284,42 +284,64 @@ __attribute__((always_inline)) inline void stream_chunks(const uint8_t* base, in
   // a group lies in its own pages, where the hardware prefetcher would start late).
   constexpr int64_t kChunkBytes = D == Decode::F32 ? 64 : D == Decode::BF16 ? 32 : D == Decode::FP8 ? 16 : 8;
   const char* next_group = reinterpret_cast<const char*>(base + ROWS * stride);
-  if constexpr (D == Decode::FP4) {  // a pair of chunks from one load (decode_chunk); never a tail
-    for (; k < end; k += 2) {
-      for (int64_t offset = 0; offset < 2 * ROWS * kChunkBytes; offset += 64)
+  for (; k < end; ++k) {
+    if constexpr (!TAIL)
+      for (int64_t offset = 0; offset < ROWS * kChunkBytes; offset += 64)
         _mm_prefetch(next_group + k * ROWS * kChunkBytes + offset, _MM_HINT_T0);
-      __m512 even[TOKENS], odd[TOKENS];
-      for (int t = 0; t < TOKENS; ++t) {
-        even[t] = _mm512_loadu_ps(x + t * x_stride + k * kLanes);
-        odd[t] = _mm512_loadu_ps(x + t * x_stride + (k + 1) * kLanes);
-      }
-      for (int i = 0; i < ROWS; ++i) {
-        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * stride + k * 8)));
-        const __m512 w_even = _mm512_permutexvar_ps(bytes, factor[i]);
-        const __m512 w_odd = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), factor[i]);
-        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
-        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
-      }
-    }
-  } else {
-    for (; k < end; ++k) {
-      if constexpr (!TAIL)
-        for (int64_t offset = 0; offset < ROWS * kChunkBytes; offset += 64)
-          _mm_prefetch(next_group + k * ROWS * kChunkBytes + offset, _MM_HINT_T0);
-      __m512 xs[TOKENS];
-      for (int t = 0; t < TOKENS; ++t)
-        xs[t] = TAIL ? _mm512_maskz_loadu_ps(mask, x + t * x_stride + k * kLanes) : _mm512_loadu_ps(x + t * x_stride + k * kLanes);
-      for (int i = 0; i < ROWS; ++i) {
-        const __m512 w = decode_chunk<D, TAIL>(base + i * stride, k, mask, factor[i]);
-        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
-      }
+    __m512 xs[TOKENS];
+    for (int t = 0; t < TOKENS; ++t)
+      xs[t] = TAIL ? _mm512_maskz_loadu_ps(mask, x + t * x_stride + k * kLanes) : _mm512_loadu_ps(x + t * x_stride + k * kLanes);
+    for (int i = 0; i < ROWS; ++i) {
+      const __m512 w = decode_chunk<D, TAIL>(base + i * stride, k, mask, factor[i]);
+      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
     }
   }
 }
 
+// FP4 rows: a pair of chunks per load (decode_chunk), the group's scale times the e2m1 table
+// computed right where it is used (a table per row kept across the pair loop would not fit the
+// registers beside the accumulators).
+template <int ROWS, int TOKENS>
+void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
+  const uint8_t* base = m.bytes + row0 * m.row_bytes;
+  const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
+  __m512 acc[ROWS][TOKENS];
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  const int64_t pairs = m.full_chunks / 2;  // FP4 rows hold whole pairs (decode_of)
+  const int64_t pairs_per_block = m.chunks_per_block / 2;
+  const int64_t blocks = pairs / pairs_per_block;
+  alignas(64) float scales[ROWS][kLanes];
+  for (int64_t first_block = 0; first_block < blocks; first_block += kLanes) {
+    const int count = static_cast<int>(std::min<int64_t>(kLanes, blocks - first_block));
+    for (int i = 0; i < ROWS; ++i) block_scales<Decode::FP4>(m, row0 + i, first_block, count, scales[i]);
+    const int64_t end = (first_block + count) * pairs_per_block;
+    for (int64_t p = first_block * pairs_per_block; p < end; ++p) {
+      const int j = static_cast<int>(p / pairs_per_block - first_block);
+      for (int64_t offset = 0; offset < ROWS * 16; offset += 64) _mm_prefetch(next_group + p * ROWS * 16 + offset, _MM_HINT_T0);
+      __m512 even[TOKENS], odd[TOKENS];
+      for (int t = 0; t < TOKENS; ++t) {
+        even[t] = _mm512_loadu_ps(x + t * x_stride + p * 32);
+        odd[t] = _mm512_loadu_ps(x + t * x_stride + p * 32 + 16);
+      }
+      for (int i = 0; i < ROWS; ++i) {
+        const __m512 table = _mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scales[i][j]));
+        const __m512i bytes =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * m.row_bytes + p * 16)));
+        const __m512 w_even = _mm512_permutexvar_ps(bytes, table);
+        const __m512 w_odd = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
+        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
+      }
+    }
+  }
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
+}
+
 template <Decode D, int ROWS, int TOKENS>
-void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
-  constexpr bool kScaled = D == Decode::FP8 || D == Decode::FP4;
+void stream_rows_chunked(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
+  constexpr bool kScaled = D == Decode::FP8;
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
   __m512 acc[ROWS][TOKENS];
   __m512 factor[ROWS];
@@ -356,18 +378,24 @@ void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride
           }
           continue;
         }
-        for (int i = 0; i < ROWS; ++i)
-          factor[i] = D == Decode::FP4 ? _mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scales[i][j])) : _mm512_set1_ps(scales[i][j]);
+        for (int i = 0; i < ROWS; ++i) factor[i] = _mm512_set1_ps(scales[i][j]);
         const int64_t full_end = std::min(end, m.full_chunks);
         stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, k, full_end, 0xFFFF, factor, x, x_stride, acc);
-        if constexpr (D != Decode::FP4)
-          if (end > full_end)
-            stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, factor, x, x_stride, acc);
+        if (end > full_end)
+          stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, factor, x, x_stride, acc);
       }
     }
   }
   for (int i = 0; i < ROWS; ++i)
     for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
+}
+
+template <Decode D, int ROWS, int TOKENS>
+void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
+  if constexpr (D == Decode::FP4)
+    stream_rows_fp4<ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
+  else
+    stream_rows_chunked<D, ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
 }
 
 template <Decode D, int GROUP, int TOKENS>
