@@ -273,12 +273,40 @@ inline float horizontal_sum(__m512 v) {
 
 // ---- streaming kernel: ROWS rows x TOKENS tokens, accumulators in registers --------------------
 
+// horizontal_sum of 16 accumulators at once, as one vector (lane i: a[i]'s sum), by the same tree:
+// each level adds the same pairs of lanes, only several accumulators' pairs per instruction.
+inline __m512 horizontal_sums(const __m512 (&a)[16]) {
+  __m512 l1[8], l2[4], l3[2];
+  for (int m = 0; m < 8; ++m)  // quarters [a2m lanes j + j+8 (8 lanes), a2m+1 (8 lanes)]
+    l1[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44), _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+  for (int n = 0; n < 4; ++n)  // quarter k: a[4n + k]'s lanes j + j+4 (4 lanes)
+    l2[n] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * n], l1[2 * n + 1], 0x88), _mm512_shuffle_f32x4(l1[2 * n], l1[2 * n + 1], 0xDD));
+  for (int p = 0; p < 2; ++p)  // quarter k: a[8p + k]'s lanes (0+2, 1+3), then a[8p + 4 + k]'s
+    l3[p] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], 0x44), _mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], 0xEE));
+  // quarter k: a[k], a[4 + k], a[8 + k], a[12 + k]
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], 0x88), _mm512_shuffle_ps(l3[0], l3[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sums);
+}
+
+// y[t * y_stride + row0 + i] = the sum of acc[i][t].
+template <int ROWS, int TOKENS>
+inline void store_sums(const __m512 (&acc)[ROWS][TOKENS], float* y, int64_t y_stride, int64_t row0) {
+  if constexpr (ROWS == 16 && TOKENS == 1) {
+    __m512 rows[16];
+    for (int i = 0; i < 16; ++i) rows[i] = acc[i][0];
+    _mm512_storeu_ps(y + row0, horizontal_sums(rows));
+  } else {
+    for (int i = 0; i < ROWS; ++i)
+      for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
+  }
+}
+
 // Chunks [k, end) of ROWS consecutive rows (row i's bytes at base + i * stride), all full chunks
 // or (TAIL) the last partial one, into the accumulators.
 template <Decode D, int ROWS, int TOKENS, bool TAIL>
 __attribute__((always_inline)) inline void stream_chunks(const uint8_t* base, int64_t stride, int64_t k, int64_t end,
-                                                         __mmask16 mask, const __m512* factor, const float* x,
-                                                         int64_t x_stride, __m512 (&acc)[ROWS][TOKENS]) {
+                                                         __mmask16 mask, const float* factors, int64_t factor_stride,
+                                                         const float* x, int64_t x_stride, __m512 (&acc)[ROWS][TOKENS]) {
   // The rows are contiguous and the next group follows them: while this group's chunks are read,
   // ask for as many bytes of the next group, so it is in cache when its pass starts (each row of
   // a group lies in its own pages, where the hardware prefetcher would start late).
@@ -292,7 +320,11 @@ __attribute__((always_inline)) inline void stream_chunks(const uint8_t* base, in
     for (int t = 0; t < TOKENS; ++t)
       xs[t] = TAIL ? _mm512_maskz_loadu_ps(mask, x + t * x_stride + k * kLanes) : _mm512_loadu_ps(x + t * x_stride + k * kLanes);
     for (int i = 0; i < ROWS; ++i) {
-      const __m512 w = decode_chunk<D, TAIL>(base + i * stride, k, mask, factor[i]);
+      // FP8: row i's factor, broadcast from memory at its use (a register per row would not fit
+      // beside 16 rows of accumulators).
+      __m512 factor = _mm512_setzero_ps();
+      if constexpr (D == Decode::FP8) factor = _mm512_set1_ps(factors[i * factor_stride]);
+      const __m512 w = decode_chunk<D, TAIL>(base + i * stride, k, mask, factor);
       for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
     }
   }
@@ -335,8 +367,7 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
       }
     }
   }
-  for (int i = 0; i < ROWS; ++i)
-    for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
+  store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
 }
 
 template <Decode D, int ROWS, int TOKENS>
@@ -344,16 +375,14 @@ void stream_rows_chunked(const Matrix& m, int64_t row0, const float* x, int64_t 
   constexpr bool kScaled = D == Decode::FP8;
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
   __m512 acc[ROWS][TOKENS];
-  __m512 factor[ROWS];
-  for (int i = 0; i < ROWS; ++i) {
-    factor[i] = _mm512_setzero_ps();
+  for (int i = 0; i < ROWS; ++i)
     for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
-  }
   const int64_t chunks = m.full_chunks + (m.tail ? 1 : 0);
   if constexpr (!kScaled) {
-    stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, 0, m.full_chunks, 0xFFFF, factor, x, x_stride, acc);
+    stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, 0, m.full_chunks, 0xFFFF, nullptr, 0, x, x_stride, acc);
     if (m.tail)
-      stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, m.full_chunks, chunks, m.tail_mask, factor, x, x_stride, acc);
+      stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, m.full_chunks, chunks, m.tail_mask, nullptr, 0, x, x_stride,
+                                           acc);
   } else {
     // Scales 16 blocks at a time per row (block_scales), each block's factor from them by one
     // broadcast: per-block scalar work would cost as much as FP4's whole decode.
@@ -378,16 +407,15 @@ void stream_rows_chunked(const Matrix& m, int64_t row0, const float* x, int64_t 
           }
           continue;
         }
-        for (int i = 0; i < ROWS; ++i) factor[i] = _mm512_set1_ps(scales[i][j]);
         const int64_t full_end = std::min(end, m.full_chunks);
-        stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, k, full_end, 0xFFFF, factor, x, x_stride, acc);
+        stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, k, full_end, 0xFFFF, &scales[0][j], kLanes, x, x_stride, acc);
         if (end > full_end)
-          stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, factor, x, x_stride, acc);
+          stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, &scales[0][j], kLanes, x,
+                                               x_stride, acc);
       }
     }
   }
-  for (int i = 0; i < ROWS; ++i)
-    for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
+  store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
 }
 
 template <Decode D, int ROWS, int TOKENS>
@@ -402,6 +430,8 @@ template <Decode D, int GROUP, int TOKENS>
 void stream_range(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
   int64_t row = first_row;
   for (; row + GROUP <= end_row; row += GROUP) stream_rows<D, GROUP, TOKENS>(m, row, x, cols, y, m.w->rows);
+  if constexpr (GROUP > 8)
+    for (; row + 8 <= end_row; row += 8) stream_rows<D, 8, TOKENS>(m, row, x, cols, y, m.w->rows);
   for (; row < end_row; ++row) stream_rows<D, 1, TOKENS>(m, row, x, cols, y, m.w->rows);
 }
 
@@ -409,7 +439,7 @@ template <Decode D>
 void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row, int64_t end_row) {
   const int64_t cols = m.w->cols;
   switch (tokens) {
-    case 1: return stream_range<D, 8, 1>(m, x, cols, y, first_row, end_row);
+    case 1: return stream_range<D, 16, 1>(m, x, cols, y, first_row, end_row);
     case 2: return stream_range<D, 4, 2>(m, x, cols, y, first_row, end_row);
     default: return stream_range<D, 4, 3>(m, x, cols, y, first_row, end_row);
   }
