@@ -21,6 +21,10 @@
 //   (ScopedDefaultThreadPool) for the test; tests run in llama-bench's order (per thread count:
 //   pp, then tg). --spin N: the pool's idle workers poll N times before sleeping (default: the
 //   pool's default); llama-bench's threads poll too (--poll 50 by default).
+// Beside llama-bench: the weight bytes one decode token reads (weight_bytes_per_token) and, per
+// thread count, a streaming read of --read-mib MiB on the same pool, so each tg row also gives its
+// weight bytes per second and their share of that read bandwidth (issue 18's "batch-1 decode at
+// 60% of the read bandwidth"); --read-mib 0 skips it.
 // Not mirrored: llama-bench's model is a GGUF with its own KV cache (F16 by default) and graph;
 // this runs deepinfer's checkpoint as it is stored (FP8 / FP4 / BF16), with deepinfer's cache.
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -36,6 +41,8 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "host_read_bandwidth.h"
+#include "io/checkpoint.h"
 #include "model/model.h"
 
 namespace {
@@ -55,13 +62,14 @@ struct Options {
   uint64_t seed = 1;
   bool warmup = true;
   int spin = -1;  // -1: ThreadPool's default
+  int64_t read_mib = 1024;
 };
 
 [[noreturn]] void usage(const std::string& message) {
   std::fprintf(stderr,
                "cpu_pp_tg_bench: %s\n"
                "usage: cpu_pp_tg_bench --model DIR [--pp 512] [--tg 128] [--threads 1,2] [--reps 5] [--seed 1]\n"
-               "       [--spin N] [--no-warmup]\n"
+               "       [--spin N] [--no-warmup] [--read-mib 1024]\n"
                "  --pp / --tg / --threads take comma-separated lists; --pp 0 or --tg 0 skips that test\n",
                message.c_str());
   std::exit(2);
@@ -103,6 +111,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--seed") o.seed = static_cast<uint64_t>(parse_integer(flag, value(), 0));
     else if (flag == "--spin") o.spin = static_cast<int>(parse_integer(flag, value(), 0));
     else if (flag == "--no-warmup") o.warmup = false;
+    else if (flag == "--read-mib") o.read_mib = parse_integer(flag, value(), 0);
     else if (flag == "--help" || flag == "-h") usage("prefill (pp) and decode (tg) tokens/s, as llama-bench measures them");
     else usage("unknown option " + flag);
   }
@@ -183,6 +192,31 @@ std::string size_of_checkpoint(const std::string& dir) {
   return text;
 }
 
+// Weight bytes a decode token reads: every tensor once, except the routed experts (top-k of a
+// layer's E experts: k / E of their bytes, experts being of one size), the embedding and
+// tid2eid tables (one row each) and the MTP / DSpark layers (unused by a plain forward).
+double weight_bytes_per_token(const std::string& dir, const deepinfer::ModelConfig& config) {
+  const deepinfer::Checkpoint checkpoint = deepinfer::Checkpoint::open(dir);
+  double bytes = 0;
+  for (const auto& tensor : checkpoint.tensors()) {
+    const std::string& name = tensor.info->name;
+    const auto size = static_cast<double>(tensor.info->byte_size());
+    if (name.rfind("mtp.", 0) == 0) continue;
+    if (name == "embed.weight" || name.find("tid2eid") != std::string::npos) {
+      bytes += size / static_cast<double>(config.vocab_size);
+      continue;
+    }
+    const std::size_t experts_at = name.find(".ffn.experts.");
+    if (name.rfind("layers.", 0) == 0 && experts_at != std::string::npos) {
+      const int64_t layer = std::stoll(name.substr(7, name.find('.', 7) - 7));
+      bytes += size * static_cast<double>(config.num_experts_per_tok) / static_cast<double>(config.routed_experts_of(layer));
+      continue;
+    }
+    bytes += size;
+  }
+  return bytes;
+}
+
 int run(const Options& o) {
   const auto load_start = Clock::now();
   const Model model = Model::load(o.model);
@@ -193,6 +227,11 @@ int run(const Options& o) {
                                ? fs::path(o.model).lexically_normal().parent_path().filename().string()
                                : fs::path(o.model).lexically_normal().filename().string();
   const std::string size = size_of_checkpoint(o.model);
+  const double token_bytes = weight_bytes_per_token(o.model, model.config());
+  std::optional<deepinfer::bench::HostReadBuffer> read_buffer;
+  if (o.read_mib > 0) read_buffer.emplace(o.read_mib << 20);
+  std::vector<std::string> bandwidth_lines;
+  std::vector<std::pair<int64_t, double>> decode_rates;  // (tg tokens, weight bytes/s) of one thread count
 
   std::printf("| model | size | backend | threads | test | t/s | median t/s |\n");
   std::printf("| ----- | ---: | ------- | ------: | ---: | --: | ---------: |\n");
@@ -222,8 +261,36 @@ int run(const Options& o) {
                   static_cast<long long>(threads), test.kind, static_cast<long long>(test.tokens), s.mean, s.stddev,
                   s.median);
       std::fflush(stdout);
+      if (!prefill) decode_rates.push_back({test.tokens, token_bytes * s.median});
     }
+    double read_rate = 0;
+    if (read_buffer) {
+      std::vector<double> rates;
+      for (int64_t rep = 0; rep < std::max<int64_t>(o.reps, 3); ++rep) {
+        const auto start = Clock::now();
+        volatile float sink = read_buffer->read_all(pool);
+        (void)sink;
+        rates.push_back(static_cast<double>(read_buffer->bytes()) / std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      read_rate = stats_of(rates).median;
+      char line[256];
+      std::snprintf(line, sizeof line, "threads %lld: streaming read of %lld MiB: %.2f GB/s (median of %zu)",
+                    static_cast<long long>(threads), static_cast<long long>(o.read_mib), read_rate * 1e-9, rates.size());
+      bandwidth_lines.push_back(line);
+    }
+    for (const auto& [tokens, rate] : decode_rates) {
+      char line[256];
+      std::snprintf(line, sizeof line, "threads %lld: tg%lld reads %.2f GB/s of weights (median)",
+                    static_cast<long long>(threads), static_cast<long long>(tokens), rate * 1e-9);
+      bandwidth_lines.push_back(line);
+      if (read_rate > 0) bandwidth_lines.back() += ", " + std::to_string(static_cast<int>(100.0 * rate / read_rate + 0.5)) + "% of the read";
+    }
+    decode_rates.clear();
   }
+  std::printf("\ndecode reads %.2f MiB of weights per token (every tensor once; routed experts k/E of theirs; one "
+              "embedding row)\n",
+              token_bytes / (1 << 20));
+  for (const std::string& line : bandwidth_lines) std::printf("%s\n", line.c_str());
   return 0;
 }
 

@@ -7,9 +7,6 @@
 //
 //   build/bench/linear_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
 
 #include <cstdint>
 #include <cstring>
@@ -19,6 +16,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "host_read_bandwidth.h"
 #include "kernels/cpu/linear_cpu.h"
 
 namespace {
@@ -133,34 +131,10 @@ void bench_linear(benchmark::State& state, WeightEncoding encoding, int64_t rows
 
 // Streaming read of a 1 GiB buffer, split over the pool like the kernels split rows.
 void bench_memory_read(benchmark::State& state, int threads) {
-  constexpr int64_t kBytes = int64_t{1} << 30;
-  static std::unique_ptr<float[]> buffer = [] {
-    std::unique_ptr<float[]> data(new float[kBytes / 4]);
-    for (int64_t i = 0; i < kBytes / 4; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(i & 1023);
-    return data;
-  }();
+  static const deepinfer::bench::HostReadBuffer buffer(int64_t{1} << 30);
   ThreadPool& workers = pool(threads);
-  const int64_t blocks = kBytes / 4096;  // 1024-float blocks
-  std::vector<float> partial(static_cast<std::size_t>(blocks), 0.0f);
-  for (auto _ : state) {
-    workers.parallel_for(blocks, [&](int64_t begin, int64_t end) {
-#ifdef __AVX2__
-      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (int64_t i = begin * 1024; i < end * 1024; i += 32)
-        for (int j = 0; j < 4; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(buffer.get() + i + j * 8));
-      __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-      float lanes[8];
-      _mm256_storeu_ps(lanes, sum);
-#else
-      float lanes[8] = {};
-      for (int64_t i = begin * 1024; i < end * 1024; i += 8)
-        for (int j = 0; j < 8; ++j) lanes[j] += buffer[static_cast<std::size_t>(i + j)];
-#endif
-      partial[static_cast<std::size_t>(begin)] = lanes[0] + lanes[7];
-    });
-    benchmark::DoNotOptimize(partial.data());
-  }
-  state.counters["read_GBs"] = benchmark::Counter(static_cast<double>(kBytes) * static_cast<double>(state.iterations()) * 1e-9,
+  for (auto _ : state) benchmark::DoNotOptimize(buffer.read_all(workers));
+  state.counters["read_GBs"] = benchmark::Counter(static_cast<double>(buffer.bytes()) * static_cast<double>(state.iterations()) * 1e-9,
                                                   benchmark::Counter::kIsRate);
   state.counters["threads"] = workers.size();
 }

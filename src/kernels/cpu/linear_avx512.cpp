@@ -69,7 +69,8 @@ constexpr int64_t kPanelRows = 16;
 constexpr int64_t kPanelCols = 256;        // 16 chunks; 16 KB of f32 per panel
 constexpr int kPanelTokens = 6;            // micro-kernel: 4 rows x 6 tokens = 24 accumulators
 constexpr int64_t kMaxStreamTokens = 3;    // fewer tokens than the panel kernel needs
-constexpr int64_t kRowGroup = 8;           // rows the pool splits by; the streaming group at 1 token
+constexpr int64_t kRowGroup = 8;           // rows the pool splits by
+constexpr int64_t kStartPrefetchBytes = 16 * 1024;  // of a streaming range, requested up front (stream_range)
 
 // ---- where a weight row's bytes and scales are -------------------------------------------------
 
@@ -330,6 +331,18 @@ __attribute__((always_inline)) inline void stream_chunks(const uint8_t* base, in
   }
 }
 
+// The scales of rows [row0 + rows, row0 + 2 * rows), asked for while this group computes: they
+// are a stream of their own (FP4: a row's scales every cols / 32 bytes), and each group would
+// otherwise stall on their first use, every 16 blocks, one cache miss per row.
+inline void prefetch_scales_of_next_group(const Matrix& m, int64_t row0, int rows) {
+  const WeightMatrix& w = *m.w;
+  const int64_t scale_bytes = w.scale_encoding == ScaleEncoding::F32 ? 4 : 1;
+  const int64_t first = scale_row_start(w, std::min(row0 + rows, w.rows - 1)) * scale_bytes;
+  const int64_t end = scale_row_start(w, std::min(row0 + 2 * rows, w.rows) - 1) * scale_bytes + scale_columns(w) * scale_bytes;
+  const char* scales = static_cast<const char*>(w.scales);
+  for (int64_t offset = first; offset < end; offset += 64) _mm_prefetch(scales + offset, _MM_HINT_T0);
+}
+
 // FP4 rows: a pair of chunks per load (decode_chunk), the group's scale times the e2m1 table
 // computed right where it is used (a table per row kept across the pair loop would not fit the
 // registers beside the accumulators).
@@ -344,6 +357,7 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
   const int64_t pairs_per_block = m.chunks_per_block / 2;
   const int64_t blocks = pairs / pairs_per_block;
   alignas(64) float scales[ROWS][kLanes];
+  prefetch_scales_of_next_group(m, row0, ROWS);
   for (int64_t first_block = 0; first_block < blocks; first_block += kLanes) {
     const int count = static_cast<int>(std::min<int64_t>(kLanes, blocks - first_block));
     for (int i = 0; i < ROWS; ++i) block_scales<Decode::FP4>(m, row0 + i, first_block, count, scales[i]);
@@ -392,7 +406,12 @@ void stream_rows_chunked(const Matrix& m, int64_t row0, const float* x, int64_t 
     for (int64_t first_block = 0; first_block < blocks; first_block += kLanes) {
       const int count = static_cast<int>(std::min<int64_t>(kLanes, blocks - first_block));
       bool fallback = false;
-      for (int i = 0; i < ROWS; ++i) fallback |= block_scales<D>(m, row0 + i, first_block, count, scales[i]);
+      // Rows in one tile row (FP8's 128 x 128 tiles: every group but a straddling one) share
+      // their scales: converted once, read with stride 0.
+      const bool shared = row0 / m.w->block_rows == (row0 + ROWS - 1) / m.w->block_rows;
+      if (first_block == 0 && !shared) prefetch_scales_of_next_group(m, row0, ROWS);
+      const int64_t factor_stride = shared ? 0 : kLanes;
+      for (int i = 0; i < (shared ? 1 : ROWS); ++i) fallback |= block_scales<D>(m, row0 + i, first_block, count, scales[i]);
       for (int j = 0; j < count; ++j) {
         int64_t k = (first_block + j) * per_block;
         const int64_t end = std::min(chunks, k + per_block);
@@ -408,10 +427,11 @@ void stream_rows_chunked(const Matrix& m, int64_t row0, const float* x, int64_t 
           continue;
         }
         const int64_t full_end = std::min(end, m.full_chunks);
-        stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, k, full_end, 0xFFFF, &scales[0][j], kLanes, x, x_stride, acc);
+        stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, k, full_end, 0xFFFF, &scales[0][j], factor_stride, x,
+                                              x_stride, acc);
         if (end > full_end)
-          stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, &scales[0][j], kLanes, x,
-                                               x_stride, acc);
+          stream_chunks<D, ROWS, TOKENS, true>(base, m.row_bytes, full_end, end, m.tail_mask, &scales[0][j], factor_stride,
+                                               x, x_stride, acc);
       }
     }
   }
@@ -428,6 +448,12 @@ void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride
 
 template <Decode D, int GROUP, int TOKENS>
 void stream_range(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
+  // The start of the range, asked for all at once: a decode step is mostly small matrices (an
+  // expert of a narrow model is 16 KB), whose first rows would otherwise arrive one miss at a
+  // time before the group-ahead prefetch of stream_chunks has anything to run ahead of.
+  const char* start = reinterpret_cast<const char*>(m.bytes + first_row * m.row_bytes);
+  const int64_t head_bytes = std::min<int64_t>((end_row - first_row) * m.row_bytes, kStartPrefetchBytes);
+  for (int64_t offset = 0; offset < head_bytes; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
   int64_t row = first_row;
   for (; row + GROUP <= end_row; row += GROUP) stream_rows<D, GROUP, TOKENS>(m, row, x, cols, y, m.w->rows);
   if constexpr (GROUP > 8)
