@@ -74,13 +74,20 @@ bool ThreadPool::spin_until(Done&& done) const {
     cpu_relax();
   }
   if (warm_scopes_.load(std::memory_order_relaxed) == 0) return done();
-  const auto deadline = std::chrono::steady_clock::now() + kWarmSpinLimit;
+  // Pause-loop polls first (a decode step's serial stretches between regions are microseconds),
+  // then polls that yield the core between rounds: on a machine whose cores are all in use (the
+  // server's HTTP threads, other processes) a waiting worker must not take a core from the work
+  // it waits for.
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
     for (int spin = 0; spin < 256; ++spin) {
       if (done()) return true;
       cpu_relax();
     }
-    if (warm_scopes_.load(std::memory_order_relaxed) == 0 || std::chrono::steady_clock::now() >= deadline) return done();
+    if (warm_scopes_.load(std::memory_order_relaxed) == 0) return done();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= kWarmSpinLimit) return done();
+    if (waited >= kWarmPauseLimit) std::this_thread::yield();
   }
 }
 

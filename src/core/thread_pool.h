@@ -59,7 +59,8 @@ class ThreadPool {
   static constexpr int kDefaultSpinIterations = 0;
 
   // While at least one Warm of a pool is alive, its idle workers (and a caller waiting for their
-  // chunks) poll for the next job instead of sleeping, for up to kWarmSpinLimit at a stretch:
+  // chunks) poll for the next job instead of sleeping, for up to kWarmSpinLimit at a stretch
+  // (yielding the core between polls after kWarmPauseLimit, so they never starve other threads):
   // a decode step is hundreds of short parallel regions with serial work between them, and a
   // sleeping worker takes longer to wake than many of those regions last. Held for one forward
   // pass, so the spare cores are only busy while a step runs and sleep between steps.
@@ -74,6 +75,7 @@ class ThreadPool {
     ThreadPool& pool_;
   };
   static constexpr std::chrono::microseconds kWarmSpinLimit{2000};
+  static constexpr std::chrono::microseconds kWarmPauseLimit{50};  // then each poll round yields the core
 
  private:
   using ChunkFunction = void (*)(void*, int64_t, int64_t);

@@ -4,31 +4,34 @@
 // path's decode into an L1 panel plus a reload per FMA cannot keep up with DRAM on one core
 // (docs/BENCHMARKS.md: FP8 at 15%, FP4 at 7% of the read bandwidth). Here a few tokens take the
 // STREAMING kernel: each 16-column chunk of a weight row is decoded into a register and used at
-// once by every token, the row's accumulators stay in registers for the whole row, and nothing is
-// stored. Four or more tokens take the PANEL kernel: a 16-row x 256-column panel is decoded once
-// into L1 and swept by 4-row x 6-token micro-kernels (24 accumulators), which is FMA-bound.
+// once by every token, the row's accumulators stay in registers for the whole row (16 rows at a
+// time at 1 token, summed together by one transposed tree), the next row group and its scales are
+// prefetched, and nothing is stored. Four or more tokens take the PANEL kernel: a 16-row x
+// 256-column panel is decoded once into L1 and swept by 4-row x 6-token micro-kernels (24
+// accumulators), which is FMA-bound.
 //
 // Why f32 activations: the BF16 dot-product and VNNI instructions would round the activations to
 // BF16 or int8 first, which changes results by more than the reduction order; this path keeps the
 // same numerics as the AVX2 and portable ones (exactly decoded weights times f32 activations).
 //
-// Batch invariance: every y[t, r] is reduced in one order that depends only on `cols`: one
-// 16-lane accumulator, lane j summing x[t, c] * w[r, c] for c = 16k + j in increasing k by FMA
-// (the last partial chunk zero-padded on both sides), then a fixed horizontal sum. The streaming
-// and the panel kernel perform exactly these operations (the panel stores and reloads its
-// accumulators exactly between panels), so which kernel, which row group, which thread and how
-// many tokens are in the call never change a bit. Results differ from the AVX2 path's (8 lanes)
-// by rounding only.
+// Batch invariance: every y[t, r] is reduced in one order that depends only on `cols` and the
+// encoding: one 16-lane accumulator, lane j of chunk k holding column 16k + j (FP4: the column
+// order of decode_chunk, below) summed in increasing k by FMA (the last partial chunk zero-padded
+// on both sides), then a fixed horizontal sum. The streaming and the panel kernel perform exactly
+// these operations (the panel stores and reloads its accumulators exactly between panels), so
+// which kernel, which row group, which thread and how many tokens are in the call never change a
+// bit. Results differ from the AVX2 path's (8 lanes) by rounding only.
 //
 // Decoding gives exactly the scalar decoders' value times the scale (core/float_formats.h):
 //   BF16  zero-extend to 32 bits and shift into the high half;
-//   FP8   e4m3 bits moved into an f16 (same mantissa, exponent bias 15 instead of 7, so the value
-//         is w / 256 exactly), S.1111.111 forced to an f16 NaN, converted, times 256 * scale:
-//         round(w / 256 * (256 * s)) = round(w * s) whenever 256 * s is exact, which holds unless
-//         s > 2^119; such blocks (and blocks that do not hold whole 16-column chunks) take the
+//   FP8   sign-extended and shifted so the 7 magnitude bits are an f32's exponent and mantissa:
+//         that f32 is w * 2^-120 exactly (subnormals included), so one multiply by 2^120 * scale
+//         gives round(w * scale); NaN codes are masked to NaN. Blocks where 2^120 * scale
+//         overflows (scale >= 2^8), and blocks that do not hold whole 16-column chunks, take the
 //         scalar decoders, which give the same values;
-//   FP4   the nibbles in column order index a 16-entry f32 table already multiplied by the group
-//         scale (one multiply per group and row instead of one per weight; same products).
+//   FP4   whole bytes index a 16-entry f32 table already multiplied by the group scale (vpermps
+//         reads the low nibble; shifted by 4, the high one), so a 32-column pair of chunks costs
+//         one load, one shift and two permutes; E8M0 scales are converted 16 blocks at a time.
 //
 // Compilation: the binary targets x86-64-v3; only the functions below the target pragma use
 // AVX-512, and every header is included above it, so no inline or template function that other
