@@ -73,7 +73,6 @@ constexpr int64_t kPanelCols = 256;        // 16 chunks; 16 KB of f32 per panel
 constexpr int kPanelTokens = 6;            // micro-kernel: 4 rows x 6 tokens = 24 accumulators
 constexpr int64_t kMaxStreamTokens = 3;    // fewer tokens than the panel kernel needs
 constexpr int64_t kRowGroup = 8;           // rows the pool splits by
-constexpr int64_t kStartPrefetchBytes = 16 * 1024;  // of a streaming range, requested up front (stream_range)
 
 // ---- where a weight row's bytes and scales are -------------------------------------------------
 
@@ -451,12 +450,6 @@ void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride
 
 template <Decode D, int GROUP, int TOKENS>
 void stream_range(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
-  // The start of the range, asked for all at once: a decode step is mostly small matrices (an
-  // expert of a narrow model is 16 KB), whose first rows would otherwise arrive one miss at a
-  // time before the group-ahead prefetch of stream_chunks has anything to run ahead of.
-  const char* start = reinterpret_cast<const char*>(m.bytes + first_row * m.row_bytes);
-  const int64_t head_bytes = std::min<int64_t>((end_row - first_row) * m.row_bytes, kStartPrefetchBytes);
-  for (int64_t offset = 0; offset < head_bytes; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
   int64_t row = first_row;
   for (; row + GROUP <= end_row; row += GROUP) stream_rows<D, GROUP, TOKENS>(m, row, x, cols, y, m.w->rows);
   if constexpr (GROUP > 8)
