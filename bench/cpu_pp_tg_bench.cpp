@@ -42,6 +42,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "host_read_bandwidth.h"
+#include "integer_options.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 
@@ -76,23 +77,11 @@ struct Options {
 }
 
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t minimum) {
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < minimum)
-    usage(flag + " " + text + ": expected an integer >= " + std::to_string(minimum));
-  return value;
+  return deepinfer::bench::parse_integer(flag, text, minimum, usage);
 }
 
 std::vector<int64_t> parse_list(const std::string& flag, const std::string& list, int64_t minimum) {
-  std::vector<int64_t> out;
-  std::size_t at = 0;
-  while (at <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', at), list.size());
-    const int64_t value = parse_integer(flag, list.substr(at, comma - at), minimum);
-    if (value > 0) out.push_back(value);
-    at = comma + 1;
-  }
-  return out;
+  return deepinfer::bench::parse_integer_list(flag, list, minimum, usage);
 }
 
 Options parse_options(int argc, char** argv) {

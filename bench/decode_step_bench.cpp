@@ -40,6 +40,7 @@
 
 #include "backend/device.h"
 #include "copy_bandwidth.h"
+#include "integer_options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -97,10 +98,7 @@ struct Options {
 }
 
 int64_t parse_positive(const std::string& flag, const std::string& text, int64_t minimum = 1) {
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < minimum) usage(flag + " " + text + ": expected an integer >= " + std::to_string(minimum));
-  return value;
+  return deepinfer::bench::parse_integer(flag, text, minimum, usage);
 }
 
 Options parse_options(int argc, char** argv) {
@@ -114,16 +112,8 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--model") o.model = value();
     else if (flag == "--tokenizer") o.tokenizer = value();
     else if (flag == "--device") o.device = value();
-    else if (flag == "--batch") {
-      o.batches.clear();
-      const std::string list = value();
-      std::size_t at = 0;
-      while (at <= list.size()) {
-        const std::size_t comma = std::min(list.find(',', at), list.size());
-        o.batches.push_back(parse_positive("--batch", list.substr(at, comma - at)));
-        at = comma + 1;
-      }
-    } else if (flag == "--context") o.context = parse_positive(flag, value(), 0);
+    else if (flag == "--batch") o.batches = deepinfer::bench::parse_integer_list(flag, value(), 1, usage);
+    else if (flag == "--context") o.context = parse_positive(flag, value(), 0);
     else if (flag == "--steps") o.steps = parse_positive(flag, value());
     else if (flag == "--repeat") o.repeat = parse_positive(flag, value());
     else if (flag == "--warmup") o.warmup = parse_positive(flag, value(), 0);
