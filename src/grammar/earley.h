@@ -54,6 +54,7 @@ class CompiledGrammar {
   // Bytes no terminal tells apart share a class: the parser steps the same on each, so the mask
   // walk's transitions (mask_walk.h) are kept per class, not per byte.
   uint8_t byte_class(uint8_t byte) const { return byte_class_[byte]; }
+  const std::array<uint8_t, 256>& byte_classes() const { return byte_class_; }
   int class_count() const { return class_count_; }
   uint8_t class_byte(int byte_class) const { return class_byte_[static_cast<std::size_t>(byte_class)]; }  // its first
   // The plain-text slice's steps (text_slice.h) in these classes: from each slice state, one byte

@@ -45,6 +45,27 @@ class LazyChart {
     return compute(state, depth, byte);
   }
 
+  // step() for a walk that does not hand every byte to it: `byte_at(k)` gives the current
+  // path's k-th byte, read only here, when a transition is unknown. The chart keeps the columns
+  // of the longest prefix it shares with the current path.
+  template <typename ByteAt>
+  int32_t step_unknown(int32_t state, std::size_t depth, uint8_t byte, const ByteAt& byte_at) {
+    if (broken_) return KeyAutomaton::kDead;
+    std::size_t shared = std::min(real_, depth);
+    for (std::size_t k = 0; k < shared; ++k)
+      if (path_[k] != byte_at(k)) {
+        shared = k;
+        break;
+      }
+    if (real_ > shared) {
+      chart_.columns.resize(base_ + shared);
+      real_ = shared;
+    }
+    for (std::size_t k = real_; k < depth; ++k) path_[k] = byte_at(k);
+    path_[depth] = byte;
+    return compute(state, depth, byte);
+  }
+
   // The walk cannot trust its result: the automaton outgrew its bound, or a path it said was
   // alive was not (which equal keys rule out). The caller walks the chart instead.
   bool broken() const { return broken_; }
@@ -164,20 +185,46 @@ bool predicts_slice_closed_rule(const Chart& chart) {
   return false;
 }
 
-void walk_trie(LazyChart& chart, const Vocabulary& vocabulary, std::span<const Vocabulary::Node> trie, int32_t start,
-               std::span<uint64_t> mask) {
-  std::vector<int32_t> states(vocabulary.max_token_length() + 1);  // on the path, by depth
+// The walk's inner loop, a scan of the trie in preorder with one automaton state per depth: per
+// node one table lookup, and a jump over the subtree when the byte dies. It keeps everything it
+// reads in locals (no member loads, no byte stores that could alias them), and goes to the chart
+// only for an unknown transition, which it rebuilds the path for from the nodes on it.
+void walk_trie(LazyChart& chart, const KeyAutomaton& automaton, const CompiledGrammar& grammar,
+               const Vocabulary& vocabulary, std::span<const Vocabulary::Node> trie, int32_t start, std::span<uint64_t> mask) {
+  const std::size_t depths = vocabulary.max_token_length() + 1;
+  std::vector<int32_t> states(depths);  // on the path, by depth
+  std::vector<uint32_t> on_path(depths);  // the node at each depth of the path
   states[0] = start;
-  for (std::size_t i = 1; i < trie.size();) {
-    const Vocabulary::Node& node = trie[i];
+  const Vocabulary::Node* const nodes = trie.data();
+  const std::size_t size = trie.size();
+  const std::array<uint8_t, 256>& classes = grammar.byte_classes();
+  const auto class_count = static_cast<std::size_t>(grammar.class_count());
+  const int32_t* table = automaton.table();
+  uint64_t* const bits = mask.data();
+  const auto byte_at = [&](std::size_t k) { return nodes[on_path[k + 1]].byte; };
+  for (std::size_t i = 1; i < size;) {
+    const Vocabulary::Node& node = nodes[i];
     const std::size_t depth = node.depth - std::size_t{1};  // the parent's
-    const int32_t to = chart.step(states[depth], depth, node.byte);
+    const int32_t from = states[depth];
+    int32_t to = table[static_cast<std::size_t>(from) * class_count + classes[node.byte]];
+    if (to == KeyAutomaton::kUnknown) [[unlikely]] {
+      to = chart.step_unknown(from, depth, node.byte, byte_at);
+      if (chart.broken()) return;
+      table = automaton.table();
+    }
     if (to < 0) {
       i += static_cast<std::size_t>(node.subtree_size);
       continue;
     }
     states[depth + 1] = to;
-    for (int32_t id : vocabulary.tokens_at(node)) allow(mask, id);
+    on_path[depth + 1] = static_cast<uint32_t>(i);
+    // Half the nodes end a token, in no pattern a branch predictor could learn: set the bit
+    // unconditionally, shifted out to nothing when no token ends here.
+    const auto first = static_cast<uint32_t>(vocabulary.first_token_or_any(node));
+    bits[first / 64] |= static_cast<uint64_t>(node.token_count != 0) << (first % 64);
+    if (node.token_count > 1) [[unlikely]]
+      for (const int32_t id : vocabulary.tokens_at(node).subspan(1))
+        bits[static_cast<std::size_t>(id) / 64] |= uint64_t{1} << (static_cast<unsigned>(id) % 64);
     ++i;
   }
 }
@@ -242,7 +289,7 @@ void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& voc
       const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
       for (std::size_t w = 0; w < slice.size(); ++w) mask[w] |= slice[w];
     }
-    walk_trie(lazy, vocabulary, vocabulary.trie(level), start, mask);
+    walk_trie(lazy, automaton, chart.grammar, vocabulary, vocabulary.trie(level), start, mask);
     trusted = !lazy.broken();
     if (!trusted) automaton.clear();
   }

@@ -44,6 +44,8 @@ class KeyAutomaton {
   int32_t next(int32_t state, uint8_t byte_class) const {
     return transitions_[static_cast<std::size_t>(state) * static_cast<std::size_t>(class_count_) + byte_class];
   }
+  // The table next() reads, state * class_count + class; interning a state may move it.
+  const int32_t* table() const { return transitions_.data(); }
   void set_next(int32_t state, uint8_t byte_class, int32_t to) {
     transitions_[static_cast<std::size_t>(state) * static_cast<std::size_t>(class_count_) + byte_class] = to;
   }

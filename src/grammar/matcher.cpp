@@ -54,6 +54,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     slice_tokens_.push_back(std::move(tokens));
     trie_roots_.push_back(build_trie(others));
   }
+  tokens_.push_back(0);  // first_token_or_any's spare entry
 }
 
 int32_t Vocabulary::build_trie(const std::vector<int32_t>& sorted_ids) {

@@ -45,6 +45,9 @@ class Vocabulary {
     return std::span(tokens_).subspan(static_cast<std::size_t>(node.first_token),
                                       static_cast<std::size_t>(node.token_count));
   }
+  // The first token ending at `node`, or any id when none does (the list ends with a spare
+  // entry), so a walk can set the bit without a branch and scale it by token_count != 0.
+  int32_t first_token_or_any(const Node& node) const { return tokens_[static_cast<std::size_t>(node.first_token)]; }
   std::size_t max_token_length() const { return max_token_length_; }
   // The tokens of plain string text up to a slice level (grammar/text_slice.h) as a mask, and a
   // trie over all the others (level 0: no slice, the whole vocabulary): a mask walk from a state
