@@ -1,5 +1,9 @@
 #include "grammar/earley.h"
 
+#include <map>
+#include <numeric>
+#include <tuple>
+
 #include <algorithm>
 #include <tuple>
 
@@ -143,6 +147,46 @@ int64_t mask_cache_bytes(int32_t tokens) {
          static_cast<int64_t>(KeyAutomaton::kDefaultMaxBytes);
 }
 
+std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::mask_aliases(std::size_t horizon) const {
+  if (!grammar_.has_counted()) return nullptr;
+  const std::lock_guard<std::mutex> lock(aliases_mutex_);
+  if (aliases_ && aliases_horizon_ == horizon) return aliases_;
+  auto aliases = std::make_shared<std::vector<uint32_t>>(slot_next_.size());
+  std::iota(aliases->begin(), aliases->end(), uint32_t{0});
+  // Counts past the horizon are one: within `horizon` bytes (so as many characters at most) a
+  // rule `to_min` > horizon characters from its end cannot end, and one `to_max` > horizon
+  // characters from its limit cannot reach it.
+  const auto past = static_cast<int64_t>(std::min<std::size_t>(horizon, INT64_MAX - 1)) + 1;
+  std::map<std::tuple<int32_t, int64_t, int64_t>, RuleId> first_of_class;
+  const auto same_place = [&](const Symbol& a, const Symbol& b) {
+    if (a.is_rule != b.is_rule) return false;
+    if (!a.is_rule || a.index == b.index) return a.index == b.index;
+    const int32_t family = grammar_.counted(a.index).family;
+    return family >= 0 && family == grammar_.counted(b.index).family;
+  };
+  const auto alike = [&](RuleId a, RuleId b) {
+    const std::vector<Sequence>& as = grammar_.alternatives(a);
+    const std::vector<Sequence>& bs = grammar_.alternatives(b);
+    if (as.size() != bs.size()) return false;
+    for (std::size_t j = 0; j < as.size(); ++j)
+      if (!std::equal(as[j].begin(), as[j].end(), bs[j].begin(), bs[j].end(), same_place)) return false;
+    return true;
+  };
+  for (RuleId r = 0; r < grammar_.rule_count(); ++r) {
+    const Grammar::Counted& counted = grammar_.counted(r);
+    if (counted.family < 0) continue;
+    const auto [found, added] = first_of_class.try_emplace(
+        {counted.family, std::min(counted.to_min, past), counted.to_max < 0 ? -1 : std::min(counted.to_max, past)}, r);
+    if (added || !alike(r, found->second)) continue;
+    const std::span<const uint32_t> own = productions(r), first = productions(found->second);
+    for (std::size_t j = 0; j < own.size(); ++j)
+      for (std::size_t dot = 0; dot <= grammar_.alternatives(r)[j].size(); ++dot) (*aliases)[own[j] + dot] = first[j] + static_cast<uint32_t>(dot);
+  }
+  aliases_ = std::move(aliases);
+  aliases_horizon_ = horizon;
+  return aliases_;
+}
+
 // ---- Earley columns ----
 
 namespace {
@@ -282,7 +326,8 @@ std::span<const Chart::ChainEnd> Chart::chain_ends(std::size_t column, RuleId ru
   return std::span(out).subspan(first, count);
 }
 
-void Chart::mask_key(std::string& key) const {
+void Chart::mask_key(std::string& key, std::span<const uint32_t> aliases) const {
+  const auto written = [&](uint32_t slot) { return aliases.empty() ? slot : aliases[slot]; };
   // Entries of columns gone since (popped by walks and rollbacks) are dropped now and then; the
   // bound keeps a matcher's share small (~1 MiB).
   constexpr std::size_t kMaxChainArena = std::size_t{1} << 16, kMaxChainNodes = std::size_t{1} << 14;
@@ -305,13 +350,13 @@ void Chart::mask_key(std::string& key) const {
   put(last.accepting ? 1 : 0);
   put(static_cast<uint32_t>(last.scanners.size()));
   for (const Item& item : last.scanners) {
-    put(item.slot);
+    put(written(item.slot));
     put(node(item.origin, grammar.lhs(item.slot)));
   }
   for (std::size_t n = 0; n < nodes.size(); ++n) {  // grows while it runs
     ends.clear();
     for (const ChainEnd& end : chain_ends(nodes[n].column, nodes[n].rule))
-      ends.emplace_back(end.slot, node(end.column, end.rule));
+      ends.emplace_back(written(end.slot), node(end.column, end.rule));
     std::sort(ends.begin(), ends.end());
     ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
     put(static_cast<uint32_t>(ends.size()));

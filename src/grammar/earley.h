@@ -73,6 +73,11 @@ class CompiledGrammar {
     return mask_cache_.stats;
   }
   void store_mask(const Vocabulary* vocabulary, const std::string& key, std::span<const uint64_t> mask) const;
+  // What each slot stands for in a mask cache key when no token is longer than `horizon` bytes:
+  // the same slot of the first rule met of its class, where counted rules (Grammar::Counted) of a
+  // family whose counts are both past the horizon are one class; itself for every other slot.
+  // Null when the grammar counts nothing. Built once per horizon (a vocabulary's longest token).
+  std::shared_ptr<const std::vector<uint32_t>> mask_aliases(std::size_t horizon) const;
   // The chart-key automaton the cached walk builds as it goes, shared like the masks.
   KeyAutomaton& automaton() const { return *automaton_; }
   // Which rules take the whole plain-text slice by themselves (slice_closed_rules.h), decided as
@@ -99,6 +104,9 @@ class CompiledGrammar {
   std::array<uint8_t, 256> class_byte_{};
   std::array<std::vector<SliceEdge>, text_slice::kStates> slice_edges_;
   mutable MaskCache mask_cache_;
+  mutable std::mutex aliases_mutex_;
+  mutable std::shared_ptr<const std::vector<uint32_t>> aliases_;
+  mutable std::size_t aliases_horizon_ = 0;
   std::unique_ptr<KeyAutomaton> automaton_;
   std::unique_ptr<SliceClosedRules> slice_closed_rules_;
 };
@@ -168,8 +176,10 @@ struct Chart {
   // A new column after `byte`; false (and nothing added) when no item scans it.
   bool advance(uint8_t byte);
   // The part of the chart later bytes can reach, as bytes (earley.cpp says what it holds): two
-  // charts with equal keys accept the same continuations.
-  void mask_key(std::string& key) const;
+  // charts with equal keys accept the same continuations. With `aliases`
+  // (CompiledGrammar::mask_aliases), slots are written as what they stand for: equal keys then
+  // accept the same continuations up to the aliases' horizon, which is all a mask looks at.
+  void mask_key(std::string& key, std::span<const uint32_t> aliases = {}) const;
   ByteSet next_bytes() const;
   // The bytes the last column's scanners cannot tell from `byte`: each steps the chart to the same
   // column (a class of the bytes this column reads, coarser than the grammar's byte classes).

@@ -75,7 +75,14 @@ RuleId Grammar::include(const Grammar& other) {
   std::vector<Symbol> terminals;
   terminals.reserve(static_cast<std::size_t>(other.terminal_count()));
   for (int32_t t = 0; t < other.terminal_count(); ++t) terminals.push_back(terminal(other.terminal_set(t)));
-  for (RuleId r = 0; r < other.rule_count(); ++r) add_rule(other.rule_name(r));
+  const int32_t families = family_count_;
+  family_count_ += other.family_count_;
+  for (RuleId r = 0; r < other.rule_count(); ++r) {
+    add_rule(other.rule_name(r));
+    Counted counted = other.counted(r);
+    if (counted.family >= 0) counted.family += families;
+    set_counted(offset + r, counted);
+  }
   for (RuleId r = 0; r < other.rule_count(); ++r) {
     for (const Sequence& sequence : other.alternatives(r)) {
       Sequence copy;

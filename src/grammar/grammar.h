@@ -54,6 +54,26 @@ class Grammar {
   // The bytes of `text`, one terminal each.
   Sequence literal(std::string_view text);
   void set_start(RuleId rule) { start_ = rule; }
+  // Counted copies of one rule: a string whose length is bounded is the same rule at each count
+  // of characters (`to_min` characters before it may end, `to_max` before it must, -1: never).
+  // Two rules of one family whose counts are both past h behave alike on the next h bytes, so a
+  // mask, which looks one token ahead, is shared between them when no token is longer than h
+  // (CompiledGrammar::mask_aliases). The rules of a family have alternatives alike, symbol by
+  // symbol, but for rules of one family at the same place; the compilers that count promise it,
+  // and mask_aliases checks it.
+  struct Counted {
+    int32_t family = -1;  // -1: not counted
+    int64_t to_min = 0, to_max = -1;
+    // Each count is one character of any string text (a free string's body): the rule takes
+    // every plain-text path (text_slice.h) of up to to_max bytes, which the mask walk then need
+    // not check.
+    bool any_text = false;
+  };
+  int32_t add_counted_family() { return family_count_++; }
+  void set_counted(RuleId rule, Counted counted) { rules_[static_cast<std::size_t>(rule)].counted = counted; }
+  const Counted& counted(RuleId rule) const { return rules_[static_cast<std::size_t>(rule)].counted; }
+  bool has_counted() const { return family_count_ > 0; }
+
   // Copies `other`'s rules and terminals into this grammar (its start is ignored here) and
   // returns the copy of other's start rule: how a grammar is composed from compiled parts.
   RuleId include(const Grammar& other);
@@ -81,12 +101,14 @@ class Grammar {
   struct Rule {
     std::string name;
     std::vector<Sequence> alternatives;
+    Counted counted;
   };
   std::vector<Rule> rules_;
   std::vector<ByteSet> terminals_;
   // Interning by a search of terminals_ would be quadratic in distinct sets (up to 32,640 ranges).
   std::map<std::array<uint64_t, 4>, int32_t> terminal_index_;
   RuleId start_ = -1;
+  int32_t family_count_ = 0;
   int64_t size_ = 0;
   int64_t alternative_count_ = 0;
   int64_t name_bytes_ = 0;

@@ -1905,8 +1905,13 @@ class Compiler {
     const auto rule_of = [&](std::size_t i, int32_t state) {
       const auto key = std::make_tuple(chain[i].first, chain[i].second, state, json);
       auto found = guarded_.find(key);
-      if (found == guarded_.end())
+      if (found == guarded_.end()) {
         found = guarded_.emplace(key, g_.add_rule(str_cat("guarded", chain[i].first, "_", chain[i].second, "_", state))).first;
+        // A family per guard state: the counts are the rest of the rule's name.
+        auto family = guarded_families_.find({state, json});
+        if (family == guarded_families_.end()) family = guarded_families_.emplace(std::make_pair(state, json), g_.add_counted_family()).first;
+        g_.set_counted(found->second, {family->second, chain[i].first, chain[i].second});
+      }
       return found->second;
     };
     const Sequence end = json ? Sequence{lit_byte('"')} : Sequence{};
@@ -1950,9 +1955,14 @@ class Compiler {
     }
     // Create rules for every chain element, then fill.
     std::vector<RuleId> ids;
+    if (body_family_ < 0) body_family_ = g_.add_counted_family();
     for (const auto& [a, b] : chain) {
       auto f = bodies_.find({a, b});
-      if (f == bodies_.end()) f = bodies_.emplace(std::make_pair(a, b), g_.add_rule("str" + std::to_string(a) + "_" + std::to_string(b))).first;
+      if (f == bodies_.end()) {
+        f = bodies_.emplace(std::make_pair(a, b), g_.add_rule("str" + std::to_string(a) + "_" + std::to_string(b))).first;
+        // The unbounded rest (0, -1) is a loop of another shape, in a family of its own.
+        if (a != 0 || b >= 0) g_.set_counted(f->second, {body_family_, a, b, /*any_text=*/true});
+      }
       ids.push_back(f->second);
     }
     Symbol quote = lit_byte('"');
@@ -2572,6 +2582,8 @@ class Compiler {
   std::optional<Dfa> text_allowed_;
   std::optional<Guard> guard_;
   std::map<std::tuple<int64_t, int64_t, int32_t, bool>, RuleId> guarded_;
+  std::map<std::pair<int32_t, bool>, int32_t> guarded_families_;  // Grammar::Counted families by guard state
+  int32_t body_family_ = -1;                                       // the free string bodies' family
   std::map<std::tuple<std::vector<detail::CodeSet::Range>, bool, bool>, Symbol> guarded_chars_;
   detail::Builder builder_{g_, limits_};
   RuleId escape_ = -1;

@@ -185,6 +185,22 @@ bool predicts_slice_closed_rule(const Chart& chart) {
   return false;
 }
 
+// The slice level a counted rule of any text (Grammar::Counted::any_text) the last column
+// predicted gives the chart by itself: paths up to its characters left (0: none predicted).
+int8_t predicted_text_level(const Chart& chart) {
+  int8_t level = 0;
+  const Grammar& grammar = chart.grammar.grammar();
+  for (const RuleId rule : chart.columns.back().predicted) {
+    const Grammar::Counted& counted = grammar.counted(rule);
+    if (!counted.any_text) continue;
+    if (counted.to_max < 0) return text_slice::kLevels;
+    while (level < text_slice::kLevels &&
+           text_slice::kLevelBytes[static_cast<std::size_t>(level) + 1] <= static_cast<std::size_t>(counted.to_max))
+      ++level;
+  }
+  return level;
+}
+
 // The walk's inner loop, a scan of the trie in preorder with one automaton state per depth: per
 // node one table lookup, and a jump over the subtree when the byte dies. It keeps everything it
 // reads in locals (no member loads, no byte stores that could alias them), and goes to the chart
@@ -280,11 +296,19 @@ void walk_automaton(Chart& chart, KeyAutomaton& automaton, const Vocabulary& voc
     if (chart.columns.back().accepting && vocabulary.eos() >= 0) allow(mask, vocabulary.eos());
     const int32_t start = automaton.intern(key);
     int8_t level = automaton.slice_level(start);
-    if (level == KeyAutomaton::kUnknownLevel && predicts_slice_closed_rule(chart)) {
-      level = text_slice::kLevels;
+    if (level == KeyAutomaton::kUnknownLevel) {
+      // Decided on rules where they answer (a free string's body, a right-linear rule of any
+      // text), else by the product walk over chart states.
+      const int8_t text_level = predicted_text_level(chart);
+      if (text_level == text_slice::kLevels || predicts_slice_closed_rule(chart)) {
+        level = text_slice::kLevels;
+      } else if (text_level > 0) {
+        level = text_level;
+      } else {
+        level = check_slice(lazy, automaton, chart.grammar, start);
+      }
       automaton.set_slice_level(start, level);
     }
-    if (level == KeyAutomaton::kUnknownLevel) level = check_slice(lazy, automaton, chart.grammar, start);
     if (level > 0) {
       const std::span<const uint64_t> slice = vocabulary.slice_tokens(level);
       for (std::size_t w = 0; w < slice.size(); ++w) mask[w] |= slice[w];

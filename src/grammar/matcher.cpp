@@ -87,7 +87,9 @@ int32_t Vocabulary::build_trie(const std::vector<int32_t>& sorted_ids) {
 // ---- the matcher ----
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const Vocabulary> vocabulary)
-    : chart_(std::make_unique<Chart>(*grammar)), grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+    : chart_(std::make_unique<Chart>(*grammar)), grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {
+  if (vocabulary_) mask_aliases_ = grammar_->mask_aliases(vocabulary_->max_token_length());
+}
 Matcher::~Matcher() = default;
 Matcher::Matcher(Matcher&&) noexcept = default;
 Matcher& Matcher::operator=(Matcher&&) noexcept = default;
@@ -146,9 +148,17 @@ void Matcher::fill_mask(std::span<uint64_t> mask, bool cached) const {
     return;
   }
   std::string key;
-  chart_->mask_key(key);
+  chart_->mask_key(key, mask_aliases_ ? std::span<const uint32_t>(*mask_aliases_) : std::span<const uint32_t>());
   if (grammar_->cached_mask(vocabulary_.get(), key, mask)) return;
-  walk_automaton(*chart_, grammar_->automaton(), *vocabulary_, key, mask);
+  // The automaton's states are exact keys: a walk steps from them to states it meets deeper,
+  // where a key good for a token's length from the start would not be.
+  if (mask_aliases_) {
+    std::string exact;
+    chart_->mask_key(exact);
+    walk_automaton(*chart_, grammar_->automaton(), *vocabulary_, exact, mask);
+  } else {
+    walk_automaton(*chart_, grammar_->automaton(), *vocabulary_, key, mask);
+  }
   grammar_->store_mask(vocabulary_.get(), key, mask);
 }
 

@@ -125,6 +125,9 @@ class Matcher {
   std::unique_ptr<Chart> chart_;
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;
+  // The grammar's mask aliases at the vocabulary's longest token (null: none): the mask cache's
+  // keys are written with them, so positions inside a long bounded string share one mask.
+  std::shared_ptr<const std::vector<uint32_t>> mask_aliases_;
   bool finished_ = false;
 };
 

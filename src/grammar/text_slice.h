@@ -19,8 +19,8 @@ constexpr int kDead = -1;
 // The slice in levels by token length, so a string whose length is bounded (minLength, maxLength,
 // a counted pattern) still takes the short text tokens at once where the long ones need a walk.
 // Level l holds the text tokens of at most kLevelBytes[l] bytes; level 0 is none, the last all.
-constexpr int kLevels = 3;
-constexpr std::array<std::size_t, kLevels + 1> kLevelBytes = {0, 8, 16, SIZE_MAX};
+constexpr int kLevels = 5;
+constexpr std::array<std::size_t, kLevels + 1> kLevelBytes = {0, 8, 16, 32, 64, SIZE_MAX};
 
 constexpr int next(int state, uint8_t byte) {
   const bool continuation = byte >= 0x80 && byte <= 0xBF;
