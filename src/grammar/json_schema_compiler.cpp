@@ -2469,7 +2469,19 @@ class Compiler {
         }
       }
     };
-    moves(0, [&](Symbol pair, int64_t next) { g_.add_alternative(obj, {open, ws(), pair, ws(), Grammar::rule(state(next, 1))}); });
+    // The pairs that may come at a state, after its '{' or ',' and whitespace: one rule, so the
+    // separator and the whitespace are one item in the parser, not one per kind (an object of
+    // 40 property kinds kept 40 items through each byte of a whitespace run, and the mask walk
+    // pays for every item of every column it builds).
+    const auto add_pairs = [&](RuleId r, Symbol opening, int64_t seen, int64_t c) {
+      std::vector<Sequence> alternatives;
+      moves(seen, [&](Symbol pair, int64_t next) { alternatives.push_back({pair, ws(), Grammar::rule(state(next, c + 1))}); });
+      if (alternatives.empty()) return;
+      const RuleId pairs = g_.add_rule(g_.rule_name(r) + ".pairs");
+      for (Sequence& alternative : alternatives) g_.add_alternative(pairs, std::move(alternative));
+      g_.add_alternative(r, {opening, ws(), Grammar::rule(pairs)});
+    };
+    add_pairs(obj, open, 0, 0);
     for (std::size_t head = 0; head < queue.size(); ++head) {
       // Plain copies, not a structured binding: clang 14 cannot capture a binding in a lambda.
       const auto seen = queue[head].first;
@@ -2477,9 +2489,7 @@ class Compiler {
       RuleId r = states[queue[head]];
       if (complete(seen)) g_.add_alternative(r, {close});
       if (counting && c + 1 > max_props) continue;
-      moves(seen, [&](Symbol pair, int64_t next) {
-        g_.add_alternative(r, {comma, ws(), pair, ws(), Grammar::rule(state(next, c + 1))});
-      });
+      add_pairs(r, comma, seen, c);
       check_size(where);
     }
     for (const auto& [key, r] : states)  // e.g. max pairs reached with a required one missing
