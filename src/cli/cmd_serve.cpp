@@ -72,6 +72,9 @@ constexpr const char* kServeUsage =
     "  --grammar-compile-timeout MS\n"
     "                           wall-clock bound on compiling one structured-output constraint\n"
     "                           (default 10000; past it the request gets a 400; 0: none)\n"
+    "  --grammar-compile-slots N\n"
+    "                           constraints compiled at once (default: the hardware threads); one\n"
+    "                           waiting for a slot waits within its compile timeout\n"
     "  --grammar-max-memory SIZE\n"
     "                           memory bound on one compiled constraint (grammar, prepared\n"
     "                           tables, each automaton; default 256M; beyond it a 400)\n"
@@ -125,7 +128,7 @@ int run_serve(const std::vector<std::string>& argv) {
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
-               "--grammar-compile-timeout", "--grammar-max-memory", "--max-connections", "--header-timeout",
+               "--grammar-compile-timeout", "--grammar-compile-slots", "--grammar-max-memory", "--max-connections", "--header-timeout",
                "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
                "--default-max-tokens"});
     if (args.has("--help")) {
@@ -167,6 +170,11 @@ int run_serve(const std::vector<std::string>& argv) {
     options.constraints.timeout =
         std::chrono::milliseconds(args.count("--grammar-compile-timeout", options.constraints.timeout.count(), 0));
     options.constraints.max_grammar_bytes = args.bytes("--grammar-max-memory", options.constraints.max_grammar_bytes);
+    if (args.get("--grammar-compile-slots")) {
+      const int64_t slots = args.count("--grammar-compile-slots", 0, 1);
+      if (slots > 4096) throw UsageError{"--grammar-compile-slots: at most 4096"};
+      options.constraints.max_concurrent_compiles = static_cast<int>(slots);
+    }
     if (auto key = args.get("--api-key")) {
       options.api_key = *key;
     } else if (const char* env = std::getenv("DEEPINFER_API_KEY"); env != nullptr) {

@@ -405,13 +405,17 @@ TEST(ToolCallGrammar, UnderAutoANonStrictToolTakesAnyParameters) {
                                          "name=\"x\" " + value + "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"))
         << value;
   const SentenceSampler sampler(g);
+  // Any JSON object, numbers of any size included (JSON has no range; nlohmann refuses a number
+  // past a double's, such as the sampler's -2.5690e196050286): the JSON grammar itself, which
+  // the JSON-Schema-Test-Suite checks.
+  const Grammar any_object = grammar::compile_json_schema(Json::parse(R"({"type": "object"})"), {});
   std::mt19937 rng(5);
   for (int n = 0; n < 200; ++n) {
     const std::string text = sampler.sample(rng, 80);
     const ParsedAnswer answer = parse(text, false, rng);
     for (std::size_t k = 0; k < answer.names.size(); ++k) {
       if (answer.names[k] == "get_forecast") EXPECT_EQ(forecast_problem(answer.arguments[k]), "") << text;
-      else EXPECT_TRUE(Json::parse(answer.arguments[k], nullptr, false).is_object()) << answer.arguments[k];
+      else EXPECT_TRUE(grammar::matches(any_object, answer.arguments[k])) << answer.arguments[k];
     }
   }
 }

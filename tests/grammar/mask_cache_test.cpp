@@ -13,8 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/compile.h"
+#include "grammar/earley.h"
 #include "grammar/matcher.h"
 #include "mask_checks.h"
+#include "sanitizer_scale.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -73,6 +75,40 @@ TEST(MaskCache, CachedMasksEqualTheWalk) {
   }
   EXPECT_EQ(matcher.mask_cache_stats().misses, 1);
   EXPECT_EQ(matcher.mask_cache_stats().hits, 4);
+}
+
+// A bounded string's body is a rule per count of characters left (Grammar::Counted); counts past
+// the vocabulary's longest token (128 bytes here) are one in the cache's key, so the masks of a
+// long bounded string are shared until its end comes within a token's reach, and every one
+// still equals the walk: checked at the start, across the edges of the shared stretch (counts
+// 129 and 128 left of the maximum, and of the minimum), and at the end.
+TEST(MaskCache, PositionsFarFromABoundShareAMask) {
+  const auto& vocabulary = deepseek_vocabulary();
+  ASSERT_EQ(vocabulary->max_token_length(), 128u);
+  const auto grammar = prepare(
+      compile_json_schema(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"s": {"type": "string",
+          "minLength": 150, "maxLength": 300}}, "required": ["s"], "additionalProperties": false})"), {}));
+  const auto aliases = grammar->mask_aliases(vocabulary->max_token_length());
+  ASSERT_NE(aliases, nullptr);
+  Matcher matcher(grammar, vocabulary);
+  std::vector<uint64_t> cached(static_cast<std::size_t>((vocabulary->size() + 63) / 64)), walked(cached.size());
+  ASSERT_TRUE(matcher.accept_bytes("{\"s\": \""));
+  const auto checked = [](int n) {  // characters so far
+    return n <= 2 || (n >= 19 && n <= 24) || (n >= 168 && n <= 174) || n >= 297;
+  };
+  int64_t misses_inside = 0;
+  for (int n = 0; n <= 300; ++n) {
+    if (n > 0) ASSERT_TRUE(matcher.accept_bytes("x")) << n;
+    const int64_t misses = matcher.mask_cache_stats().misses;
+    matcher.fill_mask(cached);
+    if (n >= 2 && n <= 20) misses_inside += matcher.mask_cache_stats().misses - misses;
+    if (!checked(n) || (deepinfer::testing::kUnderSanitizer && n % 4 != 0)) continue;
+    matcher.fill_mask(walked, /*cached=*/false);
+    ASSERT_EQ(cached, walked) << n << " characters in";
+  }
+  EXPECT_EQ(misses_inside, 0) << "masks 2..20 characters in (both bounds past 128 characters) were not shared";
+  ASSERT_TRUE(matcher.accept_bytes("\"}"));
+  EXPECT_TRUE(matcher.accepting());
 }
 
 }  // namespace

@@ -85,6 +85,29 @@ TEST(GrammarMatcher, ValidateRefusesBrokenGrammars) {
   EXPECT_THROW(g.validate(), Error);  // names a missing rule
 }
 
+// Counted rules (a bounded string's counts) keep their counts and families through include(),
+// each included grammar's families apart from the others'.
+TEST(GrammarMatcher, IncludeKeepsCountedFamiliesApart) {
+  Grammar part;
+  const int32_t family = part.add_counted_family();
+  const RuleId last = part.add_rule("last"), first = part.add_rule("first");
+  part.add_alternative(last, part.literal("x"));
+  part.add_alternative(first, {part.terminal(ByteSet::of('x')), Grammar::rule(last)});
+  part.set_counted(first, {family, 1, 2, true});
+  part.set_counted(last, {family, 0, 1, true});
+  part.set_start(first);
+  Grammar whole;
+  const int32_t own = whole.add_counted_family();
+  const RuleId a = whole.include(part), b = whole.include(part);
+  EXPECT_EQ(whole.counted(a).family, own + 1);
+  EXPECT_EQ(whole.counted(b).family, own + 2);
+  EXPECT_EQ(whole.counted(a).to_min, 1);
+  EXPECT_EQ(whole.counted(a).to_max, 2);
+  EXPECT_TRUE(whole.counted(a).any_text);
+  EXPECT_EQ(whole.counted(a - 1).family, own + 1) << "the copy of `last`, added just before `first`'s";
+  EXPECT_EQ(whole.counted(whole.add_rule("plain")).family, -1);
+}
+
 std::vector<std::string> small_vocabulary() {
   return {"(", ")", "()", "((", "))", "())", "x", "(x", "", "<eos>", "<special>", ")(", "(((", "1", "+", "12", "+3"};
 }
