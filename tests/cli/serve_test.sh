@@ -6,6 +6,8 @@ log="${TMPDIR:-/tmp}/deepinfer_serve_test.$$"
 
 expect_exit "bad port" 2 "$DEEPINFER" serve --model "$golden/v41/tiny_fp8" --port many
 expect_exit "not a model folder" 1 "$DEEPINFER" serve --model /nonexistent --port 0
+expect_exit "no compile slots" 2 "$DEEPINFER" serve --model "$golden/v41/tiny_fp8" --port 0 --grammar-compile-slots 0
+expect_exit "too many compile slots" 2 "$DEEPINFER" serve --model "$golden/v41/tiny_fp8" --port 0 --grammar-compile-slots 5000
 
 "$DEEPINFER" serve --model "$golden/v4/real_vocab" --served-model-name tiny --port 0 --cache-memory 64M >"$log" 2>"$log.err" &
 pid=$!
