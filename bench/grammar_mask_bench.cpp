@@ -14,7 +14,8 @@
 // --cpu-time times compiles and masks by the thread's CPU clock instead of the wall clock: on a
 // shared machine the wall clock's tail is mostly other processes' time slices (a 4 ms tick).
 // --slowest N prints the N slowest masks after the summary (to stderr), each with its schema
-// (split and id), instance, step and the last bytes of the output before it: where the tail is.
+// (split and id), instance, step and the last bytes of the output before it: where the tail is;
+// and before them the slowest compiles (N, at most 10).
 // --schema ID (repeatable) runs only the schemas with that id (to profile the slowest ones).
 //
 // Defaults: ../shared/structured/jsonschemabench_dev.jsonl.xz beside the checkout, the bundled
@@ -118,6 +119,7 @@ int run(const Options& o) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("xz -dc '" + o.dev + "'").c_str(), "r"), pclose);
   if (!pipe) deepinfer::fail("cannot run xz on ", o.dev);
   std::vector<double> compile_ms, mask_us;
+  std::vector<std::pair<double, std::string>> compile_of;  // ms and schema, for --slowest
   int64_t schemas = 0, compiled = 0, instances = 0, accepted = 0;
   std::vector<uint64_t> mask(static_cast<std::size_t>((vocabulary->size() + 63) / 64)), walked(mask.size());
   int64_t hits = 0, misses = 0;
@@ -143,6 +145,7 @@ int run(const Options& o) {
       continue;  // refused: the test suite counts these
     }
     compile_ms.push_back((now_us(o) - start) / 1e3);
+    compile_of.emplace_back(compile_ms.back(), record["split"].get<std::string>() + "/" + record["id"].get<std::string>());
     ++compiled;
     // One valid instance token by token; `timed`: its masks count.
     const auto walk = [&](const ojson& instance, int64_t instance_index, bool timed) {
@@ -220,6 +223,9 @@ int run(const Options& o) {
     std::printf("mask us:    p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", percentile(mask_us, 0.5),
                 percentile(mask_us, 0.99), percentile(mask_us, 0.999), mask_us.empty() ? 0.0 : mask_us.back());
   }
+  std::sort(compile_of.begin(), compile_of.end(), std::greater<>());
+  for (std::size_t i = 0; i < compile_of.size() && static_cast<int64_t>(i) < std::min<int64_t>(o.slowest, 10); ++i)
+    std::fprintf(stderr, "%10.2f ms  compile %s\n", compile_of[i].first, compile_of[i].second.c_str());
   std::sort(slowest.begin(), slowest.end(), [](const SlowMask& a, const SlowMask& b) { return a.us > b.us; });
   for (const SlowMask& m : slowest)
     std::fprintf(stderr, "%10.1f us  %s  test %lld step %lld  after %s\n", m.us, m.schema.c_str(),
