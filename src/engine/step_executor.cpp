@@ -82,6 +82,10 @@ int32_t StepExecutor::Prepared::draw_of(SequenceId id, uint64_t epoch) const {
 
 bool StepExecutor::can_chain(const StepPlan& plan) const {
   if (steps_.size() != 1 || !model_.chains_draws()) return false;
+  // Sequences whose grammar forces bytes after the token being drawn (forced_waiting): chaining
+  // draws their next token rather than forcing the run. Worth it while they are fewer than half
+  // the step: the overlap saves every sequence's step time, jump-forward only theirs.
+  int64_t forced_waiting = 0, continuing = 0;
   const Prepared& previous = steps_.back();
   if (!previous.issued_pending || previous.error || !previous.pending || !previous.forks.empty()) return false;
   if (plan.sequences.empty() || !plan.dropped.empty() || !plan.forks.empty()) return false;
@@ -94,14 +98,18 @@ bool StepExecutor::can_chain(const StepPlan& plan) const {
     // The next token of a sequence the computing step draws for.
     if (scheduled.tokens.size() != 1 || previous.draw_of(scheduled.id, scheduled.epoch) < 0) return false;
     const auto sequence = sequences_.find(scheduled.id);
-    // A matcher's next mask (or its trigger) depends on the token being drawn.
-    if (sequence == sequences_.end() || !sequence->second.state || sequence->second.matcher) return false;
+    // A matcher whose trigger may be the token being drawn: whether the row is masked depends on it.
+    // (A constrained row's mask is computed once that token is drawn: start_masks.)
+    if (sequence == sequences_.end() || !sequence->second.state) return false;
+    if (sequence->second.matcher && !sequence->second.constrained) return false;
+    if (sequence->second.forced_waiting) ++forced_waiting;
+    ++continuing;
     const SamplingParams& params = requests_.at(scheduled.id.request)->params;
     // Penalties count the token being drawn.
     if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f || params.repetition_penalty != 1.0f)
       return false;
   }
-  return true;
+  return 2 * forced_waiting < std::max<int64_t>(continuing, 1);
 }
 
 StepExecutor::SequenceContext& StepExecutor::context(SequenceId id) {
@@ -186,27 +194,51 @@ void StepExecutor::prepare(const StepPlan& plan) {
 std::future<std::vector<StepExecutor::RowMask>> StepExecutor::start_masks(const Prepared& prepared) {
   struct Job {
     SequenceId id;
-    const grammar::Matcher* matcher;
+    grammar::Matcher* matcher;
     int32_t vocabulary_size;
+    int32_t pending_draw;  // chained: the row's last token is this draw of the step before, not known yet
   };
   std::vector<Job> jobs;
-  const auto add = [&](SequenceId id) {
+  const auto add = [&](SequenceId id, int32_t pending_draw) {
     SequenceContext& sequence = context(id);
     if (!sequence.constrained) return;
-    jobs.push_back({id, &*sequence.matcher, requests_.at(id.request)->params.constraint->vocabulary->size()});
+    jobs.push_back({id, &*sequence.matcher, requests_.at(id.request)->params.constraint->vocabulary->size(), pending_draw});
   };
   for (const PreparedItem& item : prepared.items) {
     if (!item.needs_logits) continue;
-    add(item.id);
+    add(item.id, item.last_token_draw);
     for (const PreparedFork& fork : prepared.forks)
-      if (fork.parent == item.id) add(fork.child);
+      if (fork.parent == item.id) add(fork.child, -1);
   }
   if (jobs.empty()) return {};
-  return std::async(std::launch::async, [jobs = std::move(jobs)] {
+  // A chained step's rows continue the computing step's draws: their masks need those tokens,
+  // which the worker reads when the device has drawn them (the pass it issues meanwhile does not
+  // need them on the host), takes into the matcher for the mask and gives back (finish() takes
+  // them for good). The engine thread waits for these masks before it reads the computing
+  // step's draws or touches a matcher, so the worker has both to itself.
+  const Prepared* computing = &prepared == &steps_.back() && steps_.size() > 1 ? &steps_[steps_.size() - 2] : nullptr;
+  model::PendingDraws* source = computing ? computing->pending.get() : nullptr;
+  const std::size_t source_draws = computing ? computing->owners.size() : 0;
+  return std::async(std::launch::async, [jobs = std::move(jobs), source, source_draws] {
+    std::vector<model::DrawnToken> drawn;
+    if (source && std::any_of(jobs.begin(), jobs.end(), [](const Job& job) { return job.pending_draw >= 0; })) {
+      drawn.resize(source_draws);
+      source->wait(drawn);
+    }
     std::vector<RowMask> masks;
     for (const Job& job : jobs) {
       RowMask row{job.id, std::vector<uint64_t>(static_cast<std::size_t>((job.vocabulary_size + 63) / 64))};
-      job.matcher->fill_mask(row.mask);
+      if (job.pending_draw >= 0 && static_cast<std::size_t>(job.pending_draw) < drawn.size()) {
+        // A finished matcher, or a token the grammar refused (which the computing step's own
+        // mask rules out), leaves the mask empty: the row is not read (the sequence ends, or
+        // finish() fails the computing step's token first).
+        if (!job.matcher->finished() && job.matcher->accept_token(drawn[static_cast<std::size_t>(job.pending_draw)].token)) {
+          job.matcher->fill_mask(row.mask);
+          job.matcher->rollback(1);
+        }
+      } else {
+        job.matcher->fill_mask(row.mask);
+      }
       masks.push_back(std::move(row));
     }
     return masks;
@@ -550,7 +582,13 @@ StepExecutor::Finished StepExecutor::finish() {
     const std::vector<int32_t>& stops = requests_.at(produced.id.request)->stop_token_ids;
     const bool stop = std::find(stops.begin(), stops.end(), produced.token) != stops.end();
     StepResult result{produced.id, produced.token, stop, {}};
-    if (!stop) result.forced = jump_forward(sequence, produced);
+    // Not while a chained step computes the sequence's next token: that step draws it, under the
+    // mask after this token, so forced bytes are drawn there (as with --no-jump-forward).
+    const bool next_computing = !steps_.empty() && std::any_of(steps_.front().items.begin(), steps_.front().items.end(),
+                                                              [&](const PreparedItem& item) { return item.id == produced.id; });
+    if (!stop && !next_computing) result.forced = jump_forward(sequence, produced);
+    sequence.forced_waiting = !stop && next_computing && sequence.constrained && requests_.at(produced.id.request)->jump_forward &&
+                              !sequence.matcher->finished() && !sequence.matcher->forced_bytes().empty();
     out.results.push_back(result);
     const SequenceId id = produced.id;
     const uint64_t epoch = produced.epoch;

@@ -126,6 +126,10 @@ class StepExecutor {
     // history, so a preempted sequence's recompute leaves it where the tokens are.
     std::optional<grammar::Matcher> matcher;
     bool constrained = false;
+    // The grammar forced bytes after a token while a chained step already computed the next one
+    // (so that one was drawn, not forced): the next step is not chained, so the rest of the run
+    // is jump-forward's again.
+    bool forced_waiting = false;
     // The request's initial forced tokens were reported (with the sequence's first drawn token).
     bool initial_reported = false;
   };

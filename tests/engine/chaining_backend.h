@@ -4,8 +4,10 @@
 // GPU: a pass draws its tokens with the engine's own sampler on the head's logits; asked to leave
 // its draws pending, it hands them out through a PendingDraws that also stands for their copy on
 // the device, which a pass chained on it reads for its rows that name a draw (embed's from_draw).
-// Draws with penalties or a grammar mask are refused: these tests send none.
+// Draws with penalties are refused: these tests send none. A grammar mask is applied as the
+// engine's host path applies it.
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -84,9 +86,8 @@ class ChainingPass final : public ForwardingPass {
     std::vector<model::DrawnToken> out(draws.size());
     for (std::size_t i = 0; i < draws.size(); ++i) {
       const model::TokenDraw& draw = draws[i];
-      if (draw.presence_penalty != 0 || draw.frequency_penalty != 0 || draw.repetition_penalty != 1 ||
-          !draw.mask.empty())
-        fail("chaining backend: draws with penalties or a mask are not supported");
+      if (draw.presence_penalty != 0 || draw.frequency_penalty != 0 || draw.repetition_penalty != 1)
+        fail("chaining backend: draws with penalties are not supported");
       SamplingParams params;
       params.temperature = draw.temperature;
       params.top_p = draw.top_p;
@@ -94,7 +95,22 @@ class ChainingPass final : public ForwardingPass {
       params.top_k = draw.top_k;
       params.logit_bias.insert(draw.logit_bias.begin(), draw.logit_bias.end());
       if (draw.logprobs >= 0) params.logprobs = draw.logprobs;
-      const std::span<const float> row(logits.data() + static_cast<std::size_t>(draw.row) * vocab, vocab);
+      std::span<float> row(logits.data() + static_cast<std::size_t>(draw.row) * vocab, vocab);
+      std::vector<float> masked;
+      if (!draw.mask.empty()) {  // as the engine's host path: -inf outside the mask, its fallback when nothing is left
+        masked.assign(row.begin(), row.end());
+        bool any = false;
+        for (std::size_t t = 0; t < vocab; ++t) {
+          const bool allowed = t / 64 < draw.mask.size() && ((draw.mask[t / 64] >> (t % 64)) & 1) != 0;
+          if (!allowed) masked[t] = -std::numeric_limits<float>::infinity();
+          any = any || (allowed && masked[t] == masked[t]);
+        }
+        if (!any) {
+          out[i].token = draw.mask_fallback_token;
+          continue;
+        }
+        row = masked;
+      }
       const SampleResult result = sample(row, params, TokenHistory{}, draw.seed, draw.request_id, draw.position);
       out[i].token = result.token;
       out[i].logprob = result.logprob;
