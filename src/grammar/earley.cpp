@@ -159,8 +159,8 @@ std::shared_ptr<const std::vector<uint32_t>> CompiledGrammar::mask_aliases(std::
   const auto past = static_cast<int64_t>(std::min<std::size_t>(horizon, INT64_MAX - 1)) + 1;
   std::map<std::tuple<int32_t, int64_t, int64_t>, RuleId> first_of_class;
   const auto same_place = [&](const Symbol& a, const Symbol& b) {
-    if (a.is_rule != b.is_rule) return false;
-    if (!a.is_rule || a.index == b.index) return a.index == b.index;
+    if (a == b) return true;
+    if (!a.is_rule || !b.is_rule) return false;  // different terminals, or a terminal and a rule
     const int32_t family = grammar_.counted(a.index).family;
     return family >= 0 && family == grammar_.counted(b.index).family;
   };

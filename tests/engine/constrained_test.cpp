@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine_checks.h"
+#include "letters_grammar.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "tiny_model.h"
@@ -19,35 +20,10 @@ namespace {
 using testing::random_prompt;
 using testing::tiny_v4;
 
+using testing::abc;
 using testing::kEos;
 using testing::kTrigger;
-
-// The tiny model's 512 ids as bytes: id i is the letter 'a' + i % 26, except EOS and the trigger.
-std::shared_ptr<const grammar::Vocabulary> letters() {
-  std::vector<std::string> bytes(512);
-  for (int i = 0; i < 512; ++i) bytes[static_cast<std::size_t>(i)] = std::string(1, static_cast<char>('a' + i % 26));
-  bytes[kEos] = "";
-  bytes[kTrigger] = "";
-  return std::make_shared<const grammar::Vocabulary>(bytes, std::vector<int32_t>{kTrigger}, kEos);
-}
-
-// "a" "b"* "c": three letters' worth of choices, so sampling has room to wander.
-grammar::Grammar abc() {
-  grammar::Grammar g;
-  const grammar::RuleId s = g.add_rule("s");
-  const grammar::RuleId bs = g.add_rule("bs");
-  grammar::Sequence top = g.literal("a");
-  top.push_back(grammar::Grammar::rule(bs));
-  const grammar::Sequence c = g.literal("c");
-  top.insert(top.end(), c.begin(), c.end());
-  g.add_alternative(s, top);
-  grammar::Sequence more = g.literal("b");
-  more.push_back(grammar::Grammar::rule(bs));
-  g.add_alternative(bs, more);
-  g.add_alternative(bs, {});
-  g.set_start(s);
-  return g;
-}
+using testing::letters;
 
 struct Result {
   std::vector<int32_t> tokens;

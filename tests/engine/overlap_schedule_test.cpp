@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "grammar/compile.h"
 #include "grammar/matcher.h"
+#include "letters_grammar.h"
 #include "engine_checks.h"
 #include "tiny_model.h"
 
@@ -104,24 +105,8 @@ TEST(OverlapScheduleTest, ChainedStepsGiveThePlainEnginesTokens) {
 // jump-forward off the two draw the same tokens, position for position; every answer is inside
 // the grammar ("a" "b"* "c", over the tiny model's ids as letters).
 TEST(OverlapScheduleTest, ConstrainedRowsChainWithTheirMasks) {
-  std::vector<std::string> letters(512);
-  for (int i = 0; i < 512; ++i) letters[static_cast<std::size_t>(i)] = std::string(1, static_cast<char>('a' + i % 26));
-  letters[testing::kEos] = "";
-  letters[testing::kTrigger] = "";
-  const auto vocabulary = std::make_shared<const grammar::Vocabulary>(letters, std::vector<int32_t>{testing::kTrigger},
-                                                                      testing::kEos);
-  grammar::Grammar g;
-  const grammar::RuleId s = g.add_rule("s"), bs = g.add_rule("bs");
-  grammar::Sequence top = g.literal("a");
-  top.push_back(grammar::Grammar::rule(bs));
-  top.push_back(g.terminal(grammar::ByteSet::of('c')));
-  g.add_alternative(s, top);
-  grammar::Sequence more = g.literal("b");
-  more.push_back(grammar::Grammar::rule(bs));
-  g.add_alternative(bs, more);
-  g.add_alternative(bs, {});
-  g.set_start(s);
-  const auto grammar = grammar::prepare(g);
+  const auto vocabulary = testing::letters();
+  const auto grammar = grammar::prepare(testing::abc());
   std::vector<GenerationRequest> requests = mixed_requests(8, 13);
   for (GenerationRequest& request : requests) {
     request.sampling.temperature = 1.0f;
