@@ -70,7 +70,9 @@ grammar::Grammar grammar_of(const ConstraintSpec& spec, const std::string& exclu
   switch (spec.kind) {
     case ConstraintSpec::Kind::JsonSchema: {
       json_options.strict = spec.strict;
-      return grammar::compile_json_schema(spec.schema, json_options, limits);
+      grammar::Grammar compiled = grammar::compile_json_schema(spec.schema, json_options, limits);
+      compiled.name_relaxations(spec.field);
+      return compiled;
     }
     case ConstraintSpec::Kind::JsonObject: return grammar::any_json(/*object_only=*/true, json_options);
     case ConstraintSpec::Kind::Regex: return grammar::compile_regex(spec.text, /*anchored=*/true, limits);

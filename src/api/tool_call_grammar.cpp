@@ -24,9 +24,11 @@ using Json = nlohmann::ordered_json;
 // The top-level keywords a tool's parameters may use: DSML writes an object as a list of named
 // parameters, so only an object's own keywords (and annotations) have a DSML reading; anything
 // else there (anyOf, $ref, patternProperties, ...) is a 400 rather than a weaker constraint.
+// "x-guidance" (lenient, whitespace_flexible) is read by the schema compiler each parameter's
+// value goes through, whose root is this whole schema.
 const std::set<std::string, std::less<>> kTopLevelKeywords = {
     "type",  "properties", "required", "additionalProperties", "title",   "description", "$schema",
-    "$id",   "$defs",      "definitions", "$comment",          "examples", "default",     "strict"};
+    "$id",   "$defs",      "definitions", "$comment",          "examples", "default",     "strict", "x-guidance"};
 
 std::string pointer_token(std::string_view key) {
   std::string out;
@@ -188,8 +190,8 @@ class BlockGrammar {
         return;  // never written
       }
       std::optional<RuleId> raw, json;
-      if (values.raw_string) raw = g_.include(*values.raw_string);
-      if (values.json_other) json = g_.include(*values.json_other);
+      if (values.raw_string) raw = g_.include(*values.raw_string, tool.field);
+      if (values.json_other) json = g_.include(*values.json_other, tool.field);
       declared.push_back({parameter(g_.literal(name), raw, json), is_required});
     };
     if (properties != schema.end())

@@ -29,7 +29,8 @@ constexpr const char* kGrammarUsage =
     "                         [--tokenizer PATH] [--check FILE.jsonl [--pretty]] [--strict]\n"
     "                         [--lenient] [--dump]\n"
     "\n"
-    "Compiles the constraint and prints one JSON line: compile time, rules and symbols. A\n"
+    "Compiles the constraint and prints one JSON line: compile time, rules and symbols, and\n"
+    "for a lenient schema the keywords not enforced (not_enforced: pointer and message). A\n"
     "constraint the server would refuse prints the error (what the server answers 400 with)\n"
     "and exits 1.\n"
     "\n"
@@ -44,7 +45,8 @@ constexpr const char* kGrammarUsage =
     "                      {\"accepted\", \"rejected_at_byte\", \"mask_us\": [p50, p99]}\n"
     "  --pretty            with --check and a schema: indent the instance (json.dump(2))\n"
     "  --strict            a schema's objects allow no keys beyond `properties`\n"
-    "  --lenient           ignore schema keywords that cannot be enforced instead of refusing\n"
+    "  --lenient           do not enforce schema keywords that cannot be, instead of refusing\n"
+    "                      (as the schema's own \"x-guidance\": {\"lenient\": true} does)\n"
     "  --dump              print the compiled grammar's rules to stderr\n"
     "\n"
     "exit codes: 0 done, 1 the constraint is refused or a file is unreadable, 2 bad command line\n";
@@ -149,7 +151,14 @@ int run_grammar(const std::vector<std::string>& argv) {
     const auto compiled = grammar::prepare(std::move(compiled_grammar));
     const double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::cout << nlohmann::json{{"compile_ms", compile_ms}, {"rules", rules}, {"symbols", symbols}}.dump() << '\n';
+    nlohmann::json summary{{"compile_ms", compile_ms}, {"rules", rules}, {"symbols", symbols}};
+    // What a lenient schema asked for and the grammar does not enforce.
+    if (!grammar::relaxations(*compiled).empty()) {
+      summary["not_enforced"] = nlohmann::json::array();
+      for (const grammar::Grammar::Relaxation& relaxation : grammar::relaxations(*compiled))
+        summary["not_enforced"].push_back({{"pointer", relaxation.where}, {"message", relaxation.what}});
+    }
+    std::cout << summary.dump() << '\n';
 
     if (const auto check = args.get("--check")) {
       const Tokenizer tokenizer = Tokenizer::from_file(

@@ -92,7 +92,9 @@ Grammar compile_regex(std::string_view pattern, bool anchored = true, const Comp
 struct JsonSchemaOptions {
   // Objects without "additionalProperties" allow extra keys (the spec's default) unless strict.
   bool strict = false;
-  // Keywords that cannot be enforced are ignored instead of refused (the caller says so).
+  // Keywords that cannot be enforced are not enforced instead of refused; each is listed in the
+  // grammar's relaxations (Grammar::relaxations), for the caller to report. A schema can ask for
+  // it itself: "x-guidance": {"lenient": true} at its root (llguidance's convention).
   bool lenient = false;
   // Whitespace between tokens: at most this many bytes in a run (bounded, so a model cannot pad
   // forever; vLLM's fix). Compact and pretty-printed JSON both fit the default.
@@ -104,7 +106,8 @@ struct JsonSchemaOptions {
 
 // A JSON schema (drafts 4 to 2020-12: the keywords docs/STRUCTURED.md lists) to the grammar of
 // the JSON texts it accepts. Unsupported keywords are a CompileError with their JSON pointer
-// unless options.lenient.
+// unless lenient. The root's "x-guidance" object may set `lenient` and `whitespace_flexible`
+// (false: compact JSON, no whitespace between tokens); another key there is a CompileError.
 Grammar compile_json_schema(const nlohmann::json& schema, const JsonSchemaOptions& options = {},
                             const CompileLimits& limits = {});
 // The same for a schema parsed with its key order kept: `properties` in the schema's own order

@@ -141,6 +141,10 @@ std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar, const CompileLim
 
 int64_t prepared_bytes(const CompiledGrammar& grammar) { return grammar.bytes(); }
 
+const std::vector<Grammar::Relaxation>& relaxations(const CompiledGrammar& grammar) {
+  return grammar.grammar().relaxations();
+}
+
 // The masks it keeps, and the chart-key automaton its walks build (mask_walk.h bounds it).
 int64_t mask_cache_bytes(int32_t tokens) {
   return static_cast<int64_t>(CompiledGrammar::kCachedMasks) * ((tokens + 63) / 64) * static_cast<int64_t>(sizeof(uint64_t)) +

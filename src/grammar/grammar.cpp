@@ -1,5 +1,6 @@
 #include "grammar/grammar.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -40,7 +41,7 @@ ByteSet ByteSet::complement() const {
 
 RuleId Grammar::add_rule(std::string name) {
   name_bytes_ += static_cast<int64_t>(name.size());
-  rules_.push_back({std::move(name), {}});
+  rules_.push_back({std::move(name), {}, {}});
   return static_cast<RuleId>(rules_.size() - 1);
 }
 
@@ -70,7 +71,21 @@ Sequence Grammar::literal(std::string_view text) {
   return out;
 }
 
-RuleId Grammar::include(const Grammar& other) {
+void Grammar::add_relaxation(Relaxation relaxation) {
+  if (std::find(relaxations_.begin(), relaxations_.end(), relaxation) == relaxations_.end())
+    relaxations_.push_back(std::move(relaxation));
+}
+
+void Grammar::name_relaxations(std::string_view field) {
+  for (Relaxation& relaxation : relaxations_)
+    if (relaxation.field.empty()) relaxation.field = field;
+}
+
+RuleId Grammar::include(const Grammar& other, std::string_view field) {
+  for (Relaxation relaxation : other.relaxations_) {
+    if (relaxation.field.empty()) relaxation.field = field;
+    add_relaxation(std::move(relaxation));
+  }
   const RuleId offset = rule_count();
   std::vector<Symbol> terminals;
   terminals.reserve(static_cast<std::size_t>(other.terminal_count()));

@@ -74,9 +74,26 @@ class Grammar {
   const Counted& counted(RuleId rule) const { return rules_[static_cast<std::size_t>(rule)].counted; }
   bool has_counted() const { return family_count_ > 0; }
 
-  // Copies `other`'s rules and terminals into this grammar (its start is ignored here) and
-  // returns the copy of other's start rule: how a grammar is composed from compiled parts.
-  RuleId include(const Grammar& other);
+  // What a compiler was asked to enforce and did not (a lenient JSON schema's keywords): `where`
+  // is the place in the source (a JSON pointer), `what` the keyword and what became of it, and
+  // `field` the request field the source came from, once the API names it. A grammar with none
+  // enforces all of its source.
+  struct Relaxation {
+    std::string field;
+    std::string where;
+    std::string what;
+    bool operator==(const Relaxation& other) const = default;
+  };
+  // Adds one (an equal one already listed is not repeated).
+  void add_relaxation(Relaxation relaxation);
+  const std::vector<Relaxation>& relaxations() const { return relaxations_; }
+  // Names `field` as the source of the relaxations that name none yet.
+  void name_relaxations(std::string_view field);
+
+  // Copies `other`'s rules, terminals and relaxations (named `field` where they name none) into
+  // this grammar (its start is ignored here) and returns the copy of other's start rule: how a
+  // grammar is composed from compiled parts.
+  RuleId include(const Grammar& other, std::string_view field = {});
 
   RuleId start() const { return start_; }
   int32_t rule_count() const { return static_cast<int32_t>(rules_.size()); }
@@ -105,6 +122,7 @@ class Grammar {
   };
   std::vector<Rule> rules_;
   std::vector<ByteSet> terminals_;
+  std::vector<Relaxation> relaxations_;
   // Interning by a search of terminals_ would be quadratic in distinct sets (up to 32,640 ranges).
   std::map<std::array<uint64_t, 4>, int32_t> terminal_index_;
   RuleId start_ = -1;

@@ -21,7 +21,8 @@
 //      provably disjoint (types, const / enum values, numeric ranges, strings no common string
 //      matches, a required property with disjoint schemas), else exactly one branch: branch i
 //      and the negation of the others, where those negate (not (A and B) = not A or not B, each
-//      keyword's complement a simple); otherwise refused (or read as anyOf when lenient).
+//      keyword's complement a simple); otherwise refused. Lenient, overlapping branches are read
+//      as anyOf.
 //   3. emit: one rule per node (so $ref recursion is rule recursion); per simple, one
 //      alternative per type it allows. Strings with pattern / format / length bounds, property
 //      names, and bounded numbers go through automata (json_schema_dfa.h).
@@ -50,7 +51,8 @@
 //     that with a pattern / format needs too many automaton states is lowered (4096, 1024, 256);
 //   - with many required properties (above), required properties out of schema order;
 //   - keywords of another draft than the declared one are not enforced, as validators do.
-// Refused (CompileError with the keyword's JSON pointer, or ignored when options.lenient): not
+// Refused (CompileError with the keyword's JSON pointer; with options.lenient, or the root's
+// "x-guidance": {"lenient": true}, not enforced and listed in Grammar::relaxations): not
 // of what cannot be negated (items, contains, formats, multipleOf, ...), if/then/else,
 // uniqueItems: true (unless maxItems <= 1), contains, propertyNames, unevaluatedProperties /
 // unevaluatedItems beside applicators, $dynamicRef / $recursiveRef, remote $ref, multipleOf that
@@ -124,6 +126,28 @@ std::string pointer_token(std::string_view key) {
 }
 
 std::string child(const std::string& where, std::string_view key) { return where + "/" + pointer_token(key); }
+
+// The options a schema carries in its root's "x-guidance" (llguidance's convention, an
+// annotation to validators, so a schema sent through any endpoint, tool schemas included, can
+// carry them): `lenient` and `whitespace_flexible`. Any other key is refused, not ignored.
+JsonSchemaOptions with_schema_options(const ojson& root, JsonSchemaOptions options) {
+  if (!root.is_object()) return options;
+  const auto found = root.find("x-guidance");
+  if (found == root.end()) return options;
+  if (!found->is_object()) throw CompileError("/x-guidance", "must be an object");
+  for (const auto& [key, value] : found->items()) {
+    const std::string where = child("/x-guidance", key);
+    if (key != "lenient" && key != "whitespace_flexible")
+      throw CompileError(where, "unknown option (x-guidance options read here: lenient, whitespace_flexible)");
+    if (!value.is_boolean()) throw CompileError(where, "must be true or false");
+    if (key == "lenient") {
+      options.lenient = options.lenient || value.get<bool>();
+    } else if (!value.get<bool>()) {
+      options.max_whitespace = 0;  // compact JSON
+    }
+  }
+  return options;
+}
 
 struct NumBound {
   ojson value;  // a number
@@ -289,7 +313,7 @@ Decimal decimal_of(const ojson& v) {
 class Compiler {
  public:
   Compiler(const ojson& root, const JsonSchemaOptions& options, const CompileLimits& limits)
-      : root_(root), options_(options), limits_(limits) {
+      : root_(root), options_(with_schema_options(root, options)), limits_(limits) {
     dfa_limits_.max_states = std::min<int64_t>(int64_t{1} << 16, limits.max_symbols / 4 + 64);
     dfa_limits_.max_repeat = limits.max_repeat;
     dfa_limits_.max_depth = limits.max_depth;
@@ -411,8 +435,10 @@ class Compiler {
   // ---- errors and limits ------------------------------------------------------------------
 
   void unsupported(const std::string& where, const std::string& what) {
-    if (options_.lenient) return;
-    throw CompileError(where, what + " is not supported");
+    if (!options_.lenient)
+      throw CompileError(where, what + " is not supported (with \"x-guidance\": {\"lenient\": true} at the "
+                                       "schema's root it is not enforced, and said so)");
+    g_.add_relaxation({{}, where, what + " is not enforced (lenient)"});
   }
   [[noreturn]] void invalid(const std::string& where, const std::string& why) { throw CompileError(where, why); }
   void check_size(const std::string& where) {
@@ -642,9 +668,12 @@ class Compiler {
       pattern_dfa(pattern, where, false);
       pattern_dfa(pattern, where, true);
       return true;
-    } catch (const CompileError&) {
-      if (options_.lenient) return false;
-      throw;
+    } catch (const CompileError& error) {
+      if (!options_.lenient) throw;
+      std::string_view reason = error.what();
+      if (reason.starts_with(error.where() + ": ")) reason.remove_prefix(error.where().size() + 2);
+      g_.add_relaxation({{}, where, "the pattern is not enforced (lenient): " + std::string(reason)});
+      return false;
     }
   }
 
@@ -1168,7 +1197,12 @@ class Compiler {
               }
             if (overlap) break;
           }
-      if (overlap && !options_.lenient) {
+      if (overlap && options_.lenient) {
+        // As llguidance's lenient mode does (its coerce_one_of): negating the other branches
+        // multiplies alternatives, which can push an enclosing schema past its bound.
+        g_.add_relaxation({{}, node.where, "oneOf whose branches " + std::to_string(overlap_i) + " and " +
+                                           std::to_string(overlap_j) + " may both match is read as anyOf (lenient)"});
+      } else if (overlap) {
         // Exactly one: branch i and the negation of every other branch.
         std::vector<NodeId> negations;
         for (std::size_t j = 0; j < node.branches.size(); ++j) {

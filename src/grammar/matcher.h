@@ -83,6 +83,8 @@ std::shared_ptr<const CompiledGrammar> prepare(Grammar grammar, const CompileLim
 // What a prepared grammar holds, in bytes (its tables and the grammar; not its mask cache, which
 // is bounded by mask_cache_bytes): what the server's cache of compiled grammars counts.
 int64_t prepared_bytes(const CompiledGrammar& grammar);
+// What the prepared grammar's source asked for and it does not enforce (Grammar::relaxations).
+const std::vector<Grammar::Relaxation>& relaxations(const CompiledGrammar& grammar);
 // The most one prepared grammar's mask cache holds, in bytes, for a vocabulary of `tokens`.
 int64_t mask_cache_bytes(int32_t tokens);
 

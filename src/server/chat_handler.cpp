@@ -1,4 +1,5 @@
 #include <memory>
+#include <utility>
 
 #include "api/chunk_chat_completions.h"
 #include "api/request.h"
@@ -23,9 +24,12 @@ void handle_chat_completions(const HandlerContext& context, const HttpRequest& r
   format.logprobs = parsed.options.sampling.logprobs.has_value();
   if (job.stream) {
     auto writer = std::make_shared<api::ChatCompletionsChunkWriter>(format);
-    job.frames = [writer](const api::StreamEvent& event) {
+    job.frames = [writer, warnings = job.warnings, first = true](const api::StreamEvent& event) mutable {
       std::vector<std::string> frames;
-      for (const api::WireJson& chunk : writer->write(event)) frames.push_back(api::sse_data(chunk));
+      for (api::WireJson& chunk : writer->write(event)) {
+        if (std::exchange(first, false)) api::add_warnings(chunk, warnings);
+        frames.push_back(api::sse_data(chunk));
+      }
       return frames;
     };
     job.end_frame = api::sse_done();

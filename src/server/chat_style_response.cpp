@@ -39,6 +39,7 @@ ChatStyleJob chat_style_job(const HandlerContext& context, const api::ApiRequest
       api::tool_call_constraint(parsed.conversation, prompt, context.model.format(), std::move(options.constraint));
   job.request = make_generation_request(context.model, context.model.encoder().encode(prompt), options,
                                         prompt.output_start == api::OutputStart::Thinking);
+  job.warnings = api::constraint_warnings(job.request.sampling.constraint);
   job.parsing = chat_parsing_options(parsed, prompt, parse_tools_whenever_given);
   job.stream = parsed.options.stream;
   return job;
@@ -106,7 +107,9 @@ class ChatStyleProducer final : public ResponseProducer {
         return finish(error.status(), false);
       }
       if (!generation_->finished()) return false;
-      send_json(response, job_.body(collected_));
+      api::WireJson body = job_.body(collected_);
+      api::add_warnings(body, job_.warnings);
+      send_json(response, body);
       return finish(200, false);
     }
     try {

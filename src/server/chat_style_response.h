@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/api_error.h"
+#include "api/constraint_warnings.h"
 #include "api/output_collector.h"
 #include "api/output_parser.h"
 #include "api/prompt_renderer.h"
@@ -32,6 +33,9 @@ struct ChatStyleJob {
   std::function<std::string(const api::ApiError&)> error_frame;
   // Not streaming: the body of the complete answer.
   std::function<api::WireJson(const api::CollectedOutput&)> body;
+  // What the response says about its constraint (api/constraint_warnings.h): added to the body
+  // here; a streaming handler's `frames` puts it in the first object it writes.
+  api::WireJson warnings = api::WireJson::array();
 };
 
 // The request: prompt, max_tokens (checked against the context), sampling, EOS ids.

@@ -4,8 +4,10 @@
 // top_logprobs are null, as OpenAI and vLLM answer), scored by the engine (prompt_logprobs).
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "api/chunk_chat_completions.h"
+#include "api/constraint_warnings.h"
 #include "api/sse_format.h"
 #include "server/chat_style_response.h"
 #include "server/completions_request.h"
@@ -151,6 +153,7 @@ struct CompletionJob {
   std::string model;
   int64_t created = 0;
   bool include_usage = false;
+  WireJson warnings = WireJson::array();  // api/constraint_warnings.h
   std::shared_ptr<Generation> generation;
   std::vector<CompletionChoice> choices;
 
@@ -209,6 +212,7 @@ class CompletionsProducer final : public ResponseProducer {
         choices.push_back(job_->choices[k].take(static_cast<int>(k)));
       WireJson body = job_->envelope(std::move(choices));
       body["usage"] = job_->usage();
+      api::add_warnings(body, job_->warnings);
       send_json(response, body);
       return finish(200, false);
     }
@@ -218,7 +222,10 @@ class CompletionsProducer final : public ResponseProducer {
         if (!event) return false;
         job_->add(*event);
         auto& choice = job_->choices.at(static_cast<std::size_t>(event->choice));
-        if (choice.has_news()) out += api::sse_data(job_->envelope(WireJson::array({choice.take(event->choice)})));
+        if (!choice.has_news()) continue;
+        WireJson chunk = job_->envelope(WireJson::array({choice.take(event->choice)}));
+        if (!std::exchange(warned_, true)) api::add_warnings(chunk, job_->warnings);
+        out += api::sse_data(chunk);
       }
       if (!generation.finished()) return false;
       if (job_->include_usage) {
@@ -249,6 +256,7 @@ class CompletionsProducer final : public ResponseProducer {
   std::shared_ptr<CompletionJob> job_;
   bool stream_;
   std::string path_;
+  bool warned_ = false;  // the first chunk has carried the warnings
   bool reported_ = false;
 };
 
@@ -266,6 +274,7 @@ void handle_completions(const HandlerContext& context, const HttpRequest& reques
   job->model = context.model.name();
   job->created = unix_seconds();
   job->include_usage = parsed.options.include_usage;
+  job->warnings = api::constraint_warnings(generation_request.sampling.constraint);
   for (int32_t k = 0; k < parsed.options.sampling.n; ++k) job->choices.emplace_back(context.model, parsed);
   job->generation = std::make_shared<Generation>(context.model, std::move(generation_request), arrival);
 

@@ -17,9 +17,12 @@ void handle_messages(const HandlerContext& context, const HttpRequest& request, 
   const api::MessagesFormat format{job.id, context.model.name()};
   if (job.stream) {
     auto writer = std::make_shared<api::MessagesEventWriter>(format);
-    job.frames = [writer](const api::StreamEvent& event) {
+    job.frames = [writer, warnings = job.warnings](const api::StreamEvent& event) {
       std::vector<std::string> frames;
-      for (const api::MessagesEvent& out : writer->write(event)) frames.push_back(api::sse_event(out.type, out.data));
+      for (api::MessagesEvent& out : writer->write(event)) {
+        if (out.type == "message_start") api::add_warnings(out.data["message"], warnings);
+        frames.push_back(api::sse_event(out.type, out.data));
+      }
       return frames;
     };
     // Anthropic's stream error event: the same error object a refused request gets as its body.

@@ -22,10 +22,15 @@ void handle_responses(const HandlerContext& context, const HttpRequest& request,
   format.created_at = unix_seconds();
   if (job.stream) {
     auto writer = std::make_shared<api::ResponsesEventWriter>(format);
-    job.frames = [writer](const api::StreamEvent& event) {
+    job.frames = [writer, warnings = job.warnings](const api::StreamEvent& event) {
       if (std::holds_alternative<api::StreamFinish>(event)) writer->set_completed_at(unix_seconds());
       std::vector<std::string> frames;
-      for (const api::ResponsesEvent& out : writer->write(event)) frames.push_back(api::sse_event(out.type, out.data));
+      for (api::ResponsesEvent& out : writer->write(event)) {
+        // The response object as the stream first shows it, and as it shows it complete.
+        if (out.type == "response.created" || out.type == "response.completed" || out.type == "response.incomplete")
+          api::add_warnings(out.data["response"], warnings);
+        frames.push_back(api::sse_event(out.type, out.data));
+      }
       return frames;
     };
     job.error_frame = [writer](const api::ApiError& error) {

@@ -4,6 +4,7 @@
 // instance of a compiled schema must be accepted and every invalid one rejected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -523,6 +524,56 @@ TEST(JsonSchemaCompiler, UnenforceableKeywordsAreRefusedWithTheirPointer) {
   check_schema(R"js({"type": "string", "pattern": "(?=a)b"})js", {"\"x\""}, {"1"}, lenient());
 }
 
+// "x-guidance": {"lenient": true} at the root (llguidance's convention): what cannot be enforced is
+// not, each such keyword listed with its pointer, and everything else still is.
+TEST(JsonSchemaCompiler, ALenientSchemaListsWhatItDoesNotEnforce) {
+  const std::string schema = R"js({"x-guidance": {"lenient": true}, "type": "object", "properties": {
+      "a": {"type": "array", "uniqueItems": true},
+      "b": {"type": "string", "pattern": "(?=a)b"},
+      "c": {"oneOf": [{"items": {"type": "string"}}, {"items": {"type": "integer"}}]},
+      "d": {"type": "string", "if": {"maxLength": 2}, "then": {"minLength": 1}}}, "additionalProperties": false})js";
+  const Grammar g = compile(schema);
+  std::vector<std::string> pointers;
+  for (const Grammar::Relaxation& relaxation : g.relaxations()) {
+    pointers.push_back(relaxation.where);
+    EXPECT_TRUE(relaxation.field.empty()) << relaxation.where;
+    EXPECT_NE(relaxation.what.find("(lenient)"), std::string::npos) << relaxation.what;
+  }
+  std::sort(pointers.begin(), pointers.end());
+  EXPECT_EQ(pointers, (std::vector<std::string>{"/properties/a/uniqueItems", "/properties/b/pattern",
+                                                "/properties/c/oneOf", "/properties/d/if"}));
+  EXPECT_TRUE(matches(g, R"({"a":[1,1],"b":"x","c":[],"d":""})"));  // what is not enforced is not
+  EXPECT_FALSE(matches(g, R"({"a":1})"));                           // what is, is
+  EXPECT_FALSE(matches(g, R"({"b":1})"));
+  EXPECT_FALSE(matches(g, R"({"e":1})"));
+  // A schema that needs no leniency lists nothing; "lenient": false, or the option below the
+  // root (an annotation there, as to validators), refuses as usual.
+  EXPECT_TRUE(compile(R"({"x-guidance": {"lenient": true}, "type": "integer"})").relaxations().empty());
+  refused_schema(R"({"x-guidance": {"lenient": false}, "uniqueItems": true, "type": "array"})", "/uniqueItems",
+                 "\"x-guidance\": {\"lenient\": true}");
+  refused_schema(R"({"properties": {"a": {"x-guidance": {"lenient": true}, "type": "array", "uniqueItems": true}}})",
+                 "/properties/a/uniqueItems", "not supported");
+  // Composed grammars keep their parts' relaxations, named after the part's request field.
+  Grammar outer;
+  outer.set_start(outer.include(g, "tools.0.input_schema"));
+  ASSERT_EQ(outer.relaxations().size(), 4u);
+  for (const Grammar::Relaxation& relaxation : outer.relaxations()) EXPECT_EQ(relaxation.field, "tools.0.input_schema");
+}
+
+TEST(JsonSchemaCompiler, XGuidanceOptionsAreReadOrRefused) {
+  const Grammar compact = compile(R"({"x-guidance": {"whitespace_flexible": false}, "type": "object",
+                                      "properties": {"a": {"type": "array"}}})");
+  EXPECT_TRUE(matches(compact, R"({"a":[1,2]})"));
+  EXPECT_FALSE(matches(compact, R"({"a": [1,2]})"));
+  EXPECT_FALSE(matches(compact, R"({"a":[1, 2]})"));
+  EXPECT_FALSE(matches(compact, " {\"a\":[]}"));
+  const Grammar flexible = compile(R"({"x-guidance": {"whitespace_flexible": true}, "type": "object"})");
+  EXPECT_TRUE(matches(flexible, R"({ "a" : [1, 2] })"));
+  refused_schema(R"({"x-guidance": 1})", "/x-guidance", "must be an object");
+  refused_schema(R"({"x-guidance": {"lenient": "yes"}})", "/x-guidance/lenient", "true or false");
+  refused_schema(R"({"x-guidance": {"item_separator": ","}})", "/x-guidance/item_separator", "unknown option");
+}
+
 TEST(JsonSchemaCompiler, AnnotationsAndUnknownKeywordsAreIgnored) {
   check_schema(R"({"title": "t", "description": "d", "examples": [1], "default": 2, "$comment": "c", "deprecated": true,
             "readOnly": true, "x-custom": {"type": "string"}, "type": "integer"})",
@@ -645,7 +696,7 @@ TEST(JsonSchemaBench, DevSplitValidAcceptedInvalidRejected) {
   ASSERT_TRUE(pipe) << "cannot run xz";
   struct Counts {
     int schemas = 0, compiled = 0, valid = 0, valid_accepted = 0, pretty = 0, pretty_accepted = 0, invalid = 0,
-        invalid_rejected = 0;
+        invalid_rejected = 0, lenient = 0, lenient_valid = 0, lenient_valid_accepted = 0;
   };
   std::map<std::string, Counts> splits;
   std::map<std::string, int> refusals;
@@ -674,9 +725,28 @@ TEST(JsonSchemaBench, DevSplitValidAcceptedInvalidRejected) {
     } catch (const CompileError& e) {
       std::string why = e.what();
       refusals[why.substr(why.find(": ") == std::string::npos ? 0 : why.find(": ") + 2).substr(0, 50)]++;
+      // Lenient ("x-guidance": {"lenient": true}), what was refused may compile; then the grammar
+      // lists what it does not enforce (never a silent drop). Its valid instances are counted, not
+      // required: the over-constraints by design (docs/STRUCTURED.md) apply there too, and the
+      // strict grammar never met them on these schemas.
+      Grammar relaxed;
+      try {
+        relaxed = compile_json_schema(record["schema"], lenient());
+      } catch (const CompileError&) {
+        continue;
+      }
+      ++c.lenient;
+      EXPECT_FALSE(relaxed.relaxations().empty()) << split << " " << id << ": lenient compiled what strict refused ("
+                                                  << e.what() << ") without listing a relaxation";
+      for (const ojson& test : record["tests"])
+        if (test["valid"].get<bool>()) {
+          ++c.lenient_valid;
+          c.lenient_valid_accepted += matches(relaxed, test["data"].dump());
+        }
       continue;
     }
     ++c.compiled;
+    ++c.lenient;
     for (const ojson& test : record["tests"]) {
       const std::string compact = test["data"].dump(), pretty = test["data"].dump(2);
       const bool fits = longest_whitespace_run(pretty) <= static_cast<std::size_t>(options.max_whitespace);
@@ -700,19 +770,24 @@ TEST(JsonSchemaBench, DevSplitValidAcceptedInvalidRejected) {
     }
   }
   Counts total;
-  std::printf("%-16s %8s %9s %15s %15s %17s\n", "split", "schemas", "compiled", "valid accepted", "pretty accepted",
-              "invalid rejected");
+  std::printf("%-16s %8s %9s %15s %15s %17s %8s\n", "split", "schemas", "compiled", "valid accepted", "pretty accepted",
+              "invalid rejected", "lenient");
   for (const auto& [split, c] : splits) {
-    std::printf("%-16s %8d %4d %3.0f%% %9d/%-5d %9d/%-5d %11d/%-5d\n", split.c_str(), c.schemas, c.compiled,
+    std::printf("%-16s %8d %4d %3.0f%% %9d/%-5d %9d/%-5d %11d/%-5d %8d\n", split.c_str(), c.schemas, c.compiled,
                 100.0 * c.compiled / std::max(c.schemas, 1), c.valid_accepted, c.valid, c.pretty_accepted, c.pretty,
-                c.invalid_rejected, c.invalid);
+                c.invalid_rejected, c.invalid, c.lenient);
     total.schemas += c.schemas;
     total.compiled += c.compiled;
+    total.lenient += c.lenient;
+    total.lenient_valid += c.lenient_valid;
+    total.lenient_valid_accepted += c.lenient_valid_accepted;
     total.invalid += c.invalid;
     total.invalid_rejected += c.invalid_rejected;
   }
-  std::printf("%-16s %8d %4d %3.0f%%\nrefused:\n", "all", total.schemas, total.compiled,
-              100.0 * total.compiled / std::max(total.schemas, 1));
+  std::printf("%-16s %8d %4d %3.0f%% %54d\nvalid instances of the schemas only lenient compiles: %d/%d accepted\n"
+              "refused:\n",
+              "all", total.schemas, total.compiled, 100.0 * total.compiled / std::max(total.schemas, 1), total.lenient,
+              total.lenient_valid_accepted, total.lenient_valid);
   for (const auto& [why, n] : refusals) std::printf("  %3d  %s\n", n, why.c_str());
   EXPECT_EQ(total.invalid_rejected, total.invalid) << "invalid instances accepted (under-constraint)";
   EXPECT_GT(total.schemas, 0);

@@ -145,6 +145,77 @@ TEST_F(StructuredOutput, WhatCannotBeEnforcedIsRefused) {
   EXPECT_NE(guided.dump().find("structured_outputs"), std::string::npos) << guided.dump();
 }
 
+// A schema that asks for leniency ("x-guidance": {"lenient": true}, llguidance's convention) is
+// compiled without what cannot be enforced, and every endpoint's answer says what that was.
+TEST_F(StructuredOutput, ALenientSchemaIsAnsweredWithWhatItDoesNotEnforce) {
+  Json schema = {{"type", "object"},
+                 {"properties", {{"tags", {{"type", "array"}, {"items", {{"enum", {"a", "b"}}}}, {"uniqueItems", true}}}}},
+                 {"required", {"tags"}},
+                 {"additionalProperties", false}};
+  const Json response_format = [&] {
+    Json lenient = schema;
+    lenient["x-guidance"] = {{"lenient", true}};
+    return Json{{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", lenient}}}};
+  }();
+  const Json expected = Json::array({{{"type", "constraint_not_enforced"},
+                                      {"param", "response_format.json_schema.schema"},
+                                      {"pointer", "/properties/tags/uniqueItems"},
+                                      {"message", "uniqueItems is not enforced (lenient)"}}});
+  for (int seed = 1; seed <= 2; ++seed) {
+    const Json body = chat({{"seed", seed}, {"max_tokens", 60}, {"response_format", response_format}});
+    EXPECT_EQ(body.value("warnings", Json()), expected) << body.dump();
+    const auto [text, finish] = answer(body);
+    if (finish != "stop") continue;
+    // Everything else the schema says still holds.
+    const Json parsed = Json::parse(text, nullptr, false);
+    ASSERT_TRUE(parsed.is_object() && parsed.size() == 1 && parsed.at("tags").is_array()) << text;
+    for (const Json& tag : parsed.at("tags")) EXPECT_TRUE(tag == "a" || tag == "b") << text;
+  }
+  // Streaming: the first chunk carries them, no other does.
+  const auto streamed = server().client().Post(
+      "/v1/chat/completions",
+      Json{{"model", "tiny"},
+           {"max_tokens", 8},
+           {"stream", true},
+           {"thinking", {{"type", "disabled"}}},
+           {"response_format", response_format},
+           {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+          .dump(),
+      "application/json");
+  ASSERT_TRUE(streamed);
+  const std::vector<std::string> lines = sse_data_lines(streamed->body);
+  ASSERT_GE(lines.size(), 2u) << streamed->body;
+  EXPECT_EQ(Json::parse(lines[0]).value("warnings", Json()), expected) << lines[0];
+  for (std::size_t i = 1; i + 1 < lines.size(); ++i) EXPECT_FALSE(Json::parse(lines[i]).contains("warnings")) << lines[i];
+  // Messages, through a lenient tool schema under a forced tool choice.
+  Json tool_schema = schema;
+  tool_schema["x-guidance"] = {{"lenient", true}};
+  const Json message = post("/v1/messages",
+                            {{"model", "tiny"},
+                             {"max_tokens", 60},
+                             {"thinking", {{"type", "disabled"}}},
+                             {"tools", {{{"name", "tag"}, {"input_schema", tool_schema}}}},
+                             {"tool_choice", {{"type", "tool"}, {"name", "tag"}}},
+                             {"messages", {{{"role", "user"}, {"content", "x"}}}}},
+                            Json::object(), 200);
+  ASSERT_EQ(message.value("warnings", Json()).size(), 1u) << message.dump();
+  EXPECT_EQ(message.at("warnings")[0].at("param"), "tools.0.input_schema") << message.dump();
+  EXPECT_EQ(message.at("warnings")[0].at("pointer"), "/properties/tags/uniqueItems") << message.dump();
+  // Without the option the same schema is a 400 that says how to ask for it; a schema that is
+  // enforced whole has no warnings; an option deepinfer does not read is a 400 naming it.
+  const Json refused = chat(
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}}, 400);
+  EXPECT_NE(refused.dump().find("x-guidance"), std::string::npos) << refused.dump();
+  schema["properties"]["tags"].erase("uniqueItems");
+  const Json plain = chat(
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}});
+  EXPECT_FALSE(plain.contains("warnings")) << plain.dump();
+  schema["x-guidance"] = {{"coerce_one_of", true}};
+  const Json unknown = chat(
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}}, 400);
+  EXPECT_NE(unknown.dump().find("/x-guidance/coerce_one_of"), std::string::npos) << unknown.dump();
+}
+
 // Constrained tool calls. The forecast tool's arguments, and why `arguments` (JSON text) is not a
 // valid instance of them (empty when it is).
 const Json& forecast_tool_parameters() {
