@@ -29,7 +29,8 @@ const char* kind_name(ConstraintSpec::Kind kind) {
 std::string cache_key(const ConstraintSpec& spec) {
   std::string key = kind_name(spec.kind);
   key += "/" + nlohmann::json(spec.field).dump();
-  key += spec.strict ? "/strict/" : "/";
+  key += spec.strict ? "/strict" : "";
+  key += spec.compact ? "/compact/" : "/";
   switch (spec.kind) {
     case ConstraintSpec::Kind::JsonSchema: key += spec.schema.dump(); break;
     case ConstraintSpec::Kind::Choice: key += nlohmann::json(spec.choices).dump(); break;
@@ -67,6 +68,7 @@ grammar::Grammar grammar_of(const ConstraintSpec& spec, const std::string& exclu
                             const grammar::CompileLimits& limits) {
   grammar::JsonSchemaOptions json_options;
   json_options.excluded_text = excluded_text;
+  if (spec.compact) json_options.max_whitespace = 0;
   switch (spec.kind) {
     case ConstraintSpec::Kind::JsonSchema: {
       json_options.strict = spec.strict;

@@ -34,6 +34,7 @@ struct ConstraintSpec {
   std::string text;                  // Regex, Gbnf, Lark
   std::vector<std::string> choices;  // Choice: the output is exactly one of them
   bool strict = false;               // JsonSchema: no keys beyond `properties`
+  bool compact = false;              // JsonSchema, JsonObject: no whitespace between tokens
   std::string field;                 // the request field it came from, for 400s
   std::shared_ptr<const ToolCallSpec> tool_calls;  // ToolCalls (tool_call_constraint.h makes one)
   // ToolCalls in Optional mode: the constraint on an answer that is not a tool call (a

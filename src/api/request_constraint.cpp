@@ -99,7 +99,7 @@ void read_engine_constraints(const fields::Json& body, std::optional<ConstraintS
                      removed);
   if (const fields::Json* outputs = fields::find(body, "structured_outputs")) {
     const fields::Json& object = fields::object(*outputs, "structured_outputs");
-    bool strict = false;
+    bool strict = false, compact = false;
     for (const auto& [key, value] : object.items()) {
       const std::string where = "structured_outputs." + key;
       if (key == "json") {
@@ -117,7 +117,9 @@ void read_engine_constraints(const fields::Json& body, std::optional<ConstraintS
         if (fields::boolean(value, where)) set_constraint(slot, spec_from(Kind::JsonObject, where));
       } else if (key == "disable_additional_properties") {
         strict = fields::boolean(value, where);
-      } else if (key == "disable_any_whitespace" || key == "whitespace_pattern" || key == "structural_tag") {
+      } else if (key == "disable_any_whitespace") {
+        compact = fields::boolean(value, where);
+      } else if (key == "whitespace_pattern" || key == "structural_tag") {
         throw ApiError(400, str_cat(where, " is not supported yet"), where);
       } else {
         throw ApiError(400, str_cat(where, ": unknown structured_outputs field (expected json, regex, choice, grammar or "
@@ -126,6 +128,9 @@ void read_engine_constraints(const fields::Json& body, std::optional<ConstraintS
       }
     }
     if (strict && slot && slot->kind == Kind::JsonSchema) slot->strict = true;
+    // vLLM's flag for its JSON constraints (xgrammar's any_whitespace off); the others have no
+    // JSON whitespace to remove.
+    if (compact && slot && (slot->kind == Kind::JsonSchema || slot->kind == Kind::JsonObject)) slot->compact = true;
   }
   if (const fields::Json* regex = fields::find(body, "regex"))
     set_constraint(slot, text_spec(Kind::Regex, *regex, "regex"));

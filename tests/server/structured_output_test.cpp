@@ -145,6 +145,39 @@ TEST_F(StructuredOutput, WhatCannotBeEnforcedIsRefused) {
   EXPECT_NE(guided.dump().find("structured_outputs"), std::string::npos) << guided.dump();
 }
 
+// vLLM's disable_any_whitespace: the JSON comes compact (no whitespace outside strings).
+TEST_F(StructuredOutput, DisableAnyWhitespaceGivesCompactJson) {
+  const auto whitespace_outside_strings = [](const std::string& text) {
+    bool in_string = false, escaped = false;
+    for (const char c : text) {
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+        return true;
+      }
+    }
+    return false;
+  };
+  const Json schema = {{"type", "object"}, {"properties", {{"xs", {{"type", "array"}, {"items", {{"type", "integer"}}}}}}}};
+  int complete = 0;
+  for (int seed = 1; seed <= 4; ++seed)
+    for (const Json& outputs : {Json{{"json", schema}, {"disable_any_whitespace", true}},
+                                Json{{"json_object", true}, {"disable_any_whitespace", true}}}) {
+      const auto [text, finish] = answer(chat({{"seed", seed}, {"max_tokens", 80}, {"structured_outputs", outputs}}));
+      EXPECT_FALSE(whitespace_outside_strings(text)) << text;
+      if (finish == "stop") {
+        EXPECT_TRUE(Json::parse(text, nullptr, false).is_object()) << text;
+        ++complete;
+      }
+    }
+  EXPECT_GT(complete, 0);
+  chat({{"structured_outputs", {{"json_object", true}, {"disable_any_whitespace", "yes"}}}}, 400);
+}
+
 // A schema that asks for leniency ("x-guidance": {"lenient": true}, llguidance's convention) is
 // compiled without what cannot be enforced, and every endpoint's answer says what that was.
 TEST_F(StructuredOutput, ALenientSchemaIsAnsweredWithWhatItDoesNotEnforce) {
