@@ -33,6 +33,7 @@ void check_format(RowFormat format, const char* what) {
 __global__ void __launch_bounds__(kThreads) store_quantized_rows_kernel(const float* rows, int64_t count, int64_t width,
                                                                         RowFormat format,
                                                                         std::byte* const* destinations) {
+  await_previous_grid();
   const int64_t chunks = (width + kWarp - 1) / kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; item < count * chunks;
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(kThreads) store_quantized_rows_kernel(const fl
 // block layout puts the row).
 __global__ void __launch_bounds__(kThreads) store_f32_rows_kernel(const float* rows, int64_t count, int64_t width,
                                                                   std::byte* const* destinations) {
+  await_previous_grid();
   const int64_t total = count * width;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -69,6 +71,7 @@ __global__ void __launch_bounds__(kThreads) store_f32_rows_kernel(const float* r
 
 __global__ void __launch_bounds__(kThreads)
     fake_quantize_rows_kernel(float* x, int64_t count, int64_t width, RowFormat format) {
+  await_previous_grid();
   const int64_t chunks = (width + kWarp - 1) / kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; item < count * chunks;
@@ -95,12 +98,11 @@ void store_rows(const float* rows, int64_t count, int64_t width, RowFormat forma
   if (count < 0 || width < 0) fail("cuda::store_rows: negative size (count ", count, ", width ", width, ")");
   if (count == 0 || width == 0) return;
   if (quantizes(format, width)) {
-    store_quantized_rows_kernel<<<grid_for(count * ((width + kWarp - 1) / kWarp), kWarpsPerBlock), kThreads, 0,
-                                  native(stream)>>>(
-        rows, count, width, format, destinations);
+    launch(store_quantized_rows_kernel, grid_for(count * ((width + kWarp - 1) / kWarp), kWarpsPerBlock), kThreads, 0,
+           native(stream), rows, count, width, format, destinations);
   } else {
-    store_f32_rows_kernel<<<grid_for(count * width, kThreads), kThreads, 0, native(stream)>>>(rows, count, width,
-                                                                                              destinations);
+    launch(store_f32_rows_kernel, grid_for(count * width, kThreads), kThreads, 0, native(stream), rows, count, width,
+           destinations);
   }
   check_launch("cuda::store_rows");
 }
@@ -110,8 +112,8 @@ void fake_quantize_rows(float* x, int64_t count, int64_t width, RowFormat format
   check_format(format, "cuda::fake_quantize_rows");
   if (count < 0 || width < 0) fail("cuda::fake_quantize_rows: negative size (count ", count, ", width ", width, ")");
   if (count == 0 || !quantizes(format, width)) return;
-  fake_quantize_rows_kernel<<<grid_for(count * ((width + kWarp - 1) / kWarp), kWarpsPerBlock), kThreads, 0,
-                              native(stream)>>>(x, count, width, format);
+  launch(fake_quantize_rows_kernel, grid_for(count * ((width + kWarp - 1) / kWarp), kWarpsPerBlock), kThreads, 0,
+         native(stream), x, count, width, format);
   check_launch("cuda::fake_quantize_rows");
 }
 

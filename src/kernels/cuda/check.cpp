@@ -1,5 +1,9 @@
-// check_launch: turns the last CUDA error into deepinfer::Error; the launch gate (launch_gate.h).
+// check_launch: turns the last CUDA error into deepinfer::Error; the launch gate (launch_gate.h);
+// whether kernels launch with programmatic dependent launch (cuda_common.cuh).
 #include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <string_view>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -13,6 +17,16 @@ void check_launch(const char* what) {
     fail(what, ": CUDA error ", static_cast<int>(status), " (", cudaGetErrorName(status), "): ",
          cudaGetErrorString(status));
 }
+
+namespace detail {
+bool programmatic_launch_enabled() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("DEEPINFER_PDL");
+    return setting == nullptr || std::string_view(setting) != "0";
+  }();
+  return enabled;
+}
+}  // namespace detail
 
 namespace {
 thread_local int skip_depth = 0;

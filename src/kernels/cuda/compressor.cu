@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     pool_kernel(CompressorParams params, const SegmentRows* segments, const CompressorRing* rings,
                 const int32_t* entry_segment, const int32_t* entry_index, const float* kv, const float* gate,
                 float* pooled) {
+  await_previous_grid();
   const int64_t item = blockIdx.x;
   const int32_t s = entry_segment[item];
   const int64_t d = params.head_dim;
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     keep_kernel(CompressorParams params, const SegmentRows* segments, const CompressorRing* rings,
                 const int32_t* keep_from, const float* kv, const float* gate) {
+  await_previous_grid();
   const int32_t s = blockIdx.x;
   const SegmentRows segment = segments[s];
   const CompressorRing ring = rings[s];
@@ -127,8 +129,8 @@ void compressor_pool(const CompressorParams& params, const SegmentRows* segments
   if (count == 0) return;
   check_params(params, "cuda::compressor_pool");
   if (count >= (int64_t{1} << 31)) fail("cuda::compressor_pool: ", count, " entries, over 2^31");
-  pool_kernel<<<static_cast<unsigned>(count), kThreads, 0, native(stream)>>>(params, segments, rings, entry_segment,
-                                                                            entry_index, kv, gate, pooled);
+  launch(pool_kernel, static_cast<unsigned>(count), kThreads, 0, native(stream), params, segments, rings, entry_segment,
+         entry_index, kv, gate, pooled);
   check_launch("cuda::compressor_pool");
 }
 
@@ -139,8 +141,8 @@ void compressor_keep(const CompressorParams& params, const SegmentRows* segments
   if (segment_count < 0) fail("cuda::compressor_keep: ", segment_count, " segments");
   if (segment_count == 0) return;
   check_params(params, "cuda::compressor_keep");
-  keep_kernel<<<static_cast<unsigned>(segment_count), kThreads, 0, native(stream)>>>(params, segments, rings,
-                                                                                    keep_from, kv, gate);
+  launch(keep_kernel, static_cast<unsigned>(segment_count), kThreads, 0, native(stream), params, segments, rings,
+         keep_from, kv, gate);
   check_launch("cuda::compressor_keep");
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -21,6 +22,45 @@ inline unsigned grid_for(int64_t items, int threads) {
 }
 
 inline cudaStream_t native(Stream stream) { return reinterpret_cast<cudaStream_t>(stream); }
+
+// ---- programmatic dependent launch (sm_90 on) ----
+//
+// A decode step is ~300 short kernels in a row, and at one token the gaps between them (the next
+// grid's launch and block set-up after the previous one drains) cost more than the step's bytes
+// (docs/BENCHMARKS.md, "The small kernels of a batch-1 step"). Every kernel here is launched with
+// launch(), which lets the next kernel in the stream start while this one finishes, and begins
+// with await_previous_grid(): it touches no global memory before the kernel before it has
+// completed and its writes are visible, so the overlap is the launch and set-up only, and reads
+// and writes keep the stream's order (a kernel that waited can only finish after its own
+// predecessor did, so the order holds along the whole chain). allow_next_grid() at the same place
+// lets the next grid's blocks be scheduled as this grid's last blocks start, instead of when they
+// exit. DEEPINFER_PDL=0 launches without it (each kernel then starts after the one before has
+// completed, and the two instructions do nothing), for comparison.
+__device__ __forceinline__ void await_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+bool programmatic_launch_enabled();  // check.cpp: DEEPINFER_PDL, read once
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = programmatic_launch_enabled() ? 1 : 0;
+  // An error is the runtime's last error, which the caller's check_launch reads.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 // ---- number formats (core/float_formats.h) ----
 

@@ -21,6 +21,7 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads)
     engram_gate_kernel(float* streams, const float* kv, const float* gate_weight, int64_t hc, int64_t hidden,
                        double eps) {
+  await_previous_grid();
   __shared__ double scratch[kWarp];
   const int64_t t = blockIdx.x / hc;
   const int64_t s = blockIdx.x % hc;
@@ -55,8 +56,8 @@ void engram_gate(float* streams, const float* kv, const float* gate_weight, int6
     fail("cuda::engram_gate: sizes (tokens ", tokens, ", hc ", hc, ", hidden ", hidden, ")");
   if (tokens == 0) return;
   if (tokens * hc >= (int64_t{1} << 31)) fail("cuda::engram_gate: ", tokens * hc, " blocks, over 2^31");
-  engram_gate_kernel<<<static_cast<unsigned>(tokens * hc), kThreads, 0, native(stream)>>>(streams, kv, gate_weight,
-                                                                                         hc, hidden, eps);
+  launch(engram_gate_kernel, static_cast<unsigned>(tokens * hc), kThreads, 0, native(stream), streams, kv, gate_weight,
+         hc, hidden, eps);
   check_launch("cuda::engram_gate");
 }
 

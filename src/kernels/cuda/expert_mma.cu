@@ -68,6 +68,7 @@ __device__ int past_of(const int32_t* sorted, int begin, int end, int32_t value)
 __global__ void __launch_bounds__(kTileThreads)
     expert_tiles_kernel(const int32_t* __restrict__ sorted_expert, int pairs, int4* __restrict__ tiles,
                         int32_t* __restrict__ tile_count) {
+  await_previous_grid();
   using Scan = cub::BlockScan<int, kTileThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int carry;
@@ -238,6 +239,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
                    const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3, int64_t inner,
                    int64_t cols, float limit, const float* __restrict__ pair_scale_of, uint32_t* __restrict__ h_split) {
+  await_previous_grid();
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
@@ -285,6 +287,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
                 int64_t inner, float* __restrict__ y) {
+  await_previous_grid();
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
@@ -352,8 +355,8 @@ void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, i
   if (launches_skipped()) return;
   if (pairs < 0) fail("cuda::expert_tiles: negative pair count ", pairs);
   if (pairs >= (int64_t{1} << 31)) fail("cuda::expert_tiles: ", pairs, " pairs, over 2^31");
-  expert_tiles_kernel<<<1, kTileThreads, 0, native(stream)>>>(sorted_expert, static_cast<int>(pairs),
-                                                             reinterpret_cast<int4*>(tiles), tile_count);
+  launch(expert_tiles_kernel, 1, kTileThreads, 0, native(stream), sorted_expert, static_cast<int>(pairs),
+         reinterpret_cast<int4*>(tiles), tile_count);
   check_launch("cuda::expert_tiles");
 }
 
@@ -366,8 +369,8 @@ void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs
   if (pairs == 0 || inner == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
   const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  gate_up_kernel<<<grid, kMmaThreads, 0, native(stream)>>>(x_split, x_row, reinterpret_cast<const int4*>(tiles),
-                                                          tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
+  launch(gate_up_kernel, grid, kMmaThreads, 0, native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles),
+         tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
   check_launch("cuda::expert_gate_up");
 }
 
@@ -378,8 +381,8 @@ void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, c
   if (pairs == 0 || rows == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  down_kernel<<<grid, kMmaThreads, 0, native(stream)>>>(h_split, reinterpret_cast<const int4*>(tiles), tile_count,
-                                                       w2, rows, inner, y);
+  launch(down_kernel, grid, kMmaThreads, 0, native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count,
+         w2, rows, inner, y);
   check_launch("cuda::expert_down");
 }
 

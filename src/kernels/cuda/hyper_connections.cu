@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(kMixThreads)
     hc_mix_kernel(const float* __restrict__ logits, int64_t tokens, int n, const float* __restrict__ base,
                   const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
                   float* __restrict__ post, float* __restrict__ comb_out) {
+  await_previous_grid();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
   const int mixes = (2 + n) * n;
@@ -84,6 +85,7 @@ __global__ void __launch_bounds__(kMixThreads)
     hc_mix4_kernel(const float* __restrict__ logits, int64_t tokens, const float* __restrict__ base,
                    const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
                    float* __restrict__ post, float* __restrict__ comb_out) {
+  await_previous_grid();
   constexpr int n = kFourStreams;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t t = thread / kLanesPerToken;
@@ -131,6 +133,7 @@ __global__ void __launch_bounds__(kMixThreads)
 __global__ void hc_head_pre_kernel(const float* __restrict__ logits, int64_t tokens, int64_t n,
                                    const float* __restrict__ base, const float* __restrict__ scale, float hc_eps,
                                    float* __restrict__ pre) {
+  await_previous_grid();
   const int64_t total = tokens * n;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -143,6 +146,7 @@ __global__ void hc_head_pre_kernel(const float* __restrict__ logits, int64_t tok
 // One thread per (t, d): sum over the streams in order.
 __global__ void hc_collapse_kernel(const float* __restrict__ pre, const float* __restrict__ streams, int64_t tokens,
                                    int64_t n, int64_t d, float* __restrict__ collapsed) {
+  await_previous_grid();
   const int64_t total = tokens * d;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -159,6 +163,7 @@ __global__ void hc_collapse_kernel(const float* __restrict__ pre, const float* _
 // One thread per (t, d): it reads all n streams at d before writing any, so in place is safe.
 __global__ void hc_post_kernel(const float* post, const float* comb, const float* output, int64_t tokens, int n,
                                int64_t d, float* streams) {
+  await_previous_grid();
   const int64_t total = tokens * d;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -192,12 +197,12 @@ void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, c
   // V4 and V4.1 mix 4 streams (hc_mult); other counts take the general kernel.
   if (n == kFourStreams) {
     const int64_t threads = tokens * kLanesPerToken;
-    hc_mix4_kernel<<<static_cast<unsigned>((threads + kMixThreads - 1) / kMixThreads), kMixThreads, 0,
-                     native(stream)>>>(logits, tokens, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
+    launch(hc_mix4_kernel, static_cast<unsigned>((threads + kMixThreads - 1) / kMixThreads), kMixThreads, 0,
+           native(stream), logits, tokens, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
   } else {
     const int64_t blocks = (tokens + kMixThreads - 1) / kMixThreads;
-    hc_mix_kernel<<<static_cast<unsigned>(blocks), kMixThreads, 0, native(stream)>>>(
-        logits, tokens, static_cast<int>(n), base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
+    launch(hc_mix_kernel, static_cast<unsigned>(blocks), kMixThreads, 0, native(stream), logits, tokens,
+           static_cast<int>(n), base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
   }
   check_launch("cuda::hc_mix");
 }
@@ -207,8 +212,8 @@ void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* ba
   if (launches_skipped()) return;
   if (tokens < 0 || n < 0) fail("cuda::hc_head_pre: negative size (tokens ", tokens, ", n ", n, ")");
   if (tokens * n == 0) return;
-  hc_head_pre_kernel<<<grid_for(tokens * n, kThreads), kThreads, 0, native(stream)>>>(logits, tokens, n, base, scale,
-                                                                                       hc_eps, pre);
+  launch(hc_head_pre_kernel, grid_for(tokens * n, kThreads), kThreads, 0, native(stream), logits, tokens, n, base,
+         scale, hc_eps, pre);
   check_launch("cuda::hc_head_pre");
 }
 
@@ -217,8 +222,8 @@ void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t
   if (launches_skipped()) return;
   if (tokens < 0 || n < 0 || d < 0) fail("cuda::hc_collapse: negative size (tokens ", tokens, ", n ", n, ", d ", d, ")");
   if (tokens * d == 0) return;
-  hc_collapse_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(pre, streams, tokens, n, d,
-                                                                                       collapsed);
+  launch(hc_collapse_kernel, grid_for(tokens * d, kThreads), kThreads, 0, native(stream), pre, streams, tokens, n, d,
+         collapsed);
   check_launch("cuda::hc_collapse");
 }
 
@@ -228,8 +233,8 @@ void hc_post(const float* post, const float* comb, const float* output, int64_t 
   if (tokens < 0 || d < 0) fail("cuda::hc_post: negative size (tokens ", tokens, ", d ", d, ")");
   if (tokens * d == 0) return;
   check_streams("cuda::hc_post", n);
-  hc_post_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(post, comb, output, tokens,
-                                                                                   static_cast<int>(n), d, streams);
+  launch(hc_post_kernel, grid_for(tokens * d, kThreads), kThreads, 0, native(stream), post, comb, output, tokens,
+         static_cast<int>(n), d, streams);
   check_launch("cuda::hc_post");
 }
 

@@ -138,6 +138,7 @@ __global__ void index_scores_kernel(IndexerParams params, StoredRowLayout key_la
                                     const SegmentRows* __restrict__ segments, const int32_t* __restrict__ row_segment,
                                     const float* __restrict__ q, const float* __restrict__ head_weights,
                                     float* __restrict__ scores) {
+  await_previous_grid();
   extern __shared__ float4 shared_words[];
   const int64_t row = blockIdx.x;
   const int32_t visible = visible_entries(segments, row_segment, row, params.ratio, params.max_visible);
@@ -364,6 +365,7 @@ __global__ void candidate_blocks_kernel(CandidateParams params, const SegmentRow
                                         const int32_t* __restrict__ row_segment, int32_t ratio,
                                         const float* __restrict__ scores, int32_t max_visible,
                                         uint8_t* __restrict__ candidate_mask) {
+  await_previous_grid();
   __shared__ SelectShared shared;
   const int64_t row = blockIdx.x;
   const int32_t visible = visible_entries(segments, row_segment, row, ratio, max_visible);
@@ -380,6 +382,7 @@ __global__ void top_k_kernel(const SegmentRows* __restrict__ segments, const int
                              int32_t ratio, const float* __restrict__ scores, int32_t max_visible,
                              const uint8_t* __restrict__ candidate_mask, CandidateParams candidates, int32_t topk,
                              int32_t* __restrict__ picks, int32_t* __restrict__ pick_count) {
+  await_previous_grid();
   __shared__ SelectShared shared;
   const int64_t row = blockIdx.x;
   const int32_t visible = visible_entries(segments, row_segment, row, ratio, max_visible);
@@ -445,8 +448,8 @@ void index_scores(const IndexerParams& params, const SegmentRows* segments, cons
     }
   }
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(tiles));
-  index_scores_kernel<<<grid, kScoreThreads, shared_bytes, native(stream)>>>(params, key_layout, tile, segments,
-                                                                              row_segment, q, head_weights, scores);
+  launch(index_scores_kernel, grid, kScoreThreads, shared_bytes, native(stream), params, key_layout, tile, segments,
+         row_segment, q, head_weights, scores);
   check_launch(kWhat);
 }
 
@@ -461,8 +464,8 @@ void candidate_blocks(const CandidateParams& params, const SegmentRows* segments
   if (params.topk_blocks < 0) fail(kWhat, ": negative topk_blocks ", params.topk_blocks);
   check_candidate_shape(kWhat, params, max_visible);
   if (rows == 0 || params.max_blocks == 0) return;
-  candidate_blocks_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, native(stream)>>>(
-      params, segments, row_segment, ratio, scores, max_visible, candidate_mask);
+  launch(candidate_blocks_kernel, static_cast<unsigned>(rows), kSelectThreads, 0, native(stream), params, segments,
+         row_segment, ratio, scores, max_visible, candidate_mask);
   check_launch(kWhat);
 }
 
@@ -478,8 +481,8 @@ void top_k_entries(const SegmentRows* segments, const int32_t* row_segment, int6
   if (topk < 0) fail(kWhat, ": negative topk ", topk);
   if (candidate_mask != nullptr) check_candidate_shape(kWhat, candidates, max_visible);
   if (rows == 0) return;
-  top_k_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, native(stream)>>>(
-      segments, row_segment, ratio, scores, max_visible, candidate_mask, candidates, topk, picks, pick_count);
+  launch(top_k_kernel, static_cast<unsigned>(rows), kSelectThreads, 0, native(stream), segments, row_segment, ratio,
+         scores, max_visible, candidate_mask, candidates, topk, picks, pick_count);
   check_launch(kWhat);
 }
 

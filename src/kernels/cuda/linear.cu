@@ -261,6 +261,7 @@ template <WeightEncoding E, ScaleEncoding S>
 __global__ void __launch_bounds__(kThreads)
     linear_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y, bool x_vector,
                   int64_t range_columns) {
+  await_previous_grid();
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= w.rows) return;  // the whole warp
@@ -284,6 +285,7 @@ __global__ void __launch_bounds__(kThreads)
 // y[i] = sum over ranges z in order of partials[z * count + i].
 __global__ void __launch_bounds__(kThreads)
     add_ranges_kernel(const float* __restrict__ partials, int64_t count, int64_t ranges, float* __restrict__ y) {
+  await_previous_grid();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = partials[i];
@@ -325,6 +327,7 @@ __global__ void __launch_bounds__(kThreads)
     linear_gathered_kernel(const float* __restrict__ x, const int32_t* __restrict__ x_row, int64_t pairs,
                            const WeightMatrix* __restrict__ weights, const int32_t* __restrict__ weight_of,
                            int64_t rows, int64_t cols, float* __restrict__ y, bool x_vector) {
+  await_previous_grid();
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
@@ -401,10 +404,11 @@ void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float*
   dim3 grid = grid_of(w.rows, tokens);
   grid.z = static_cast<unsigned>(ranges.count);
   float* out = ranges.count > 1 ? workspace : y;
-  linear_kernel<E, S><<<grid, kThreads, 0, stream>>>(x, tokens, w, out, vector_activations(x, w.cols), ranges.columns);
+  launch(linear_kernel<E, S>, grid, kThreads, 0, stream, x, tokens, w, out, vector_activations(x, w.cols),
+         ranges.columns);
   if (ranges.count > 1) {
     const int64_t count = tokens * w.rows;
-    add_ranges_kernel<<<grid_for(count, kThreads), kThreads, 0, stream>>>(workspace, count, ranges.count, y);
+    launch(add_ranges_kernel, grid_for(count, kThreads), kThreads, 0, stream, workspace, count, ranges.count, y);
   }
 }
 
@@ -455,8 +459,8 @@ void linear_gathered(const float* x, const int32_t* x_row, int64_t pairs, const 
     fail("cuda::linear_gathered: negative size (pairs ", pairs, ", rows ", rows, ", cols ", cols, ")");
   if (cols >= (int64_t{1} << 31)) fail("cuda::linear_gathered: ", cols, " columns, over 2^31");
   if (pairs == 0 || rows == 0) return;
-  linear_gathered_kernel<<<grid_of(rows, pairs), kThreads, 0, native(stream)>>>(
-      x, x_row, pairs, weights, weight_of, rows, cols, y, vector_activations(x, cols));
+  launch(linear_gathered_kernel, grid_of(rows, pairs), kThreads, 0, native(stream), x, x_row, pairs, weights, weight_of,
+         rows, cols, y, vector_activations(x, cols));
   check_launch("cuda::linear_gathered");
 }
 

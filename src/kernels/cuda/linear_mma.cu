@@ -257,6 +257,7 @@ __global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
     linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, int64_t range_chunks,
                       float* __restrict__ out, int64_t out_stride, float* __restrict__ y, int64_t y_stride,
                       uint32_t* __restrict__ tile_counters) {
+  await_previous_grid();
   mma_tile<E, kGroups>(x_split, tokens, w, range_chunks, out, out_stride);
   if (!tile_counters) return;
   __shared__ bool last;
@@ -296,6 +297,7 @@ __global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
 // y[t, r] (row stride y_stride) = sum over ranges z in order of partials[z][t][r].
 __global__ void add_ranges_kernel(const float* __restrict__ partials, int64_t tokens, int64_t rows, int64_t ranges,
                                   float* __restrict__ y, int64_t y_stride) {
+  await_previous_grid();
   const int64_t count = tokens * rows;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -310,6 +312,7 @@ __global__ void add_ranges_kernel(const float* __restrict__ partials, int64_t to
 // Row r of x (stride x_stride) as split words: for each word w of a plane, its two columns.
 __global__ void split_rows_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, int64_t x_stride,
                                   uint32_t* __restrict__ out) {
+  await_previous_grid();
   const int64_t words = cols / 2;
   const int64_t total = rows * words;
   for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < total;
@@ -350,7 +353,7 @@ void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, ui
     fail("cuda::split_rows: ", rows, " x ", cols, " with row stride ", x_stride, " (columns must be a multiple of ",
          kSegmentColumns, ", the stride at least the columns)");
   if (rows * cols == 0) return;
-  split_rows_kernel<<<grid_for(rows * cols / 2, 256), 256, 0, native(stream)>>>(x, rows, cols, x_stride, out);
+  launch(split_rows_kernel, grid_for(rows * cols / 2, 256), 256, 0, native(stream), x, rows, cols, x_stride, out);
   check_launch("cuda::split_rows");
 }
 
@@ -382,13 +385,14 @@ void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMa
                     tile_tokens * kRowsPerBlock * p.ranges <= kFoldLoadsPerThread * kThreads;
   uint32_t* counters = fold ? tile_counters : nullptr;
   if (w.encoding == WeightEncoding::BF16)
-    (four ? linear_mma_kernel<WeightEncoding::BF16, 4> : linear_mma_kernel<WeightEncoding::BF16, 2>)<<<grid, kThreads, 0, s>>>(
-        x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
+    launch((four ? linear_mma_kernel<WeightEncoding::BF16, 4> : linear_mma_kernel<WeightEncoding::BF16, 2>), grid,
+           kThreads, 0, s, x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
   else
-    (four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4> : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2>)<<<grid, kThreads, 0, s>>>(
-        x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
+    launch((four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4> : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2>),
+           grid, kThreads, 0, s, x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
   if (p.ranges > 1 && !fold) {
-    add_ranges_kernel<<<grid_for(tokens * w.rows, 256), 256, 0, s>>>(partials, tokens, w.rows, p.ranges, y, y_stride);
+    launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.ranges, y,
+           y_stride);
   }
   check_launch("cuda::linear_mma");
 }

@@ -19,6 +19,7 @@ constexpr int kThreads = 256;
 template <WeightEncoding E>
 __global__ void embed_kernel(const uint8_t* table, int64_t vocab, int64_t width, bool aligned, const int32_t* ids,
                              int64_t tokens, int64_t copies, float* streams) {
+  await_previous_grid();
   const int64_t total = tokens * width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -43,6 +44,7 @@ __global__ void embed_kernel(const uint8_t* table, int64_t vocab, int64_t width,
 
 __global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* __restrict__ rows, int64_t count,
                                    int64_t width, float* __restrict__ out) {
+  await_previous_grid();
   const int64_t total = count * width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -55,6 +57,7 @@ __global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* 
 __global__ void resolve_token_ids_kernel(const int32_t* staged, const int32_t* sources,
                                          const int32_t* const* drawn_address, int64_t tokens, int64_t vocab,
                                          int32_t* ids) {
+  await_previous_grid();
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int32_t source = sources[t];
@@ -68,6 +71,7 @@ __global__ void resolve_token_ids_kernel(const int32_t* staged, const int32_t* s
 }
 
 __global__ void fill_kernel(int32_t* out, int64_t count, int32_t value, bool ascending) {
+  await_previous_grid();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = ascending ? static_cast<int32_t>(i) : value;
@@ -88,7 +92,7 @@ void fill(int32_t* out, int64_t count, int32_t value, Stream stream) {
   if (launches_skipped()) return;
   if (count < 0) fail("cuda::fill: ", count, " values");
   if (count == 0) return;
-  fill_kernel<<<grid_for(count, kThreads), kThreads, 0, native(stream)>>>(out, count, value, false);
+  launch(fill_kernel, grid_for(count, kThreads), kThreads, 0, native(stream), out, count, value, false);
   check_launch("cuda::fill");
 }
 
@@ -96,7 +100,7 @@ void iota(int32_t* out, int64_t count, Stream stream) {
   if (launches_skipped()) return;
   if (count < 0 || count > (int64_t{1} << 31)) fail("cuda::iota: ", count, " values");
   if (count == 0) return;
-  fill_kernel<<<grid_for(count, kThreads), kThreads, 0, native(stream)>>>(out, count, 0, true);
+  launch(fill_kernel, grid_for(count, kThreads), kThreads, 0, native(stream), out, count, 0, true);
   check_launch("cuda::iota");
 }
 
@@ -113,11 +117,11 @@ void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_
   const auto address = reinterpret_cast<uintptr_t>(table.data);
   const unsigned blocks = grid_for(tokens * table.cols, kThreads);
   if (table.encoding == WeightEncoding::F32)
-    embed_kernel<WeightEncoding::F32><<<blocks, kThreads, 0, native(stream)>>>(
-        bytes, table.rows, table.cols, address % 4 == 0, ids, tokens, copies, streams);
+    launch(embed_kernel<WeightEncoding::F32>, blocks, kThreads, 0, native(stream), bytes, table.rows, table.cols,
+           address % 4 == 0, ids, tokens, copies, streams);
   else
-    embed_kernel<WeightEncoding::BF16><<<blocks, kThreads, 0, native(stream)>>>(
-        bytes, table.rows, table.cols, address % 2 == 0, ids, tokens, copies, streams);
+    launch(embed_kernel<WeightEncoding::BF16>, blocks, kThreads, 0, native(stream), bytes, table.rows, table.cols,
+           address % 2 == 0, ids, tokens, copies, streams);
   check_launch("cuda::embed");
 }
 
@@ -126,8 +130,8 @@ void resolve_token_ids(const int32_t* staged, const int32_t* sources, const int3
   if (launches_skipped()) return;
   if (tokens < 0) fail("cuda::resolve_token_ids: ", tokens, " tokens");
   if (tokens == 0) return;
-  resolve_token_ids_kernel<<<grid_for(tokens, kThreads), kThreads, 0, native(stream)>>>(
-      staged, sources, drawn_address, tokens, vocab, ids);
+  launch(resolve_token_ids_kernel, grid_for(tokens, kThreads), kThreads, 0, native(stream), staged, sources,
+         drawn_address, tokens, vocab, ids);
   check_launch("cuda::resolve_token_ids");
 }
 
@@ -135,7 +139,8 @@ void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t wi
   if (launches_skipped()) return;
   if (count < 0 || width < 0) fail("cuda::gather_rows: negative size (count ", count, ", width ", width, ")");
   if (count * width == 0) return;
-  gather_rows_kernel<<<grid_for(count * width, kThreads), kThreads, 0, native(stream)>>>(in, rows, count, width, out);
+  launch(gather_rows_kernel, grid_for(count * width, kThreads), kThreads, 0, native(stream), in, rows, count, width,
+         out);
   check_launch("cuda::gather_rows");
 }
 

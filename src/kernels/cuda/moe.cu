@@ -32,6 +32,7 @@ __device__ __forceinline__ bool better(float value, int id, float best_value, in
 __global__ void __launch_bounds__(kRouteThreads)
     route_kernel(float* logits, RouterParams params, const float* bias, const int32_t* tid2eid,
                  const int32_t* token_ids, int32_t* experts_out, float* weights_out) {
+  await_previous_grid();
   extern __shared__ float shared[];
   __shared__ float scratch[kWarp];
   __shared__ float warp_value[kRouteWarps];
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(kRouteThreads)
 
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t rows, int64_t inner, float limit,
                               const float* row_scale) {
+  await_previous_grid();
   const int64_t total = rows * inner;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -169,6 +171,7 @@ __global__ void swiglu_kernel(float* gate, const float* up, int64_t rows, int64_
 // the CPU scales a slot before summing it), then the shared expert.
 __global__ void moe_combine_kernel(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k,
                                    int64_t d, const float* shared, float* out) {
+  await_previous_grid();
   const int64_t total = tokens * d;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -201,8 +204,8 @@ void route(float* logits, int64_t tokens, const RouterParams& params, const floa
   if (tid2eid && !token_ids) fail("cuda::route: hash routing needs the token ids");
   if (tokens == 0) return;
   if (tokens >= (int64_t{1} << 31)) fail("cuda::route: ", tokens, " tokens, over 2^31");
-  route_kernel<<<static_cast<unsigned>(tokens), kRouteThreads, static_cast<size_t>(shared_bytes), native(stream)>>>(
-      logits, params, bias, tid2eid, token_ids, experts, weights);
+  launch(route_kernel, static_cast<unsigned>(tokens), kRouteThreads, static_cast<size_t>(shared_bytes), native(stream),
+         logits, params, bias, tid2eid, token_ids, experts, weights);
   check_launch("cuda::route");
 }
 
@@ -211,8 +214,8 @@ void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float lim
   if (launches_skipped()) return;
   if (rows < 0 || inner < 0) fail("cuda::swiglu: negative size (rows ", rows, ", inner ", inner, ")");
   if (rows * inner == 0) return;
-  swiglu_kernel<<<grid_for(rows * inner, kThreads), kThreads, 0, native(stream)>>>(gate, up, rows, inner, limit,
-                                                                                   row_scale);
+  launch(swiglu_kernel, grid_for(rows * inner, kThreads), kThreads, 0, native(stream), gate, up, rows, inner, limit,
+         row_scale);
   check_launch("cuda::swiglu");
 }
 
@@ -221,8 +224,8 @@ void moe_combine(const float* contributions, const float* slot_scale, int64_t to
   if (launches_skipped()) return;
   if (tokens < 0 || k < 0 || d < 0) fail("cuda::moe_combine: negative size (tokens ", tokens, ", k ", k, ", d ", d, ")");
   if (tokens * d == 0) return;
-  moe_combine_kernel<<<grid_for(tokens * d, kThreads), kThreads, 0, native(stream)>>>(contributions, slot_scale,
-                                                                                       tokens, k, d, shared, out);
+  launch(moe_combine_kernel, grid_for(tokens * d, kThreads), kThreads, 0, native(stream), contributions, slot_scale,
+         tokens, k, d, shared, out);
   check_launch("cuda::moe_combine");
 }
 

@@ -22,6 +22,7 @@ using namespace detail;
 constexpr int kThreads = 256;
 
 __global__ void iota_kernel(int32_t* out, int64_t count) {
+  await_previous_grid();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = static_cast<int32_t>(i);
@@ -30,6 +31,7 @@ __global__ void iota_kernel(int32_t* out, int64_t count) {
 __global__ void finish_kernel(const int32_t* __restrict__ order, int64_t pairs, int64_t top_k,
                               int32_t* __restrict__ sorted_token, int64_t* __restrict__ sorted_pair,
                               int64_t* __restrict__ position_of) {
+  await_previous_grid();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t pair = order[i];
@@ -71,14 +73,14 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
   auto* bytes = static_cast<uint8_t*>(scratch);
   auto* order_in = reinterpret_cast<int32_t*>(bytes + temp_bytes);
   auto* order_out = reinterpret_cast<int32_t*>(bytes + temp_bytes + index_bytes(pairs));
-  iota_kernel<<<grid_for(pairs, kThreads), kThreads, 0, s>>>(order_in, pairs);
+  launch(iota_kernel, grid_for(pairs, kThreads), kThreads, 0, s, order_in, pairs);
   check_launch("cuda::moe_sort (iota)");
   // Stable, so pairs of one expert keep their token order.
   const cudaError_t status = cub::DeviceRadixSort::SortPairs(scratch, temp_bytes, experts, sorted_expert, order_in,
                                                              order_out, static_cast<int>(pairs), 0, 32, s);
   if (status != cudaSuccess) fail("cuda::moe_sort: CUB radix sort failed: ", cudaGetErrorString(status));
-  finish_kernel<<<grid_for(pairs, kThreads), kThreads, 0, s>>>(order_out, pairs, top_k, sorted_token, sorted_pair,
-                                                              position_of);
+  launch(finish_kernel, grid_for(pairs, kThreads), kThreads, 0, s, order_out, pairs, top_k, sorted_token, sorted_pair,
+         position_of);
   check_launch("cuda::moe_sort");
 }
 

@@ -20,7 +20,9 @@ constexpr int kRowsPerWarpBlock = kThreads / kWarp;
 // 128 elements a lane on one warp: at one token a launch then used one warp of the device.)
 constexpr int64_t kWarpRowLimit = 1024;
 
-constexpr int kInFlight = 8;  // loads issued before their uses (see sum_of_squares)
+// Loads issued before their uses (see sum_of_squares): 32 covers a lane's whole share of a row
+// up to 1024 wide (the warp kernel) and of a 4096-wide row in a block in one round trip.
+constexpr int kInFlight = 32;
 
 __device__ __forceinline__ void normalize(const float* x, int64_t n, const float* weight, float eps, float* out,
                                           double sum_squares, int first, int step) {
@@ -43,9 +45,10 @@ __device__ __forceinline__ void normalize(const float* x, int64_t n, const float
 }
 
 // Thread `first` of a group of `step` threads: the squares of elements first, first + step, ...
-// added in order in double (each product x^2 is exact in double). Eight loads are issued before
-// their adds: a loop that loaded one element per add waited out a memory round trip per
-// element (12 us a 4096-wide row, one warp at one token).
+// added in order in double (each product x^2 is exact in double). kInFlight loads are issued
+// before their adds: a loop that loaded one element per add waited out a memory round trip per
+// element (12 us a 4096-wide row, one warp at one token), and with 8 in flight a 16,384-wide row
+// (the mHC's 4 x 4096) still took 8 round trips a pass, ~8 us.
 __device__ __forceinline__ double sum_of_squares(const float* xr, int64_t n, int64_t first, int64_t step) {
   double sum = 0.0;
   for (int64_t base = first; base < n; base += kInFlight * step) {
@@ -62,6 +65,7 @@ __device__ __forceinline__ double sum_of_squares(const float* xr, int64_t n, int
 // Each thread's sum_of_squares, then the fixed butterfly / block tree combines them.
 __global__ void __launch_bounds__(kThreads)
     rms_norm_warp_kernel(const float* x, int64_t count, int64_t n, const float* weight, float eps, float* out) {
+  await_previous_grid();
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + static_cast<int>(threadIdx.x) / kWarp;
   if (row >= count) return;
@@ -73,6 +77,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     rms_norm_block_kernel(const float* x, int64_t n, const float* weight, float eps, float* out) {
+  await_previous_grid();
   __shared__ double scratch[kWarp];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * n;
@@ -84,6 +89,7 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per rotated pair (t, h, i).
 __global__ void rope_kernel(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope_dims,
                             const float* inv_freq, const int32_t* positions, bool inverse) {
+  await_previous_grid();
   const int64_t pairs = rope_dims / 2;
   const int64_t total = count * heads * pairs;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
@@ -110,10 +116,11 @@ void rms_norm(const float* x, int64_t count, int64_t n, const float* weight, flo
   if (count == 0 || n == 0) return;
   if (n <= kWarpRowLimit) {
     const int64_t blocks = (count + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock;
-    rms_norm_warp_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, native(stream)>>>(x, count, n, weight, eps, out);
+    launch(rms_norm_warp_kernel, static_cast<unsigned>(blocks), kThreads, 0, native(stream), x, count, n, weight, eps,
+           out);
   } else {
     if (count >= (int64_t{1} << 31)) fail("cuda::rms_norm: ", count, " rows, over 2^31");
-    rms_norm_block_kernel<<<static_cast<unsigned>(count), kThreads, 0, native(stream)>>>(x, n, weight, eps, out);
+    launch(rms_norm_block_kernel, static_cast<unsigned>(count), kThreads, 0, native(stream), x, n, weight, eps, out);
   }
   check_launch("cuda::rms_norm");
 }
@@ -128,8 +135,8 @@ void rope(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope
   if (head_dim < rope_dims) fail("RoPE over ", rope_dims, " dims applied to a vector of ", head_dim);
   const int64_t total = count * heads * (rope_dims / 2);
   if (total == 0) return;
-  rope_kernel<<<grid_for(total, kThreads), kThreads, 0, native(stream)>>>(x, count, heads, head_dim, rope_dims,
-                                                                          inv_freq, positions, inverse);
+  launch(rope_kernel, grid_for(total, kThreads), kThreads, 0, native(stream), x, count, heads, head_dim, rope_dims,
+         inv_freq, positions, inverse);
   check_launch("cuda::rope");
 }
 

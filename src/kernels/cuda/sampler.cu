@@ -56,6 +56,8 @@ namespace deepinfer::kernels::cuda {
 namespace {
 
 using detail::kFullMask;
+using detail::await_previous_grid;
+using detail::launch;
 using detail::native;
 
 constexpr int kThreads = 512;
@@ -591,6 +593,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const int32_t* prompt_tokens, const GeneratedCount* generated, const LogitBias* bias,
                        const uint64_t* masks, float* weights_scratch, double* blocks_scratch,
                        SampleRowResult* results) {
+  await_previous_grid();
   __shared__ RowShared sh;
   const int64_t row = blockIdx.x;
   const SampleRowParams params = all_params[row];
@@ -755,6 +758,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 __global__ void store_drawn_tokens_kernel(const SampleRowResult* results, int64_t count, int32_t* out) {
+  await_previous_grid();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = results[i].token;
@@ -767,7 +771,7 @@ void store_drawn_tokens(const SampleRowResult* results, int64_t count, int32_t* 
   if (count == 0) return;
   constexpr int kStoreThreads = 256;
   const auto blocks = static_cast<unsigned>((count + kStoreThreads - 1) / kStoreThreads);
-  store_drawn_tokens_kernel<<<blocks, kStoreThreads, 0, native(stream)>>>(results, count, out);
+  launch(store_drawn_tokens_kernel, blocks, kStoreThreads, 0, native(stream), results, count, out);
   check_launch("cuda::store_drawn_tokens");
 }
 
@@ -795,8 +799,8 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleR
   auto* blocks = reinterpret_cast<double*>(static_cast<char*>(scratch) +
                                            align16(static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab) *
                                                    sizeof(float)));
-  sample_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
-      logits, vocab, params, prompt_tokens, generated, bias, masks, weights, blocks, results);
+  launch(sample_rows_kernel, static_cast<unsigned>(rows), kThreads, 0, native(stream), logits, vocab, params,
+         prompt_tokens, generated, bias, masks, weights, blocks, results);
   check_launch("cuda::sample_rows");
 }
 

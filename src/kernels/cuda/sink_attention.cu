@@ -37,6 +37,7 @@ constexpr int kKeysPerTile = 16;
 __global__ void __launch_bounds__(kThreads)
     sink_attention_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
                           const int32_t* row_segment, const float* q, float* attended) {
+  await_previous_grid();
   extern __shared__ float tile_keys[];  // [kKeysPerTile, head_dim]
   __shared__ const uint8_t* tile_rows[kKeysPerTile];
   const int64_t t = blockIdx.x;
@@ -167,7 +168,8 @@ void sink_attention(const AttentionParams& params, const SegmentRows* segments, 
   const dim3 grid(static_cast<unsigned>(rows),
                   static_cast<unsigned>((params.heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
   const std::size_t shared_bytes = static_cast<std::size_t>(kKeysPerTile) * params.head_dim * sizeof(float);
-  sink_attention_kernel<<<grid, kThreads, shared_bytes, native(stream)>>>(params, segments, row_segment, q, attended);
+  launch(sink_attention_kernel, grid, kThreads, shared_bytes, native(stream), params, segments, row_segment, q,
+         attended);
   check_launch("cuda::sink_attention");
 }
 

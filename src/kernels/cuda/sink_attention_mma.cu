@@ -153,6 +153,7 @@ __device__ __forceinline__ uint4 decode_chunk(RowFormat format, int width, const
 __global__ void __launch_bounds__(kThreads, 2)
     sink_attention_mma_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
                               const int32_t* row_segment, const float* q, float* attended) {
+  await_previous_grid();
   extern __shared__ __align__(16) unsigned char shared[];
   __shared__ const uint8_t* tile_rows[kTileKeys];
   __shared__ float rescale[kHeads];
@@ -364,8 +365,8 @@ void sink_attention_mma(const AttentionParams& params, const SegmentRows* segmen
     }
   }
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((params.heads + kHeads - 1) / kHeads));
-  sink_attention_mma_kernel<<<grid, kThreads, layout.bytes, native(stream)>>>(params, segments, row_segment, q,
-                                                                              attended);
+  launch(sink_attention_mma_kernel, grid, kThreads, layout.bytes, native(stream), params, segments, row_segment, q,
+         attended);
   check_launch("cuda::sink_attention (tensor cores)");
 }
 
