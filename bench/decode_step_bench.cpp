@@ -403,9 +403,9 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
     for (int32_t& id : ids) id = tokens.next();
     items.clear();
     for (int64_t i = 0; i < prefilled; ++i)
-      items.push_back(BatchItem{&sequences[static_cast<std::size_t>(i)],
-                                std::span<const int32_t>(ids.data() + i * take, static_cast<std::size_t>(take)),
-                                {}, LogitRows::None});
+      items.push_back(BatchItem{.sequence = &sequences[static_cast<std::size_t>(i)],
+                                .tokens = std::span<const int32_t>(ids.data() + i * take, static_cast<std::size_t>(take)),
+                                .rows = LogitRows::None});
     model.forward_batch(items);
     done += take;
   }
@@ -430,9 +430,10 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
     items.clear();
     const bool drawing = draws && !want_logits;
     for (int64_t i = 0; i < batch; ++i)
-      items.push_back(BatchItem{&sequences[static_cast<std::size_t>(i)], std::span<const int32_t>(&ids[static_cast<std::size_t>(i)], 1),
-                                drawing ? std::span<float>() : std::span<float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)),
-                                LogitRows::Last});
+      items.push_back(BatchItem{.sequence = &sequences[static_cast<std::size_t>(i)],
+                                .tokens = std::span<const int32_t>(&ids[static_cast<std::size_t>(i)], 1),
+                                .logits = drawing ? std::span<float>() : std::span<float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)),
+                                .rows = LogitRows::Last});
     if (drawing) {
       for (int64_t i = 0; i < batch; ++i) greedy[static_cast<std::size_t>(i)].position = sequences[static_cast<std::size_t>(i)].length;
       model.forward_batch_draw(items, greedy, drawn);

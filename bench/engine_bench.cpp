@@ -459,8 +459,10 @@ void model_decode_scaling(const Model& model, const Options& options) {
       std::vector<deepinfer::model::BatchItem> items;
       for (int i = 0; i < batch; ++i) {
         next[static_cast<std::size_t>(i)] = random_tokens(rng, 1, model.vocab_size());
-        items.push_back(deepinfer::model::BatchItem{&sequences[static_cast<std::size_t>(i)], next[static_cast<std::size_t>(i)],
-                                                    logits[static_cast<std::size_t>(i)], deepinfer::model::LogitRows::Last});
+        items.push_back(deepinfer::model::BatchItem{.sequence = &sequences[static_cast<std::size_t>(i)],
+                                                    .tokens = next[static_cast<std::size_t>(i)],
+                                                    .logits = logits[static_cast<std::size_t>(i)],
+                                                    .rows = deepinfer::model::LogitRows::Last});
       }
       const Clock::time_point start = Clock::now();
       model.forward_batch(items);

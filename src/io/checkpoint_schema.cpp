@@ -34,7 +34,8 @@ class SchemaBuilder {
       bool mtp = c_.is_mtp_layer(layer);
       std::string prefix = mtp ? str_cat("mtp.", layer - c_.num_layers, ".") : str_cat("layers.", layer, ".");
       block(prefix, layer, mtp);
-      if (mtp && c_.family == ModelFamily::V4) mtp_extras(prefix);
+      if (mtp && c_.dspark) dspark_extras(prefix, layer - c_.num_layers);
+      else if (mtp && c_.family == ModelFamily::V4) mtp_extras(prefix);
     }
     return std::move(out_);
   }
@@ -235,6 +236,24 @@ class SchemaBuilder {
     add(prefix + "hnorm.weight", {D}, kFloat, true);
     add(prefix + "norm.weight", {D}, kFloat, true);
     hc_head(prefix, true);
+  }
+
+  // The DSpark drafter's tensors around its stages (docs/MODELS.md, "DSpark drafter"): the fusion
+  // of the target's taps on the first stage, the head, Markov and confidence heads on the last.
+  void dspark_extras(const std::string& prefix, int64_t stage) {
+    const int64_t D = c_.hidden_size;
+    const int64_t taps = static_cast<int64_t>(c_.dspark->target_layer_ids.size());
+    const int64_t rank = c_.dspark->markov_rank;
+    if (stage == 0) {
+      linear(prefix + "main_proj", D, taps * D, c_.quantization.dense_format, true);
+      add(prefix + "main_norm.weight", {D}, kFloat, true);
+    }
+    if (stage != c_.num_mtp_layers - 1) return;
+    add(prefix + "norm.weight", {D}, kFloat, true);
+    add(prefix + "markov_head.markov_w1.weight", {c_.vocab_size, rank}, kFloat, true);
+    add(prefix + "markov_head.markov_w2.weight", {c_.vocab_size, rank}, kFloat, true);
+    add(prefix + "confidence_head.proj.weight", {1, D + rank}, kFloat, true);
+    if (c_.family == ModelFamily::V4) hc_head(prefix, true);
   }
 
   const ModelConfig& c_;

@@ -127,6 +127,24 @@ std::optional<std::vector<int64_t>> JsonFields::integers(std::string_view key, i
   return result;
 }
 
+std::optional<std::vector<double>> JsonFields::numbers(std::string_view key, double min, double max) const {
+  const nlohmann::json* value = find(key);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_array()) fail_type(key, "an array of numbers", *value);
+  std::vector<double> result;
+  result.reserve(value->size());
+  for (size_t i = 0; i < value->size(); ++i) {
+    const nlohmann::json& element = (*value)[i];
+    const std::string element_key = str_cat(key, "[", i, "]");
+    if (!element.is_number()) fail_type(element_key, "a number", element);
+    const double number = element.get<double>();
+    if (!(number >= min && number <= max))
+      fail_field(element_key, str_cat("= ", number, " is outside [", min, ", ", max, "]"));
+    result.push_back(number);
+  }
+  return result;
+}
+
 std::optional<std::vector<std::string>> JsonFields::strings(std::string_view key) const {
   const nlohmann::json* value = find(key);
   if (value == nullptr) return std::nullopt;

@@ -30,6 +30,7 @@ class JsonFields {
   std::optional<std::string> string(std::string_view key) const;
   std::optional<std::vector<int64_t>> integers(std::string_view key, int64_t min, int64_t max) const;
   std::optional<std::vector<std::string>> strings(std::string_view key) const;
+  std::optional<std::vector<double>> numbers(std::string_view key, double min, double max) const;
   // An integer or a list of integers (eos_token_id).
   std::optional<std::vector<int64_t>> integer_or_integers(std::string_view key, int64_t min, int64_t max) const;
 

@@ -73,6 +73,9 @@ struct DsparkConfig {
   std::vector<int64_t> target_layer_ids;
   int64_t n_routed_experts = 0;     // experts of each draft layer
   int64_t num_experts_per_tok = 0;  // top-k of each draft layer
+  // Per-position STS temperatures of the confidence head (deepinfer's dspark_confidence_temperatures;
+  // block_size entries, all 1 when absent): c_k = sigmoid(raw_k / T_k).
+  std::vector<double> confidence_temperatures;
   bool operator==(const DsparkConfig&) const = default;
 };
 

@@ -597,6 +597,11 @@ class Parser {
     if (d.num_experts_per_tok > d.n_routed_experts)
       t.fail_field("dspark_num_experts_per_tok", str_cat("= ", d.num_experts_per_tok, " exceeds the draft layers' ",
                                                          d.n_routed_experts, " routed experts"));
+    d.confidence_temperatures = t.numbers("dspark_confidence_temperatures", 1e-3, 1e3)
+                                    .value_or(std::vector<double>(static_cast<std::size_t>(d.block_size), 1.0));
+    if (static_cast<int64_t>(d.confidence_temperatures.size()) != d.block_size)
+      t.fail_field("dspark_confidence_temperatures", str_cat("has ", d.confidence_temperatures.size(),
+                                                             " entries; dspark_block_size is ", d.block_size));
     config_.dspark = d;
   }
 

@@ -95,6 +95,12 @@ constexpr std::array kPatterns = {
     TensorNamePattern{Mtp, "hc_head_fn", ""},
     TensorNamePattern{Mtp, "hc_head_base", ""},
     TensorNamePattern{Mtp, "hc_head_scale", ""},
+    // The DSpark drafter's (docs/MODELS.md): tap fusion on stage 0, heads on the last stage.
+    TensorNamePattern{Mtp, "main_proj.weight", "", true},
+    TensorNamePattern{Mtp, "main_norm.weight", ""},
+    TensorNamePattern{Mtp, "markov_head.markov_w1.weight", ""},
+    TensorNamePattern{Mtp, "markov_head.markov_w2.weight", ""},
+    TensorNamePattern{Mtp, "confidence_head.proj.weight", ""},
 };
 
 constexpr std::string_view kExpertPlaceholder = "{E}";

@@ -37,6 +37,9 @@ const char* encoding_name(WeightEncoding encoding);
 // inconsistent; every backend's linear checks this before it reads.
 void check_weight(const WeightMatrix& weight, const char* who);
 
+// Row `row` of a weight in f32, decoded from any encoding (embeddings; the Markov table).
+void decode_row(const WeightMatrix& table, int64_t row, float* out);
+
 // y[t, r] = sum_c x[t, c] * W[r, c] for t < tokens; x is [tokens, cols], y is [tokens, rows], f32.
 // Batch invariance: each y[t, r] is reduced in one fixed order that depends on neither `tokens`
 // nor how the work is split across threads, so a row of logits is bit-identical alone or batched.

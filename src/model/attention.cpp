@@ -225,6 +225,26 @@ std::vector<int64_t> attention_positions(std::span<const AttentionSegment> segme
   return row_position;
 }
 
+namespace {
+
+// The shared K = V rows of inputs x at `positions`: wkv, kv_norm, RoPE.
+void project_kv(const AttentionWeights& weights, const float* x, std::span<const int64_t> positions,
+                std::vector<float>& kv) {
+  const int64_t d = weights.head_dim;
+  const auto tokens = static_cast<int64_t>(positions.size());
+  kv.resize(static_cast<std::size_t>(tokens * d));
+  kernels::linear(x, tokens, weights.wkv, kv.data());
+  parallel_items(tokens, 4 * d, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = kv.data() + t * d;
+      rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
+      weights.rope.apply(row, d, positions[t]);
+    }
+  });
+}
+
+}  // namespace
+
 void attention_project(const AttentionWeights& weights, const float* x, std::span<const int64_t> positions,
                        AttentionProjections& out) {
   const int64_t heads = weights.heads;
@@ -251,16 +271,7 @@ void attention_project(const AttentionWeights& weights, const float* x, std::spa
   });
 
   // The shared K = V head, normed and rotated (it joins the window store in attention_core).
-  std::vector<float>& kv = out.kv;
-  kv.resize(static_cast<std::size_t>(tokens * d));
-  kernels::linear(x, tokens, weights.wkv, kv.data());
-  parallel_items(tokens, 4 * d, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* row = kv.data() + t * d;
-      rms_norm(row, d, weights.kv_norm.data(), weights.eps, row);
-      weights.rope.apply(row, d, positions[t]);
-    }
-  });
+  project_kv(weights, x, positions, out.kv);
 }
 
 void attention_core(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* x,
@@ -351,6 +362,70 @@ void attention_forward(const AttentionWeights& weights, std::span<const Attentio
   attention_project(weights, x, positions, projections);
   std::vector<float> attended(static_cast<std::size_t>(total_rows * weights.heads * weights.head_dim));
   attention_core(weights, segments, x, positions, projections, attended.data());
+  attention_output(weights, attended.data(), total_rows, out);
+}
+
+void store_window_rows(const AttentionWeights& weights, AttentionState& state, const float* x, int64_t rows,
+                       int64_t keep) {
+  const int64_t d = weights.head_dim;
+  if (state.window.width() != d) fail("attention state was not made for this layer");
+  const int64_t first = state.window_first + state.window.size();
+  std::vector<int64_t> positions(static_cast<std::size_t>(rows));
+  for (int64_t t = 0; t < rows; ++t) positions[t] = first + t;
+  std::vector<float> kv;
+  project_kv(weights, x, positions, kv);
+  for (int64_t t = 0; t < rows; ++t) state.window.append(kv.data() + t * d);
+  const int64_t drop = std::max<int64_t>(0, state.window.size() - keep);
+  if (drop > 0) {
+    state.window.erase_front(drop);
+    state.window_first += drop;
+  }
+}
+
+void draft_block_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments,
+                           const float* x, int64_t total_rows, float* out) {
+  if (total_rows == 0) return;
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const std::vector<int64_t> positions = attention_positions(segments, total_rows);
+  AttentionProjections projections;
+  attention_project(weights, x, positions, projections);
+  // Per segment: its context rows decoded, then its block's rows as the window would store them
+  // (the reference keeps draft rows in the same quantised cache).
+  std::vector<std::vector<float>> segment_keys(segments.size());
+  std::vector<std::vector<const float*>> keys(segments.size());
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const AttentionSegment& segment = segments[s];
+    const AttentionState& state = *segment.state;
+    if (state.window.width() != d) fail("draft attention: the state was not made for this layer");
+    if (state.window_first + state.window.size() != segment.first_position)
+      fail("draft attention: the block at position ", segment.first_position, " follows a context that ends at ",
+           state.window_first + state.window.size());
+    const int64_t oldest = std::max(state.window_first, segment.first_position - weights.window);
+    const int64_t context = segment.first_position - oldest;
+    QuantizedRows block(weights.window_format, d);
+    for (int64_t t = 0; t < segment.rows; ++t) block.append(projections.kv.data() + (segment.row_begin + t) * d);
+    std::vector<float>& decoded = segment_keys[s];
+    decoded.resize(static_cast<std::size_t>((context + segment.rows) * d));
+    for (int64_t r = 0; r < context; ++r) state.window.read(oldest - state.window_first + r, decoded.data() + r * d);
+    for (int64_t t = 0; t < segment.rows; ++t) block.read(t, decoded.data() + (context + t) * d);
+    for (int64_t r = 0; r < context + segment.rows; ++r) keys[s].push_back(decoded.data() + r * d);
+  }
+  std::vector<int64_t> row_segment(static_cast<std::size_t>(total_rows));
+  for (std::size_t s = 0; s < segments.size(); ++s)
+    for (int64_t t = 0; t < segments[s].rows; ++t) row_segment[segments[s].row_begin + t] = static_cast<int64_t>(s);
+  std::vector<float> attended(static_cast<std::size_t>(total_rows * heads * d));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  parallel_items(total_rows * heads, (weights.window + 8) * 2 * d, [&](int64_t begin, int64_t end) {
+    std::vector<float> logits;
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t t = pair / heads;
+      const int64_t h = pair % heads;
+      float* head_out = attended.data() + pair * d;
+      attend_head(projections.q.data() + pair * d, keys[row_segment[t]], d, scale, weights.sink[h], logits, head_out);
+      weights.rope.apply(head_out, d, positions[t], /*inverse=*/true);
+    }
+  });
   attention_output(weights, attended.data(), total_rows, out);
 }
 

@@ -114,4 +114,18 @@ void attention_core(const AttentionWeights& weights, std::span<const AttentionSe
                     std::span<const int64_t> positions, AttentionProjections& projections, float* attended);
 void attention_output(const AttentionWeights& weights, const float* attended, int64_t rows, float* out);
 
+// DSpark drafter (docs/MODELS.md, "DSpark drafter"), window-only layers:
+//  * store_window_rows: the K = V rows of inputs x [rows, D] (normed sublayer inputs: the fused
+//    target taps) at positions window_first + size .., appended to the state's window, which then
+//    keeps its last `keep` rows;
+//  * draft_block_attention: each segment is one draft block at positions first_position .. whose
+//    state's window holds the drafter's context, exactly the positions below first_position. Every
+//    block row attends, with the sinks, to the context rows at positions
+//    [first_position - window, first_position) and to every row of its own block (no causal mask);
+//    the block's rows are not stored.
+void store_window_rows(const AttentionWeights& weights, AttentionState& state, const float* x, int64_t rows,
+                       int64_t keep);
+void draft_block_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments,
+                           const float* x, int64_t total_rows, float* out);
+
 }  // namespace deepinfer::model

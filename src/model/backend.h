@@ -133,6 +133,13 @@ class ForwardPass {
   // [rows.size(), vocab] into host memory; hidden (optional) gets the head's input [rows, D].
   virtual void head(const HeadWeights& weights, std::span<const int64_t> rows, float* logits,
                     std::vector<float>* hidden) = 0;
+  // The collapsed head input before the final norm, [rows.size(), D] into host memory (the DSpark
+  // drafter's confidence feature). Backends that run no drafts refuse.
+  virtual void collapse_head(const HeadWeights& weights, std::span<const int64_t> rows, float* collapsed);
+  // One DSpark draft stage's attention (attention.h draft_block_attention): sublayer input ->
+  // output; each segment is one draft block over its drafter context. Backends that run no
+  // drafts refuse.
+  virtual void draft_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments);
   // As head, but the logits stay in the backend and draws[i] picks a token from row
   // draws[i].row into drawn[i] (Backend::draws_tokens() backends only). Throws deepinfer::Error
   // where engine::sample would (no finite logit, an id outside the vocabulary). before_read (if

@@ -13,28 +13,20 @@
 
 namespace deepinfer::model {
 
+void ForwardPass::collapse_head(const HeadWeights&, std::span<const int64_t>, float*) {
+  fail("this backend does not run DSpark drafts (the head's collapsed rows)");
+}
+
+void ForwardPass::draft_attention(const AttentionWeights&, std::span<const AttentionSegment>) {
+  fail("this backend does not run DSpark drafts (draft-block attention)");
+}
+
 void ForwardPass::head_draw(const HeadWeights&, std::span<const int64_t>, std::span<const TokenDraw>,
                             std::span<DrawnToken>, const std::function<void()>*, std::unique_ptr<PendingDraws>*) {
   fail("this backend does not draw tokens itself: ask for logits");
 }
 
 namespace {
-
-// One embedding row in f32, decoded from the table's stored encoding.
-void embed_row(const kernels::WeightMatrix& table, int64_t row, float* out) {
-  const auto* bytes = static_cast<const std::byte*>(table.data);
-  switch (table.encoding) {
-    case kernels::WeightEncoding::F32: std::memcpy(out, bytes + row * table.cols * 4, table.cols * 4); return;
-    case kernels::WeightEncoding::BF16:
-      for (int64_t c = 0; c < table.cols; ++c) {
-        uint16_t bits;
-        std::memcpy(&bits, bytes + (row * table.cols + c) * 2, 2);
-        out[c] = bf16_to_float(bits);
-      }
-      return;
-    default: fail("embed.weight: only F32 and BF16 embedding tables are supported");
-  }
-}
 
 void rms_norm_rows(float* x, int64_t rows, int64_t width, const float* weight, float eps) {
   parallel_items(rows, 2 * width, [&](int64_t begin, int64_t end) {
@@ -62,7 +54,7 @@ class CpuForwardPass final : public ForwardPass {
     const int64_t d = shape_.hc.hidden;
     for (int64_t t = 0; t < rows_; ++t) {
       float* token_streams = streams_.data() + t * n * d;
-      embed_row(table, tokens[t], token_streams);
+      kernels::decode_row(table, tokens[t], token_streams);
       for (int64_t i = 1; i < n; ++i) std::copy_n(token_streams, d, token_streams + i * d);
     }
   }
@@ -108,8 +100,11 @@ class CpuForwardPass final : public ForwardPass {
     std::copy_n(streams_.data(), rows_ * shape_.hc.streams * shape_.hc.hidden, out.data());
   }
 
-  void head(const HeadWeights& weights, std::span<const int64_t> rows, float* logits,
-            std::vector<float>* hidden_out) override {
+  void draft_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments) override {
+    draft_block_attention(weights, segments, sublayer_in_.data(), rows_, sublayer_out_.data());
+  }
+
+  void collapse_head(const HeadWeights& weights, std::span<const int64_t> rows, float* collapsed) override {
     const int64_t n = shape_.hc.streams;
     const int64_t d = shape_.hc.hidden;
     const auto count = static_cast<int64_t>(rows.size());
@@ -119,11 +114,18 @@ class CpuForwardPass final : public ForwardPass {
       std::copy_n(streams_.data() + rows[r] * n * d, n * d, head_streams.data() + r * n * d);
       if (shape_.single_pass) std::copy_n(carried_pre_.data() + rows[r] * n, n, head_pre.data() + r * n);
     }
-    std::vector<float> hidden(static_cast<std::size_t>(count * d));
     if (shape_.single_pass)
-      hyper_collapse(head_pre.data(), shape_.hc, head_streams.data(), count, hidden.data());
+      hyper_collapse(head_pre.data(), shape_.hc, head_streams.data(), count, collapsed);
     else
-      hyper_head(*weights.hc_head, shape_.hc, head_streams.data(), count, hidden.data());
+      hyper_head(*weights.hc_head, shape_.hc, head_streams.data(), count, collapsed);
+  }
+
+  void head(const HeadWeights& weights, std::span<const int64_t> rows, float* logits,
+            std::vector<float>* hidden_out) override {
+    const int64_t d = shape_.hc.hidden;
+    const auto count = static_cast<int64_t>(rows.size());
+    std::vector<float> hidden(static_cast<std::size_t>(count * d));
+    collapse_head(weights, rows, hidden.data());
     rms_norm_rows(hidden.data(), count, d, weights.norm.data(), shape_.norm_eps);
     if (hidden_out) *hidden_out = hidden;
     kernels::linear(hidden.data(), count, *weights.head, logits);

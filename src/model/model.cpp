@@ -54,7 +54,8 @@ Model Model::load(const std::string& dir, const LoadOptions& options) {
   if (!v41) model.hc_head_ = load_hyper_head(model.weights_, "");
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
     model.layers_.push_back(model.load_layer("layers." + std::to_string(layer) + ".", layer));
-  for (int64_t i = 0; i < c.num_mtp_layers; ++i) {
+  model.drafter_ = Drafter::load(model.weights_, c, model.embed_, model.head_);
+  for (int64_t i = 0; i < c.num_mtp_layers && !c.dspark; ++i) {
     const std::string prefix = "mtp." + std::to_string(i) + ".";
     const Weights& w = model.weights_;
     // A checkpoint may leave MTP out (transformers drops mtp.* when it saves).
@@ -120,7 +121,7 @@ CacheLayout Model::cache_layout(int64_t block_tokens) const { return model::cach
 
 void Model::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
                     const ForwardOptions& options) const {
-  const BatchItem item{&sequence, tokens, logits, options.rows};
+  const BatchItem item{.sequence = &sequence, .tokens = tokens, .logits = logits, .rows = options.rows};
   run(std::span(&item, 1), options);
 }
 
@@ -173,6 +174,12 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     }
     for (const BatchItem& earlier : items)
       if (earlier.sequence == item.sequence) fail("forward: a sequence appears twice in one batch");
+    if (!item.taps.empty()) {
+      if (!drafter_) fail("forward: taps asked of a model without a DSpark drafter");
+      if (static_cast<int64_t>(item.taps.size()) != count * drafter_->tap_width())
+        fail("forward: taps hold ", item.taps.size(), " floats, expected ", count * drafter_->tap_width());
+      if (options.decoder_window_replay) fail("forward: taps need every row's hidden states; decoder window replay skips rows");
+    }
     if (item.last_token_draw >= 0 && (!draws.pending || !draws.source))
       fail("forward: a batch item takes its token from a draw, which only issue_batch_draw with a draw source allows");
     items.push_back(item);
@@ -236,6 +243,34 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   }
   const std::unique_ptr<ForwardPass> pass = backend_->begin(shape, call);
   pass->embed(embed_, tokens, from_draw, draws.source);
+  // DSpark taps: the streams at each tap point, averaged over the hc streams, into the items'
+  // columns of that tap.
+  const std::vector<int64_t> tap_points =
+      std::any_of(items.begin(), items.end(), [](const BatchItem& item) { return !item.taps.empty(); })
+          ? dspark_tap_points(config_)
+          : std::vector<int64_t>{};
+  std::vector<float> tap_streams;
+  const auto read_taps = [&](int64_t after_layer) {
+    for (std::size_t j = 0; j < tap_points.size(); ++j) {
+      if (tap_points[j] != after_layer) continue;
+      tap_streams.resize(static_cast<std::size_t>(count * n * d_model));
+      pass->read_streams(tap_streams);
+      const int64_t width = static_cast<int64_t>(tap_points.size()) * d_model;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (items[i].taps.empty()) continue;
+        for (int64_t t = 0; t < static_cast<int64_t>(items[i].tokens.size()); ++t) {
+          const float* streams = tap_streams.data() + (row_begin[i] + t) * n * d_model;
+          float* tap = items[i].taps.data() + t * width + static_cast<int64_t>(j) * d_model;
+          for (int64_t e = 0; e < d_model; ++e) {
+            float sum = 0.0f;
+            for (int64_t k = 0; k < n; ++k) sum += streams[k * d_model + e];
+            tap[e] = sum / static_cast<float>(n);
+          }
+        }
+      }
+    }
+  };
+  read_taps(-1);
   if (trace) {
     trace->layer_streams.assign(static_cast<std::size_t>(count * num_layers * n * d_model), 0.0f);
     trace->csa_topk.clear();
@@ -319,6 +354,7 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     std::vector<Routing> routing;
     pass->moe(w.moe, tokens, trace ? &routing : nullptr);
     pass->exit_site();
+    if (!tap_points.empty()) read_taps(layer);
 
     if (trace) {
       // Per-token records stay indexed by the call's rows; skipped rows get empty entries.

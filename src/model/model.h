@@ -18,6 +18,7 @@
 #include "model/attention.h"
 #include "model/backend.h"
 #include "model/cache_layout.h"
+#include "model/drafter.h"
 #include "model/engram.h"
 #include "model/hyper_connections.h"
 #include "model/moe.h"
@@ -33,9 +34,8 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
-// The multi-token-prediction block (mtp.L.*; V4.1: the DSpark draft layers): loaded and kept for
-// speculative decoding; the forward pass does not run it yet. The V4 extras (e_proj ... head)
-// stay empty for V4.1, whose draft-layer extras are not specified yet.
+// V4's multi-token-prediction block (mtp.0.* of a checkpoint without DSpark config): loaded and
+// kept; nothing runs it (DSpark checkpoints load as a Drafter instead).
 struct MtpWeights {
   LayerWeights block;
   kernels::WeightMatrix e_proj, h_proj;
@@ -86,6 +86,9 @@ struct BatchItem {
   // names as its draw source, still on the device (Model::chains_draws); tokens.back() is a
   // placeholder.
   int32_t last_token_draw = -1;
+  // DSpark (Model::drafter()): [tokens, drafter()->tap_width()] receives every row's taps, the
+  // hidden states the drafter's context is made from; empty: none.
+  std::span<float> taps = {};
 };
 
 struct LoadOptions {
@@ -184,6 +187,8 @@ class Model {
   const std::string& replay_refusal() const { return replay_refusal_; }
 
   const std::vector<MtpWeights>& mtp() const { return mtp_; }
+  // The DSpark drafter of a checkpoint with dspark_* config and its mtp.* stages; null otherwise.
+  const Drafter* drafter() const { return drafter_.get(); }
 
   // The backend forward calls run on (the CPU's until set). A backend that holds copies of the
   // weights (a GPU's) is made for this model; set it once, before the first forward call.
@@ -226,6 +231,7 @@ class Model {
   HyperConnectionWeights hc_head_;  // V4 only
   std::vector<LayerWeights> layers_;
   std::vector<MtpWeights> mtp_;
+  std::shared_ptr<const Drafter> drafter_;
   std::optional<Engram> engram_;  // V4.1 models with Engram layers
   std::shared_ptr<const Backend> backend_ = cpu_backend();
   int64_t first_replayed_layer_ = -1;

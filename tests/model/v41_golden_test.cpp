@@ -22,7 +22,7 @@ using testing::Golden;
 using testing::max_abs_diff;
 using testing::run_chunked;
 
-constexpr float kTolerance = 1e-4f;
+constexpr float kV41Tolerance = 1e-4f;
 
 using testing::v41_tokenizer;
 std::string v41_dir(const std::string& name) { return testing::fixture_dir(name, "v41"); }
@@ -72,15 +72,15 @@ TEST_P(V41GoldenTest, FullPrefillMatchesTheReference) {
                 layer_diff);
     stream_diff = std::max(stream_diff, layer_diff);
   }
-  EXPECT_LE(stream_diff, kTolerance);
+  EXPECT_LE(stream_diff, kV41Tolerance);
   const auto final_hidden = want.floats("final_hidden");
   ASSERT_EQ(trace.final_hidden.size(), final_hidden.size());
   const float hidden_diff = max_abs_diff(trace.final_hidden.data(), final_hidden.data(), final_hidden.size());
-  EXPECT_LE(hidden_diff, kTolerance);
+  EXPECT_LE(hidden_diff, kV41Tolerance);
   const auto golden_logits = want.floats("logits");
   ASSERT_EQ(logits.size(), golden_logits.size());
   const float logit_diff = max_abs_diff(logits.data(), golden_logits.data(), logits.size());
-  EXPECT_LE(logit_diff, kTolerance);
+  EXPECT_LE(logit_diff, kV41Tolerance);
   std::printf("[ %s ] max |logits - golden| = %.3g, |final_hidden - golden| = %.3g, |streams - golden| = %.3g\n",
               GetParam().c_str(), logit_diff, hidden_diff, stream_diff);
 
@@ -95,7 +95,7 @@ TEST_P(V41GoldenTest, FullPrefillMatchesTheReference) {
       std::vector<float> have(cached.size());
       for (int64_t r = 0; r < rows->size(); ++r) rows->read(r, have.data() + r * rows->width());
       const float diff = max_abs_diff(have.data(), cached.data(), cached.size());
-      EXPECT_LE(diff, kTolerance) << tensor;
+      EXPECT_LE(diff, kV41Tolerance) << tensor;
       std::printf("[ %s ] max |%s - golden| = %.3g\n", GetParam().c_str(), tensor.c_str(), diff);
     }
   }
@@ -136,7 +136,7 @@ TEST_P(V41GoldenTest, FullPrefillMatchesTheReference) {
         weight_diff = std::max(weight_diff, std::abs(routing.weights[i] - weights[at]));
       }
     }
-  EXPECT_LE(weight_diff, kTolerance);
+  EXPECT_LE(weight_diff, kV41Tolerance);
   std::printf("[ %s ] max |routed weights - golden| = %.3g\n", GetParam().c_str(), weight_diff);
 }
 
@@ -148,7 +148,7 @@ TEST_P(V41GoldenTest, ChunkedPrefillMatchesTheReference) {
     const auto golden_logits = want.floats("chunked" + std::to_string(chunk) + "_logits");
     ASSERT_EQ(logits.size(), golden_logits.size());
     const float diff = max_abs_diff(logits.data(), golden_logits.data(), logits.size());
-    EXPECT_LE(diff, kTolerance) << "chunk " << chunk;
+    EXPECT_LE(diff, kV41Tolerance) << "chunk " << chunk;
     std::printf("[ %s ] chunks of %zu: max |logits - golden| = %.3g\n", GetParam().c_str(), chunk, diff);
   }
 }
@@ -170,7 +170,7 @@ TEST_P(V41GoldenTest, GreedyDecodeMatchesTheReference) {
     const int32_t token[] = {next};
     model().forward(sequence, token, logits, LogitRows::Last);
   }
-  EXPECT_LE(worst, kTolerance);
+  EXPECT_LE(worst, kV41Tolerance);
   std::printf("[ %s ] greedy decode: max |logits - golden| = %.3g\n", GetParam().c_str(), worst);
 }
 

@@ -8,10 +8,11 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/weight_scales.h"
 
-namespace deepinfer::kernels::cpu {
-namespace {
+namespace deepinfer::kernels {
 
 void decode_row(const WeightMatrix& w, int64_t row, float* out) {
+  using cpu::scale_at;
+  using cpu::scale_row_start;
   const auto* bytes = static_cast<const uint8_t*>(w.data);
   switch (w.encoding) {
     case WeightEncoding::F32:
@@ -42,7 +43,9 @@ void decode_row(const WeightMatrix& w, int64_t row, float* out) {
   }
 }
 
-}  // namespace
+}  // namespace deepinfer::kernels
+
+namespace deepinfer::kernels::cpu {
 
 void linear_portable(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, ThreadPool& pool) {
   pool.parallel_for(weight.rows, [&](int64_t first_row, int64_t end_row) {
