@@ -250,8 +250,9 @@ class SchemaBuilder {
     }
     if (stage != c_.num_mtp_layers - 1) return;
     add(prefix + "norm.weight", {D}, kFloat, true);
-    add(prefix + "markov_head.markov_w1.weight", {c_.vocab_size, rank}, kFloat, true);
-    add(prefix + "markov_head.markov_w2.weight", {c_.vocab_size, rank}, kFloat, true);
+    // markov_w1 / markov_w2 (the engine ports) or embed / head (DeepSeek's V4.1 inference code).
+    for (const char* name : {"markov_w1", "markov_w2", "embed", "head"})
+      add(prefix + "markov_head." + name + ".weight", {c_.vocab_size, rank}, kFloat, true);
     add(prefix + "confidence_head.proj.weight", {1, D + rank}, kFloat, true);
     if (c_.family == ModelFamily::V4) hc_head(prefix, true);
   }

@@ -101,6 +101,9 @@ constexpr std::array kPatterns = {
     TensorNamePattern{Mtp, "markov_head.markov_w1.weight", ""},
     TensorNamePattern{Mtp, "markov_head.markov_w2.weight", ""},
     TensorNamePattern{Mtp, "confidence_head.proj.weight", ""},
+    // The same two tables as DeepSeek's V4.1 inference code names them.
+    TensorNamePattern{Mtp, "markov_head.embed.weight", ""},
+    TensorNamePattern{Mtp, "markov_head.head.weight", ""},
 };
 
 constexpr std::string_view kExpertPlaceholder = "{E}";

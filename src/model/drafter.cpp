@@ -22,7 +22,11 @@ std::unique_ptr<Drafter> Drafter::load(const Weights& weights, const ModelConfig
   const DsparkConfig& dspark = *config.dspark;
   const std::string last = "mtp." + std::to_string(config.num_mtp_layers - 1) + ".";
   // A checkpoint may leave the drafter out (transformers drops mtp.* when it saves).
-  if (!weights.has("mtp.0.main_proj.weight") || !weights.has(last + "markov_head.markov_w1.weight")) return nullptr;
+  // The Markov tables under either spelling (docs/MODELS.md).
+  const bool port_names = weights.has(last + "markov_head.markov_w1.weight");
+  const std::string markov_embedding = last + (port_names ? "markov_head.markov_w1.weight" : "markov_head.embed.weight");
+  const std::string markov_projection = last + (port_names ? "markov_head.markov_w2.weight" : "markov_head.head.weight");
+  if (!weights.has("mtp.0.main_proj.weight") || !weights.has(markov_embedding)) return nullptr;
   DrafterWeights w;
   for (int64_t stage = 0; stage < config.num_mtp_layers; ++stage) {
     const std::string prefix = "mtp." + std::to_string(stage) + ".";
@@ -42,8 +46,8 @@ std::unique_ptr<Drafter> Drafter::load(const Weights& weights, const ModelConfig
   w.main_norm = weights.floats("mtp.0.main_norm.weight");
   w.norm = weights.floats(last + "norm.weight");
   if (config.family == ModelFamily::V4) w.hc_head = load_hyper_head(weights, last);
-  w.markov_w1 = weights.matrix(last + "markov_head.markov_w1.weight");
-  w.markov_w2 = weights.matrix(last + "markov_head.markov_w2.weight");
+  w.markov_w1 = weights.matrix(markov_embedding);
+  w.markov_w2 = weights.matrix(markov_projection);
   w.confidence = weights.floats(last + "confidence_head.proj.weight");
   w.embed = embed;
   w.head = head;
