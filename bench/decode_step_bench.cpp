@@ -405,7 +405,7 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
     for (int64_t i = 0; i < prefilled; ++i)
       items.push_back(BatchItem{.sequence = &sequences[static_cast<std::size_t>(i)],
                                 .tokens = std::span<const int32_t>(ids.data() + i * take, static_cast<std::size_t>(take)),
-                                .rows = LogitRows::None});
+                                .logits = {}, .rows = LogitRows::None});
     model.forward_batch(items);
     done += take;
   }

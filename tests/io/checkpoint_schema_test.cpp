@@ -238,6 +238,33 @@ TEST(CheckpointSchema, UnquantizedCheckpointHasNoScales) {
   EXPECT_EQ(at(v41, "layers.1.engram.wkv.weight").stored_shape, (std::vector<int64_t>{320, 64}));  // 5*64, 2*2*16
 }
 
+// docs/MODELS.md, "DSpark drafter": tap fusion on the first stage, the heads on the last, all
+// optional (a checkpoint may leave the drafter out), the Markov tables under either spelling.
+TEST(CheckpointSchema, DsparkDrafterTensors) {
+  const ModelConfig c = config("v41_flash.json");
+  ASSERT_TRUE(c.dspark.has_value());
+  ASSERT_EQ(c.num_mtp_layers, 3);
+  auto tensors = expected_tensors(c);
+  TensorIndex named = index_of(tensors);
+  const ExpectedTensor& fusion = at(named, "mtp.0.main_proj.weight");
+  EXPECT_EQ(fusion.logical_shape, (std::vector<int64_t>{5120, 3 * 5120}));
+  EXPECT_EQ(fusion.stored_dtypes, (std::vector<DType>{DType::F8_E4M3}));
+  EXPECT_TRUE(fusion.optional);
+  EXPECT_EQ(at(named, "mtp.0.main_proj.scale").stored_shape, (std::vector<int64_t>{160, 480}));
+  EXPECT_EQ(at(named, "mtp.0.main_norm.weight").logical_shape, (std::vector<int64_t>{5120}));
+  for (const char* table : {"markov_w1", "markov_w2", "embed", "head"}) {
+    const ExpectedTensor& markov = at(named, std::string("mtp.2.markov_head.") + table + ".weight");
+    EXPECT_EQ(markov.logical_shape, (std::vector<int64_t>{129280, 256})) << table;
+    EXPECT_TRUE(markov.optional) << table;
+  }
+  EXPECT_EQ(at(named, "mtp.2.confidence_head.proj.weight").logical_shape, (std::vector<int64_t>{1, 5120 + 256}));
+  EXPECT_EQ(at(named, "mtp.2.norm.weight").logical_shape, (std::vector<int64_t>{5120}));
+  // Only where they belong, and V4.1 has no hyper-head.
+  EXPECT_FALSE(named.contains("mtp.1.main_proj.weight"));
+  EXPECT_FALSE(named.contains("mtp.0.markov_head.markov_w1.weight"));
+  EXPECT_FALSE(named.contains("mtp.2.hc_head_fn"));
+}
+
 TEST(CheckpointSchema, Fp8ExpertsAndTiedEmbeddings) {
   // No expert_dtype under a quantization_config: experts are FP8 like the dense weights.
   json document = read_json_file(std::string(DEEPINFER_TEST_DATA_DIR) + "/configs/tiny_v4.json");

@@ -121,6 +121,7 @@ TEST(ModelConfig, ParsesV41FlashPublishedConfig) {
   EXPECT_EQ(c.dspark->markov_rank, 256);
   EXPECT_EQ(c.dspark->n_routed_experts, 128);
   EXPECT_EQ(c.dspark->num_experts_per_tok, 3);
+  EXPECT_EQ(c.dspark->confidence_temperatures, std::vector<double>(5, 1.0));  // absent: uncalibrated
   EXPECT_EQ(c.image_token_id, std::optional<int64_t>(129264));
 
   // CSA2 roles (v4_arch §2.10c): groups {2..7}, {8..13}, {14..19} at ratio 2, {20..39} at ratio 1.
@@ -441,6 +442,15 @@ const BadConfig kBadConfigs[] = {
      {"`expert_dtype`", "quantization_config"}},
     {"dspark_target_out_of_range", "v41_flash.json", [](json& d) { text(d)["dspark_target_layer_ids"] = {37, 38, 40}; },
      {"`text_config.dspark_target_layer_ids[2]`", "out of range"}},
+    {"dspark_temperatures_length", "v41_flash.json",
+     [](json& d) { text(d)["dspark_confidence_temperatures"] = {1.0, 0.9}; },
+     {"`text_config.dspark_confidence_temperatures`", "2 entries", "dspark_block_size is 5"}},
+    {"dspark_temperature_zero", "v41_flash.json",
+     [](json& d) { text(d)["dspark_confidence_temperatures"] = {1.0, 0.0, 1.0, 1.0, 1.0}; },
+     {"`text_config.dspark_confidence_temperatures[1]`", "outside"}},
+    {"dspark_temperature_not_a_number", "v41_flash.json",
+     [](json& d) { text(d)["dspark_confidence_temperatures"] = {1.0, "hot", 1.0, 1.0, 1.0}; },
+     {"`text_config.dspark_confidence_temperatures[1]`", "number"}},
     {"token_out_of_vocab", "v4_flash.json", [](json& d) { d["bos_token_id"] = 129280; }, {"`bos_token_id`", "129280"}},
 };
 
