@@ -6,8 +6,9 @@
 // distribution verification needs) and a confidence per position.
 //
 // It runs on the backend's coarse operations (backend.h: embed, mHC sites, MoE, the draft-block
-// attention, the head) over every request's block at once; its context store and the Markov loop
-// run on the host.
+// attention, the head) over every request's block at once; its context store, the context's
+// projections (inject) and the Markov loop run on the host (on CUDA so does the draft-block
+// attention, reading the drafter's host context: a device kernel is still to come).
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -100,6 +100,9 @@ class CudaForwardPass final : public model::ForwardPass {
   void read_streams(std::span<float> out) override;
   void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
             std::vector<float>* hidden) override;
+  void collapse_head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* collapsed) override;
+  void draft_attention(const model::AttentionWeights& weights,
+                       std::span<const model::AttentionSegment> segments) override;
   void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                  std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
                  const std::function<void()>* before_read, std::unique_ptr<model::PendingDraws>* pending) override;
@@ -119,6 +122,9 @@ class CudaForwardPass final : public model::ForwardPass {
   // Per-row values of the call, padded to the bucket's rows with `fill` (as they are otherwise).
   template <typename T>
   std::vector<T> padded(std::span<const T> values, T fill) const;
+  // The head's rows collapsed (before the final norm) on the device, [*count, D]; *count is the
+  // rows padded to the pass's bucket.
+  float* collapsed_rows(const model::HeadWeights& weights, std::span<const int64_t> rows, int64_t* count);
   // The head's logits [rows, vocab] on the device (hidden_out: the head's input, downloaded).
   float* head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
                      std::vector<float>* hidden_out);
@@ -867,8 +873,8 @@ void CudaForwardPass::read_streams(std::span<float> out) {
   sync();
 }
 
-float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
-                                   std::vector<float>* hidden_out) {
+float* CudaForwardPass::collapsed_rows(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                                      int64_t* count_out) {
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();
@@ -894,6 +900,44 @@ float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span
                    shape_.hc.hc_eps, pre, stream);
   }
   k::hc_collapse(pre, head_streams, count, n, d, hidden, stream);
+  *count_out = count;
+  return hidden;
+}
+
+void CudaForwardPass::collapse_head(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                                    float* collapsed) {
+  int64_t count = 0;
+  const float* device_rows = collapsed_rows(weights, rows, &count);
+  const auto bytes = rows.size() * static_cast<std::size_t>(shape_.hc.hidden) * 4;
+  check(cudaMemcpyAsync(collapsed, device_rows, bytes, cudaMemcpyDeviceToHost, backend_.stream()), "download");
+  sync();
+}
+
+// The DSpark draft block's attention runs on the host (model::draft_block_attention): the
+// drafter's context rows live there, and a block is gamma rows per request. Its projections read
+// the host weights. A device kernel is the speed work to come; the MoE, the mHC sites and the
+// head of a draft pass run here.
+void CudaForwardPass::draft_attention(const model::AttentionWeights& weights,
+                                      std::span<const model::AttentionSegment> segments) {
+  const OpProfile::Section timed(backend_.profile(), "draft attention (host)", backend_.stream());
+  const auto floats = static_cast<std::size_t>(rows_ * shape_.hc.hidden);
+  std::vector<float> x(floats), out(floats);
+  check(cudaMemcpyAsync(x.data(), sublayer_in_, floats * 4, cudaMemcpyDeviceToHost, backend_.stream()), "download");
+  sync();
+  model::draft_block_attention(weights, segments, x.data(), rows_, out.data());
+  check(cudaMemcpyAsync(sublayer_out_, out.data(), floats * 4, cudaMemcpyHostToDevice, backend_.stream()), "upload");
+  sync();
+}
+
+float* CudaForwardPass::head_logits(const model::HeadWeights& weights, std::span<const int64_t> rows,
+                                   std::vector<float>* hidden_out) {
+  WeightStore& store = backend_.weights();
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t d = shape_.hc.hidden;
+  int64_t count = 0;
+  float* hidden = collapsed_rows(weights, rows, &count);
+  const auto c = static_cast<std::size_t>(count);
   k::rms_norm(hidden, count, d, store.floats(weights.norm), shape_.norm_eps, hidden, stream);
   const kernels::WeightMatrix& head = store.matrix(*weights.head);
   float* device_logits = arena.get<float>(kLogits, c * static_cast<std::size_t>(head.rows));
