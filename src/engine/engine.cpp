@@ -89,7 +89,16 @@ struct Engine::Impl {
   };
 
   Impl(const model::Model& loaded, EngineOptions chosen)
-      : model(loaded), options(chosen), scheduler(configure(loaded, chosen)), executor(loaded, scheduler) {}
+      : model(loaded), options(chosen), scheduler(configure(loaded, chosen)), executor(loaded, scheduler) {
+    if (options.speculative == SpeculativeMode::off) return;
+    if (!model.drafter())
+      fail("speculative decoding (", speculative_mode_name(options.speculative),
+           ") needs a model with a DSpark drafter; this checkpoint has none");
+    StepRateTable rates;
+    if (options.speculative == SpeculativeMode::scheduled)
+      rates = profile_step_rates(model, options.max_batch_tokens, model.drafter()->block_size());
+    executor.set_speculation(options.speculative, std::move(rates));
+  }
 
   static SchedulerConfig configure(const model::Model& model, const EngineOptions& options) {
     SchedulerConfig config = scheduler_config(model.cache_layout(options.block_tokens), options.cache_memory_bytes,
@@ -126,10 +135,15 @@ struct Engine::Impl {
       sampling->stop_token_ids.insert(sampling->stop_token_ids.end(), submission.request.eos_token_ids.begin(),
                                       submission.request.eos_token_ids.end());
     sampling->max_tokens = submission.request.max_tokens;
+    const SamplingParams& params = submission.request.sampling;
+    sampling->speculative = options.speculative != SpeculativeMode::off && !params.constraint &&
+                            params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f &&
+                            params.repetition_penalty == 1.0f;
     const std::optional<OutputConstraint>& constraint = submission.request.sampling.constraint;
     // A request with logprobs draws every token, so each has its own log-probability.
     sampling->jump_forward = options.jump_forward && constraint && constraint->encode &&
                              !submission.request.sampling.logprobs.has_value();
+    if (sampling->speculative) spec.draft_tokens = static_cast<int32_t>(model.drafter()->block_size());
     try {
       sampling->initial_forced = initial_forced_tokens(*sampling);
       spec.forced = sampling->initial_forced;
@@ -276,6 +290,8 @@ struct Engine::Impl {
     published.compute_seconds = compute_seconds;
     published.planning_seconds = planning_seconds;
     published.chained_steps = chained_steps;
+    published.speculative = options.speculative;
+    published.speculation = executor.speculation();
   }
 
   // While a step computes, this thread plans the next one. When that plan only continues the
@@ -318,6 +334,9 @@ struct Engine::Impl {
       if (!plan || plan->empty()) plan = timed_schedule();
       // Tokens the finished step forced (jump-forward) extend this plan's decodes of their sequences.
       scheduler.take_forced_tokens(*plan);
+      if (plan->empty()) plan = timed_schedule();  // its only item could not grow (no spare block)
+      // Drafts proposed by the finished step join this plan's decodes for verification.
+      if (options.speculative != SpeculativeMode::off) scheduler.take_drafts(*plan, executor.draft_offers(*plan));
       if (plan->empty()) {
         plan.reset();
         host_seconds += seconds_since(host_start);

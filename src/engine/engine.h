@@ -19,6 +19,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "engine/speculation.h"
 
 namespace deepinfer::model {
 class Model;
@@ -47,6 +48,11 @@ struct EngineOptions {
   // chains passes (Model::chains_draws), a step that only continues the computing step's
   // sequences is issued before that step's tokens reach the host (StepExecutor::can_chain).
   bool overlap_schedule = true;
+  // Speculative decoding with the model's DSpark drafter (--speculative; docs/ENGINE.md): off,
+  // static blocks, or confidence-scheduled verification (profiles the step costs at start).
+  // Requests with a grammar or repetition / frequency / presence penalties decode one token per
+  // step. Needs a model with a drafter (the constructor throws otherwise).
+  SpeculativeMode speculative = SpeculativeMode::off;
 };
 
 struct GenerationRequest {
@@ -144,6 +150,8 @@ struct EngineStats {
   double compute_seconds = 0;
   double planning_seconds = 0;
   int64_t chained_steps = 0;  // issued while the step before them computed (overlap_schedule)
+  SpeculativeMode speculative = SpeculativeMode::off;
+  SpeculationCounters speculation;
 };
 
 class Engine {

@@ -126,9 +126,9 @@ void select_top_k(std::span<const float> weights, size_t top_k, float floor, std
 }
 
 // `processed` (penalties and bias applied) is overwritten with the weights p_i / p_max, zero
-// outside the truncated set.
-int32_t draw_token(std::span<float> processed, float max_logit, std::vector<uint64_t>& keys,
-                   const SamplingParams& params, double uniform) {
+// outside the truncated set: the distribution a sampled token is drawn from, unnormalised.
+void truncated_weights(std::span<float> processed, float max_logit, std::vector<uint64_t>& keys,
+                       const SamplingParams& params) {
   // Division by T, not multiplication by 1/T: with a tiny temperature 1/T overflows and 0 * inf
   // is NaN for the best token.
   exp_of_shifted_in_place(processed, max_logit, params.temperature);
@@ -143,7 +143,7 @@ int32_t draw_token(std::span<float> processed, float max_logit, std::vector<uint
   if (!truncate_k && !truncate_p) {
     if (floor > 0.0f)
       for (float& weight : weights) weight = weight >= floor ? weight : 0.0f;
-    return invert_cdf(weights, uniform);
+    return;
   }
 
   if (truncate_k) {
@@ -172,7 +172,24 @@ int32_t draw_token(std::span<float> processed, float max_logit, std::vector<uint
                       (weights[token] == boundary_weight && static_cast<int32_t>(token) <= boundary_token);
     weights[token] = kept ? weights[token] : 0.0f;
   }
-  return invert_cdf(weights, uniform);
+}
+
+// The processed row with its argmax (penalties and bias applied, NaN as -inf), in the thread's
+// scratch; throws when no logit is finite.
+std::span<float> processed_row(std::span<const float> logits, const SamplingParams& params,
+                               const TokenHistory& history, int32_t& best) {
+  if (logits.empty()) fail("sampler: the logits row is empty");
+  Scratch& scratch = thread_scratch();
+  scratch.raw.resize(logits.size());
+  std::transform(logits.begin(), logits.end(), scratch.raw.begin(),
+                 [](float logit) { return logit != logit ? kMinusInfinity : logit; });
+  scratch.values.assign(scratch.raw.begin(), scratch.raw.end());
+  apply_penalties_and_bias(scratch.values, params, history);
+  best = argmax_lowest_index(scratch.values);
+  const float max_logit = scratch.values[static_cast<size_t>(best)];
+  if (!std::isfinite(max_logit))
+    fail("sampler: the largest logit is ", max_logit, " (token ", best, "); sampling needs a finite maximum");
+  return scratch.values;
 }
 
 // `raw` is the sanitized copy of the model's logits (NaN -> -inf); `scratch` a buffer of its size.
@@ -233,28 +250,32 @@ SampleResult score_token(std::span<const float> logits, int32_t token, int32_t a
 
 SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                     const TokenHistory& history, uint64_t seed, uint64_t request_id, int64_t position) {
-  if (logits.empty()) fail("sampler: the logits row is empty");
   const CounterRng rng(seed, request_id, position);
-
+  int32_t best = -1;
+  const std::span<float> processed = processed_row(logits, params, history, best);
   Scratch& scratch = thread_scratch();
-  std::vector<float>& raw = scratch.raw;
-  raw.resize(logits.size());
-  std::transform(logits.begin(), logits.end(), raw.begin(),
-                 [](float logit) { return logit != logit ? kMinusInfinity : logit; });
-  std::vector<float>& processed = scratch.values;
-  processed.assign(raw.begin(), raw.end());
-  apply_penalties_and_bias(processed, params, history);
-
   SampleResult result;
-  const int32_t best = argmax_lowest_index(processed);
-  const float max_logit = processed[static_cast<size_t>(best)];
-  if (!std::isfinite(max_logit))
-    fail("sampler: the largest logit is ", max_logit, " (token ", best,
-         "); sampling needs a finite maximum");
-  result.token = params.greedy() ? best
-                                 : draw_token(processed, max_logit, scratch.keys, params, rng.uniform(0));
-  if (params.logprobs) fill_logprobs(raw, processed, *params.logprobs, result);
+  result.token = best;
+  if (!params.greedy()) {
+    truncated_weights(processed, processed[static_cast<size_t>(best)], scratch.keys, params);
+    result.token = invert_cdf(processed, rng.uniform(0));
+  }
+  if (params.logprobs) fill_logprobs(scratch.raw, processed, *params.logprobs, result);
   return result;
+}
+
+void token_distribution(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
+                        std::vector<float>& out) {
+  int32_t best = -1;
+  const std::span<float> processed = processed_row(logits, params, history, best);
+  out.assign(processed.size(), 0.0f);
+  if (params.greedy()) {
+    out[static_cast<size_t>(best)] = 1.0f;
+    return;
+  }
+  truncated_weights(processed, processed[static_cast<size_t>(best)], thread_scratch().keys, params);
+  const double total = sum_of(processed);
+  for (size_t i = 0; i < processed.size(); ++i) out[i] = static_cast<float>(processed[i] / total);
 }
 
 }  // namespace deepinfer::engine

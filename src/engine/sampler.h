@@ -47,6 +47,13 @@ void apply_penalties_and_bias(std::span<float> logits, const SamplingParams& par
 SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                     const TokenHistory& history, uint64_t seed, uint64_t request_id, int64_t position);
 
+// The distribution sample() draws from for these arguments, normalised, into `out` (one
+// probability per id): penalties and bias, temperature, min_p / top-k / top-p truncation; for
+// greedy parameters all mass on the argmax. Speculative decoding verifies against it (and draws
+// drafts from it). Throws as sample() does.
+void token_distribution(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
+                        std::vector<float>& out);
+
 // The raw log-probability of `token` under `logits` and the `alternatives` most likely tokens, as
 // sample() reports them for a sampled token (same arithmetic, bit for bit): used to score prompt
 // tokens. Throws deepinfer::Error when the logits are empty or `token` is outside them.

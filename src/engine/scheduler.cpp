@@ -41,7 +41,7 @@ SchedulerConfig scheduler_config(const model::CacheLayout& layout, int64_t cache
 
 int64_t StepPlan::tokens() const {
   int64_t total = 0;
-  for (const ScheduledSequence& sequence : sequences) total += sequence.end - sequence.begin;
+  for (const ScheduledSequence& sequence : sequences) total += sequence.end - sequence.begin + sequence.drafts;
   return total;
 }
 
@@ -65,6 +65,7 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
   if (spec.max_tokens < 1) fail("request: max_tokens = ", spec.max_tokens, ", it must be at least 1");
   if (spec.n < 1) fail("request: n = ", spec.n, ", it must be at least 1");
   if (spec.max_chunk_tokens < 0) fail("request: max_chunk_tokens = ", spec.max_chunk_tokens, " is negative");
+  if (spec.draft_tokens < 0) fail("request: draft_tokens = ", spec.draft_tokens, " is negative");
   if (static_cast<int64_t>(spec.forced.size()) >= spec.max_tokens)
     fail("request: ", spec.forced.size(), " forced tokens leave no draw within max_tokens = ", spec.max_tokens);
   for (int32_t token : spec.forced)
@@ -94,6 +95,7 @@ RequestId Scheduler::add_request(const RequestSpec& spec) {
     sequence.max_tokens = spec.max_tokens;
     sequence.prefix_match = spec.prefix_match;
     sequence.max_chunk_tokens = spec.max_chunk_tokens;
+    sequence.draft_tokens = spec.draft_tokens;
     if (choice == 0) {
       sequence.status = SequenceStatus::waiting;
       waiting_.insert(sequence.key());
@@ -178,8 +180,10 @@ bool Scheduler::schedule_chunk(Sequence& sequence, AllocationMode mode) {
     sequence.blocks.push_back(*allocated);
   }
   const bool samples = end == total;
-  entries_.push_back({sequence.id, begin, end, samples});
   budget_ -= end - begin;
+  const auto draft_room = static_cast<int32_t>(samples ? std::min<int64_t>(sequence.draft_tokens, budget_) : 0);
+  budget_ -= draft_room;
+  entries_.push_back({sequence.id, begin, end, samples, draft_room});
   sequence.scheduled = end;
   if (samples) ++sequence.pending_samples;
   // Before a share boundary a snapshot would only occupy the one in-flight slot that boundary's
@@ -263,7 +267,7 @@ void Scheduler::fork_children(Sequence& parent, StepPlan& plan, PlannedStep& pla
     fork.block_table = child.blocks;
     fork.state_blocks = child.state_blocks;
     plan.forks.push_back(std::move(fork));
-    planned.work.push_back({child.id, child.epoch, prompt, true, kNoSnapshot});
+    planned.work.push_back({child.id, child.epoch, prompt, true, kNoSnapshot, prompt, 0});
   }
   parent.fork_children.clear();
 }
@@ -313,6 +317,7 @@ StepPlan Scheduler::schedule() {
     for (int64_t position = entry.begin; position < entry.end; ++position)
       item.tokens.push_back(position < known ? sequence.tokens[static_cast<std::size_t>(position)] : kPendingToken);
     item.needs_logits = entry.samples;
+    item.draft_room = entry.draft_room;
     item.block_table = sequence.blocks;
     if (sequence.starts) {
       item.starts = true;
@@ -322,7 +327,7 @@ StepPlan Scheduler::schedule() {
     }
     if (sequence.pending_snapshot != kNoSnapshot && sequence.pending_snapshot_step == plan.step)
       item.save_snapshot = sequence.pending_snapshot;
-    planned.work.push_back({entry.id, sequence.epoch, entry.end, entry.samples, item.save_snapshot});
+    planned.work.push_back({entry.id, sequence.epoch, entry.end, entry.samples, item.save_snapshot, entry.begin, 0});
     plan.sequences.push_back(std::move(item));
   }
   for (const Entry& entry : entries_) {
@@ -367,7 +372,7 @@ void Scheduler::preempt(Sequence& sequence) {
   const auto entry = std::find_if(entries_.begin(), entries_.end(),
                                   [&](const Entry& planned) { return planned.id == sequence.id; });
   if (entry != entries_.end()) {
-    budget_ += entry->end - entry->begin;
+    budget_ += entry->end - entry->begin + entry->draft_room;
     entries_.erase(entry);
   }
   sequence.computed = sequence.scheduled = 0;
@@ -424,9 +429,18 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
     if (result.token < 0) fail("step ", step, ": sampled token id ", result.token, " is negative");
     for (int32_t token : result.forced)
       if (token < 0) fail("step ", step, ": forced token id ", token, " is negative");
-    if (result.stop && !result.forced.empty())
-      fail("step ", step, ": request ", result.id.request, " choice ", result.id.choice,
-           " stopped and has forced tokens after the stop");
+  }
+  // Where speculative steps left their sequences' states.
+  std::map<SequenceId, int64_t> moved;
+  for (const StepResult& result : results) {
+    if (result.computed < 0) continue;
+    const auto work = std::find_if(planned.work.begin(), planned.work.end(),
+                                   [&](const Work& w) { return w.id == result.id && w.samples; });
+    if (work == planned.work.end() || work->drafts == 0 || result.computed < work->begin || result.computed > work->end + work->drafts)
+      fail("step ", step, ": request ", result.id.request, " choice ", result.id.choice, " reports its state at ",
+           result.computed, ", outside what its work [", work->begin, ", ", work->end, ") with ", work->drafts,
+           " drafts could leave");
+    moved[result.id] = result.computed;
   }
   for (const auto& [id, epoch] : samplers)
     if (is_current(id, epoch) && reported.count(id) == 0)
@@ -437,6 +451,13 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
   for (const Work& work : done.work) {
     if (!is_current(work.id, work.epoch)) continue;  // finished, cancelled or preempted meanwhile
     Sequence& sequence = at(work.id);
+    if (const auto found = moved.find(work.id); found != moved.end() && work.samples) {
+      // Positions planned after this work (the next plan's) shift with it; take_forced_tokens
+      // rebuilds that plan's item.
+      sequence.scheduled += found->second - work.end;
+      sequence.computed = found->second;
+      continue;
+    }
     sequence.computed = std::max(sequence.computed, work.end);
     if (work.snapshot != kNoSnapshot && sequence.pending_snapshot == work.snapshot) {
       free_snapshot(sequence.snapshot);  // only the latest boundary is kept
@@ -460,7 +481,8 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
       if (sequence.generated() >= sequence.max_tokens) break;
       sequence.tokens.push_back(token);
     }
-    if (!result.forced.empty() && sequence.generated() < sequence.max_tokens) forced_since_plan_.insert(result.id);
+    if ((!result.forced.empty() || moved.contains(result.id)) && sequence.generated() < sequence.max_tokens)
+      forced_since_plan_.insert(result.id);
     if (result.stop) {
       finish(sequence, SequenceEnd::stop, outcome);
     } else if (sequence.generated() >= sequence.max_tokens) {
@@ -470,58 +492,121 @@ StepOutcome Scheduler::on_step_finished(uint64_t step, std::span<const StepResul
   return outcome;
 }
 
+int64_t Scheduler::grow_spare(Sequence& sequence, int64_t positions) {
+  const int64_t block = config_.block_tokens;
+  // Spare blocks only: taking them from other sequences (preemption) for a plan already built
+  // would reach into its other items.
+  while (static_cast<int64_t>(sequence.blocks.size()) < ceil_div(positions, block)) {
+    const std::optional<BlockId> allocated = allocate(sequence, AllocationMode::spare);
+    if (!allocated) return std::min(positions, static_cast<int64_t>(sequence.blocks.size()) * block);
+    sequence.blocks.push_back(*allocated);
+  }
+  return positions;
+}
+
+bool Scheduler::retake_item(ScheduledSequence& item, Work& work, int64_t& budget) {
+  Sequence& sequence = at(item.id);
+  // The plan was built when the sampled token was pending: its item is that one token's decode.
+  if (item.end != item.begin + 1 || item.tokens.size() != 1 || item.tokens.back() != kPendingToken || item.drafts != 0)
+    fail("scheduler: request ", item.id.request, " choice ", item.id.choice,
+         " took forced tokens but its planned work is not the decode of its sampled token");
+  const auto known = static_cast<int64_t>(sequence.tokens.size());
+  // Where the state is: the item's begin after jump-forward, elsewhere after a speculative step.
+  const int64_t begin = sequence.computed;
+  budget += item.end - item.begin;
+  int64_t end = std::min(known, begin + std::max<int64_t>(1, budget));
+  if (sequence.max_chunk_tokens > 0) end = std::min(end, begin + sequence.max_chunk_tokens);
+  end = grow_spare(sequence, end);
+  if (end <= begin) {  // not even a block for its first position: the next plans compute it
+    sequence.scheduled = begin;
+    --sequence.pending_samples;
+    if (item.save_snapshot != kNoSnapshot) free_snapshot(sequence.pending_snapshot);
+    budget += item.draft_room;
+    return false;
+  }
+  if ((begin != item.begin || end != item.end) && item.save_snapshot != kNoSnapshot) {
+    free_snapshot(sequence.pending_snapshot);  // it was for the old end
+    item.save_snapshot = kNoSnapshot;
+    work.snapshot = kNoSnapshot;
+  }
+  item.tokens.assign(sequence.tokens.begin() + begin, sequence.tokens.begin() + end);
+  budget -= end - begin;
+  item.begin = work.begin = begin;
+  item.end = work.end = end;
+  item.block_table = sequence.blocks;
+  sequence.scheduled = end;
+  if (end < known) {  // the next token is known: no draw now; the rest is a chunk of a later plan
+    item.needs_logits = false;
+    work.samples = false;
+    --sequence.pending_samples;
+    budget += item.draft_room;
+    item.draft_room = 0;
+  }
+  return true;
+}
+
+int64_t Scheduler::free_budget(const StepPlan& plan) const {
+  int64_t used = plan.tokens();
+  for (const ScheduledSequence& item : plan.sequences) used += std::max(0, item.draft_room - item.drafts);
+  return config_.max_batch_tokens - used;
+}
+
 void Scheduler::take_forced_tokens(StepPlan& plan) {
   if (forced_since_plan_.empty()) return;
   if (plan.step + 1 != next_step_) fail("scheduler: forced tokens for plan ", plan.step, ", not the latest");
   const auto planned = std::find_if(in_flight_.begin(), in_flight_.end(),
                                     [&](const PlannedStep& in_flight) { return in_flight.step == plan.step; });
-  int64_t budget = config_.max_batch_tokens - plan.tokens();
-  const int64_t block = config_.block_tokens;
-  for (ScheduledSequence& item : plan.sequences) {
-    if (forced_since_plan_.count(item.id) == 0 || !is_current(item.id, item.epoch)) continue;
-    Sequence& sequence = at(item.id);
-    // The plan was built when the sampled token was pending: its item is that one token's decode.
-    if (item.end != item.begin + 1 || item.tokens.size() != 1 || item.tokens.back() != kPendingToken ||
-        planned == in_flight_.end())
-      fail("scheduler: request ", item.id.request, " choice ", item.id.choice,
-           " took forced tokens but its planned work is not the decode of its sampled token");
+  int64_t budget = free_budget(plan);
+  for (auto item = plan.sequences.begin(); item != plan.sequences.end();) {
+    if (forced_since_plan_.count(item->id) == 0 || !is_current(item->id, item->epoch)) {
+      ++item;
+      continue;
+    }
+    if (planned == in_flight_.end()) fail("scheduler: no planned work for plan ", plan.step);
     const auto work = std::find_if(planned->work.begin(), planned->work.end(),
-                                   [&](const Work& w) { return w.id == item.id && w.epoch == item.epoch; });
+                                   [&](const Work& w) { return w.id == item->id && w.epoch == item->epoch; });
     if (work == planned->work.end()) fail("scheduler: no planned work for a plan item");
-    const auto known = static_cast<int64_t>(sequence.tokens.size());
-    item.tokens.back() = sequence.tokens[static_cast<std::size_t>(item.begin)];
-    int64_t end = std::min(known, item.end + std::max<int64_t>(0, budget));
-    if (sequence.max_chunk_tokens > 0) end = std::min(end, item.begin + sequence.max_chunk_tokens);
-    // Spare blocks only: taking them from other sequences (preemption) for a plan already built
-    // would reach into its other items; what does not fit is computed in the next steps.
-    while (static_cast<int64_t>(sequence.blocks.size()) < ceil_div(end, block)) {
-      const std::optional<BlockId> allocated = allocate(sequence, AllocationMode::spare);
-      if (!allocated) {
-        end = std::min(end, static_cast<int64_t>(sequence.blocks.size()) * block);
-        break;
-      }
-      sequence.blocks.push_back(*allocated);
+    if (retake_item(*item, *work, budget)) {
+      ++item;
+      continue;
     }
-    end = std::max(end, item.end);
-    if (end > item.end && item.save_snapshot != kNoSnapshot) {
-      free_snapshot(sequence.pending_snapshot);  // it was for the old end
-      item.save_snapshot = kNoSnapshot;
-      work->snapshot = kNoSnapshot;
-    }
-    for (int64_t position = item.end; position < end; ++position)
-      item.tokens.push_back(sequence.tokens[static_cast<std::size_t>(position)]);
-    budget -= end - item.end;
-    item.end = end;
-    item.block_table = sequence.blocks;
-    sequence.scheduled = end;
-    work->end = end;
-    if (end < known) {  // the next token is known: no draw now; the rest is a chunk of a later plan
-      item.needs_logits = false;
-      work->samples = false;
-      --sequence.pending_samples;
-    }
+    planned->work.erase(work);
+    item = plan.sequences.erase(item);
   }
   forced_since_plan_.clear();
+  // A plan left with nothing to do is not launched: nothing will report it finished.
+  if (planned != in_flight_.end() && planned->work.empty() && plan.forks.empty()) in_flight_.erase(planned);
+}
+
+void Scheduler::take_drafts(StepPlan& plan, std::span<const DraftOffer> offers) {
+  if (offers.empty()) return;
+  if (plan.step + 1 != next_step_) fail("scheduler: drafts for plan ", plan.step, ", not the latest");
+  const auto planned = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                    [&](const PlannedStep& in_flight) { return in_flight.step == plan.step; });
+  if (planned == in_flight_.end()) return;
+  for (const DraftOffer& offer : offers) {
+    const auto item = std::find_if(plan.sequences.begin(), plan.sequences.end(),
+                                   [&](const ScheduledSequence& s) { return s.id == offer.id; });
+    if (item == plan.sequences.end() || offer.drafts <= 0 || !item->needs_logits || item->drafts != 0 ||
+        !is_current(item->id, item->epoch))
+      continue;
+    Sequence& sequence = at(item->id);
+    if (item->end != static_cast<int64_t>(sequence.tokens.size())) continue;  // samples after a pending token
+    const auto work = std::find_if(planned->work.begin(), planned->work.end(),
+                                   [&](const Work& w) { return w.id == item->id && w.epoch == item->epoch; });
+    if (work == planned->work.end()) continue;
+    // The kept drafts and the bonus token come out of what max_tokens leaves.
+    int64_t drafts = std::min<int64_t>({offer.drafts, item->draft_room, sequence.max_tokens - sequence.generated() - 1});
+    drafts = grow_spare(sequence, item->end + std::max<int64_t>(0, drafts)) - item->end;
+    if (drafts <= 0) continue;
+    if (item->save_snapshot != kNoSnapshot) {
+      free_snapshot(sequence.pending_snapshot);
+      item->save_snapshot = kNoSnapshot;
+      work->snapshot = kNoSnapshot;
+    }
+    item->drafts = work->drafts = static_cast<int32_t>(drafts);
+    item->block_table = sequence.blocks;
+  }
 }
 
 std::vector<SequenceId> Scheduler::cancel(RequestId request) {

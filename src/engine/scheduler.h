@@ -82,6 +82,10 @@ struct RequestSpec {
   // forces at the start): every choice starts with them, computed like the prompt, and they count
   // towards max_tokens (fewer than it).
   std::vector<int32_t> forced;
+  // Speculative decoding: a step that samples for this sequence may also verify up to this many
+  // draft tokens (take_drafts); the plan keeps that much of its token budget for them, so that
+  // how many drafts a step verifies does not depend on what else it computes.
+  int32_t draft_tokens = 0;
 };
 
 enum class SequenceStatus {
@@ -116,6 +120,12 @@ struct ScheduledSequence {
   // After the forward (end is a block boundary): SnapshotStore::write(save_snapshot,
   // Model::save_snapshot(sequence)).
   SnapshotHandle save_snapshot = kNoSnapshot;
+  // Speculative decoding (take_drafts): positions [end, end + drafts) hold draft tokens the
+  // executor fills in and verifies; block_table covers them. Never committed by the plan: the
+  // step's result says which were kept (StepResult::computed, forced). draft_room: the budget
+  // the plan kept for them (RequestSpec::draft_tokens, as far as the budget allowed).
+  int32_t drafts = 0;
+  int32_t draft_room = 0;
 };
 
 // After the step's forward: choice `child` starts as a copy of `parent` (its fixed state copied,
@@ -138,17 +148,28 @@ struct StepPlan {
   // state once no launched step uses it, and skips their work in plans not launched yet.
   std::vector<SequenceId> dropped;
 
-  int64_t tokens() const;
+  int64_t tokens() const;  // positions computed, drafts included
   bool empty() const { return sequences.empty(); }
 };
 
 struct StepResult {
   SequenceId id;
   int32_t token = 0;  // the sampled token
-  bool stop = false;  // a stop token / EOS ended the sequence (the length limit is the scheduler's)
-  // Tokens that follow the sampled one without a draw (jump-forward), none of them a stop; those
-  // past max_tokens are dropped (the sequence ends with length).
+  bool stop = false;  // a stop token / EOS ended the sequence: the last of `token` and `forced`
+  // Tokens that follow the sampled one, not computed by this step: jump-forward's forced tokens
+  // (none a stop), or a speculative step's further kept drafts and its bonus token. Those past
+  // max_tokens are dropped (the sequence ends with length).
   std::vector<int32_t> forced;
+  // -1: the sequence's state is at the work's end. Otherwise where it is: a speculative step
+  // (drafts > 0) that kept every draft is at end + drafts; one that rejected a draft rolled its
+  // state back to the work's begin, and the kept positions are computed again by the next step.
+  int64_t computed = -1;
+};
+
+// A sequence's draft tokens offered for the next plan (Scheduler::take_drafts).
+struct DraftOffer {
+  SequenceId id;
+  int32_t drafts = 0;
 };
 
 enum class SequenceEnd { stop, length };
@@ -214,7 +235,20 @@ class Scheduler {
   // fills in the sampled token. An item that cannot take them all draws nothing; the next plans
   // compute the rest as a chunk. A snapshot planned at the item's end is dropped (it only serves
   // later requests). Nothing to do after a schedule() that already saw the tokens.
+  // Speculative decoding's results go the same way: a sequence whose step kept drafts, or rolled
+  // back (StepResult::computed), has its item in that plan rebuilt from where its state is to its
+  // last known token, under the same budget and spare-block limits (an item that cannot get a
+  // block for its first position leaves the plan; the next plans compute it).
   void take_forced_tokens(StepPlan& plan);
+  // Speculative decoding: extends items of the latest plan (not launched yet) that sample after
+  // their last known token by up to offer.drafts draft positions each, within the budget the plan
+  // kept for them (draft_room), spare blocks, and max_tokens (the drafts kept and the bonus token
+  // must fit). Sets
+  // ScheduledSequence::drafts; a snapshot planned at the item's end is dropped (the step's state
+  // does not stop there).
+  void take_drafts(StepPlan& plan, std::span<const DraftOffer> offers);
+  // The plan's token budget not computed or kept for drafts.
+  int64_t free_budget(const StepPlan& plan) const;
 
   // Cancels every choice of the request, in any state; frees what they hold. Returns the
   // sequences cancelled (none when the request is unknown or already done).
@@ -251,6 +285,7 @@ class Scheduler {
     int64_t max_tokens = 0;
     bool prefix_match = true;
     int64_t max_chunk_tokens = 0;
+    int32_t draft_tokens = 0;
     // A block boundary inside the prompt up to which earlier prompts share its blocks but where
     // the cache has no snapshot (0: none): prefill stops there and its snapshot goes into the
     // cache, so the next prompt with that prefix resumes from it.
@@ -281,6 +316,8 @@ class Scheduler {
     int64_t end = 0;
     bool samples = false;
     SnapshotHandle snapshot = kNoSnapshot;
+    int64_t begin = 0;
+    int32_t drafts = 0;
   };
   struct PlannedStep {
     uint64_t step = 0;
@@ -291,6 +328,7 @@ class Scheduler {
     int64_t begin = 0;
     int64_t end = 0;
     bool samples = false;
+    int32_t draft_room = 0;
   };
   enum class AllocationMode {
     spare,      // free list and prefix cache eviction only
@@ -307,6 +345,10 @@ class Scheduler {
   bool schedule_chunk(Sequence& sequence, AllocationMode mode);
   void try_snapshot(Sequence& sequence, int64_t boundary);
   bool admit(Sequence& sequence);
+  // take_forced_tokens for one item; false when the item left the plan.
+  bool retake_item(ScheduledSequence& item, Work& work, int64_t& budget);
+  // Spare blocks until the sequence has ceil(positions / block_tokens); the positions covered.
+  int64_t grow_spare(Sequence& sequence, int64_t positions);
   void fork_children(Sequence& parent, StepPlan& plan, PlannedStep& planned);
   void cache_prefix(Sequence& sequence);
   // The prompt's last full-block boundary: prefill stops there and snapshots (prefix caching).
@@ -330,7 +372,8 @@ class Scheduler {
   int64_t preemptions_ = 0;
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;
-  // Sequences that took forced tokens since the latest plan was built (take_forced_tokens).
+  // Sequences that took forced tokens, or whose state moved off their planned end (speculative
+  // steps), since the latest plan was built (take_forced_tokens).
   std::set<SequenceId> forced_since_plan_;
   // The plan being built by schedule().
   std::vector<Entry> entries_;

@@ -7,6 +7,9 @@
 #include <limits>
 
 #include "core/error.h"
+#include "engine/counter_rng.h"
+#include "engine/draft_acceptance.h"
+#include "engine/sampling_math.h"
 
 namespace deepinfer::engine {
 
@@ -21,6 +24,50 @@ std::vector<int32_t> initial_forced_tokens(const RequestSampling& sampling) {
 
 StepExecutor::StepExecutor(const model::Model& model, Scheduler& scheduler)
     : model_(model), scheduler_(scheduler), block_tokens_(scheduler.config().block_tokens) {}
+
+void StepExecutor::set_speculation(SpeculativeMode mode, StepRateTable rates) {
+  if (mode != SpeculativeMode::off && !model_.drafter())
+    fail("engine: speculative decoding needs a model with a drafter (its checkpoint has no DSpark stages)");
+  speculative_mode_ = mode;
+  step_rates_ = std::move(rates);
+  const auto positions = static_cast<std::size_t>(model_.drafter() ? model_.drafter()->block_size() : 0);
+  speculation_.verified_by_position.assign(positions, 0);
+  speculation_.accepted_by_position.assign(positions, 0);
+}
+
+std::vector<DraftOffer> StepExecutor::draft_offers(const StepPlan& plan) const {
+  std::vector<DraftOffer> offers;
+  if (speculative_mode_ == SpeculativeMode::off) return offers;
+  const int64_t block = model_.drafter()->block_size();
+  std::vector<DraftOffer> scheduled;  // shares the verify budget
+  std::vector<std::optional<std::vector<float>>> lagged;
+  std::vector<std::vector<float>> confidences;
+  for (const ScheduledSequence& item : plan.sequences) {
+    if (!item.needs_logits || item.drafts != 0 || !scheduler_.is_current(item.id, item.epoch)) continue;
+    const auto found = sequences_.find(item.id);
+    if (found == sequences_.end() || !requests_.at(item.id.request)->speculative) continue;
+    const SequenceContext& sequence = found->second;
+    if (sequence.drafts.empty() || sequence.drafts_position != item.end) continue;
+    const SamplingParams& params = requests_.at(item.id.request)->params;
+    // A sampled request with its own seed verifies its whole block: how many drafts a step checks
+    // changes which uniforms decide its tokens, and its output must not depend on the batch.
+    if (speculative_mode_ == SpeculativeMode::static_blocks || (params.seed && !params.greedy())) {
+      offers.push_back({item.id, static_cast<int32_t>(sequence.drafts.size())});
+      continue;
+    }
+    scheduled.push_back({item.id, static_cast<int32_t>(sequence.drafts.size())});
+    lagged.push_back(sequence.lagged_confidence);
+    confidences.push_back(sequence.confidence);
+  }
+  if (!scheduled.empty()) {
+    // The budget from the confidences of the blocks verified last step (independent of this
+    // step's draft tokens), shared out by this step's (allocate_verify_lengths: lossless).
+    const int64_t budget = verify_budget(lagged, block, step_rates_);
+    const std::vector<int32_t> lengths = allocate_verify_lengths(confidences, block, budget);
+    for (std::size_t i = 0; i < scheduled.size(); ++i) offers.push_back({scheduled[i].id, lengths[i] - 1});
+  }
+  return offers;
+}
 
 void StepExecutor::add_request(RequestId request, std::shared_ptr<const RequestSampling> sampling,
                                const std::vector<int32_t>& prompt, int32_t choices) {
@@ -64,7 +111,21 @@ void StepExecutor::retire(std::optional<model::SequenceState>& state) {
 
 void StepExecutor::drop_state(SequenceId id) {
   const auto found = sequences_.find(id);
-  if (found != sequences_.end()) retire(found->second.state);
+  if (found == sequences_.end()) return;
+  SequenceContext& sequence = found->second;
+  retire(sequence.state);
+  reset_speculation(sequence);  // a recompute rebuilds the drafter's context with the target's state
+}
+
+void StepExecutor::reset_speculation(SequenceContext& sequence) {
+  sequence.draft_context.reset();
+  sequence.drafts.clear();
+  sequence.drafts_position = -1;
+  sequence.draft_logits.clear();
+  sequence.confidence.clear();
+  sequence.lagged_confidence.reset();
+  sequence.rollback.clear();
+  sequence.rollback_length = -1;
 }
 
 void StepExecutor::forget_sequence(SequenceId id) {
@@ -90,6 +151,8 @@ bool StepExecutor::can_chain(const StepPlan& plan) const {
   if (!previous.issued_pending || previous.error || !previous.pending || !previous.forks.empty()) return false;
   if (plan.sequences.empty() || !plan.dropped.empty() || !plan.forks.empty()) return false;
   for (const ScheduledSequence& scheduled : plan.sequences) {
+    // Speculative sequences need their rows' logits and taps on the host.
+    if (requests_.at(scheduled.id.request)->speculative) return false;
     // A restore reads the snapshot store, which finishing the computing step writes.
     if (scheduled.restore != kNoSnapshot) return false;
     if (next_prompt_score_.contains(scheduled.id.request)) return false;
@@ -167,6 +230,23 @@ void StepExecutor::prepare(const StepPlan& plan) {
       fail("engine: request ", scheduled.id.request, " has a token that was never sampled");
     item.needs_logits = scheduled.needs_logits;
     item.save_snapshot = scheduled.save_snapshot;
+    item.committed_end = scheduled.end;
+    if (requests_.at(scheduled.id.request)->speculative) {
+      item.speculative = true;
+      if (scheduled.starts || !sequence.draft_context) {
+        reset_speculation(sequence);
+        sequence.draft_context.emplace(model_.drafter()->new_state(scheduled.begin));
+      }
+      if (scheduled.drafts > 0) {
+        if (sequence.drafts_position != scheduled.end || std::cmp_less(sequence.drafts.size(), scheduled.drafts))
+          fail("engine: request ", scheduled.id.request, " choice ", scheduled.id.choice, " verifies ",
+               scheduled.drafts, " drafts at position ", scheduled.end, " but has ", sequence.drafts.size(),
+               " at position ", sequence.drafts_position);
+        item.tokens.insert(item.tokens.end(), sequence.drafts.begin(), sequence.drafts.begin() + scheduled.drafts);
+        item.drafts = scheduled.drafts;
+      }
+      item.taps.resize(item.tokens.size() * static_cast<std::size_t>(model_.drafter()->tap_width()));
+    }
     // Row p scores prompt token p + 1.
     if (const auto next = next_prompt_score_.find(scheduled.id.request); next != next_prompt_score_.end()) {
       const auto prompt_length = static_cast<int64_t>(prompts_.at(scheduled.id.request).size());
@@ -174,7 +254,7 @@ void StepExecutor::prepare(const StepPlan& plan) {
       item.score_end = std::max(item.score_begin, std::min(scheduled.end + 1, prompt_length));
     }
     const auto vocab = static_cast<std::size_t>(model_.vocab_size());
-    if (item.score_end > item.score_begin) item.logits.resize(item.tokens.size() * vocab);
+    if (item.score_end > item.score_begin || item.drafts > 0) item.logits.resize(item.tokens.size() * vocab);
     else if (item.needs_logits) item.logits.resize(vocab);
     prepared.items.push_back(std::move(item));
   }
@@ -402,8 +482,9 @@ void StepExecutor::issue() {
     // The backend draws the tokens itself (constrained rows with their masks) unless a row's
     // logits must come back (prompt scoring).
     const bool drawing = model_.backend().draws_tokens() &&
-                         std::none_of(prepared.items.begin(), prepared.items.end(),
-                                      [](const PreparedItem& item) { return item.scores_prompt(); });
+                         std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) {
+                           return item.scores_prompt() || item.speculative;
+                         });
     if (drawing && model_.chains_draws()) {
       prepared.issued_pending = true;
       compute_drawing(prepared, /*issue_only=*/true);
@@ -440,16 +521,25 @@ void StepExecutor::collect() {
 void StepExecutor::compute_on_host(Prepared& prepared) {
   std::vector<model::BatchItem> batch;
   for (PreparedItem& item : prepared.items) {
-    const model::LogitRows rows = item.scores_prompt() ? model::LogitRows::All
-                                  : item.needs_logits  ? model::LogitRows::Last
-                                                       : model::LogitRows::None;
-    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits, rows});
+    const model::LogitRows rows = item.scores_prompt() || item.drafts > 0 ? model::LogitRows::All
+                                  : item.needs_logits                     ? model::LogitRows::Last
+                                                                          : model::LogitRows::None;
+    SequenceContext& sequence = context(item.id);
+    // A verification may reject a draft: keep the state it starts from (the one a rejection in the
+    // step before restored is still there).
+    if (item.drafts > 0 && sequence.rollback_length != item.begin) {
+      sequence.rollback = model_.save_snapshot(*sequence.state);
+      sequence.rollback_length = item.begin;
+    }
+    batch.push_back(model::BatchItem{&*sequence.state, item.tokens, item.logits, rows, -1, item.taps});
   }
   std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
   model_.forward_batch(batch);
   const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
   run_forks_and_snapshots(prepared);
   sample_rows(prepared, masks);
+  if (std::any_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) { return item.speculative; }))
+    draft_next(prepared);
 }
 
 void StepExecutor::run_forks(Prepared& prepared) {
@@ -503,6 +593,10 @@ void StepExecutor::sample_rows(Prepared& prepared, const std::vector<RowMask>& m
       prepared.scored_prompts.push_back(std::move(scored));
     }
     if (!item.needs_logits) continue;
+    if (item.drafts > 0) {
+      verify_drafts(prepared, item);
+      continue;
+    }
     const std::span<float> last_row = std::span<float>(item.logits).last(vocab);
     const bool shared = std::any_of(prepared.forks.begin(), prepared.forks.end(),
                                     [&](const PreparedFork& fork) { return fork.parent == item.id; });
@@ -540,6 +634,160 @@ void StepExecutor::release_retired(uint64_t finished_step) {
   std::erase_if(retired_, [&](const Retired& retired) { return retired.until_step <= finished_step; });
 }
 
+namespace {
+
+// The row as the sampler's argmax reads it: NaN as -inf, penalties and bias applied.
+std::vector<float> processed_logits(std::span<const float> row, const SamplingParams& params,
+                                    const TokenHistory& history) {
+  std::vector<float> out(row.size());
+  std::transform(row.begin(), row.end(), out.begin(),
+                 [](float logit) { return logit != logit ? -std::numeric_limits<float>::infinity() : logit; });
+  apply_penalties_and_bias(out, params, history);
+  return out;
+}
+
+}  // namespace
+
+std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) {
+  const RequestSampling& request = *requests_.at(item.id.request);
+  const SamplingParams& params = request.params;
+  SequenceContext& sequence = context(item.id);
+  const auto vocab = static_cast<std::size_t>(model_.vocab_size());
+  const auto drafted = static_cast<std::size_t>(item.drafts);
+  // Row i predicts the token after the i-th verified one: row 0 the one after the anchor.
+  const std::size_t first_row = item.tokens.size() - drafted - 1;
+  const auto row = [&](std::size_t i) {
+    return std::span<const float>(item.logits).subspan((first_row + i) * vocab, vocab);
+  };
+  const std::span<const int32_t> drafts = std::span<const int32_t>(item.tokens).last(drafted);
+  DraftVerdict verdict;
+  if (params.greedy()) {
+    std::vector<std::vector<float>> processed;
+    std::vector<std::span<const float>> rows;
+    for (std::size_t i = 0; i <= drafted; ++i) processed.push_back(processed_logits(row(i), params, *sequence.history));
+    for (const std::vector<float>& processed_row : processed) rows.emplace_back(processed_row);
+    verdict = accept_greedy(rows, drafts, request.stop_token_ids);
+  } else {
+    std::vector<std::vector<float>> target(drafted + 1), draft(drafted);
+    for (std::size_t i = 0; i <= drafted; ++i) token_distribution(row(i), params, *sequence.history, target[i]);
+    for (std::size_t i = 0; i < drafted; ++i)
+      token_distribution(std::span<const float>(sequence.draft_logits).subspan(i * vocab, vocab), params,
+                         *sequence.history, draft[i]);
+    const std::vector<std::span<const float>> target_rows(target.begin(), target.end());
+    const std::vector<std::span<const float>> draft_rows(draft.begin(), draft.end());
+    verdict = accept_sampled(target_rows, draft_rows, drafts, request.stop_token_ids,
+                             VerifyStream{request.seed, static_cast<uint64_t>(item.id.choice), item.end});
+  }
+  SpeculationCounters& counters = prepared.verified;
+  ++counters.rounds;
+  counters.draft_tokens += item.drafts;
+  counters.accepted_tokens += verdict.accepted;
+  counters.verified_by_position.resize(std::max(counters.verified_by_position.size(), drafted));
+  counters.accepted_by_position.resize(std::max(counters.accepted_by_position.size(), drafted));
+  for (std::size_t k = 0; k < drafted; ++k) ++counters.verified_by_position[k];
+  for (int32_t k = 0; k < verdict.accepted; ++k) ++counters.accepted_by_position[static_cast<std::size_t>(k)];
+
+  std::vector<int32_t> kept(drafts.begin(), drafts.begin() + verdict.accepted);
+  if (verdict.bonus >= 0) kept.push_back(verdict.bonus);
+  const int64_t room = request.max_tokens - sequence.history->generated_length();
+  if (std::cmp_greater(kept.size(), room)) kept.resize(static_cast<std::size_t>(std::max<int64_t>(room, 0)));
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    // No log-probability unless asked, as the sampler reports it.
+    ProducedToken produced{item.id, item.epoch, kept[i], SampleResult{}.logprob, {}, false, i > 0};
+    if (params.logprobs) {
+      const SampleResult scored = score_token(row(i), kept[i], *params.logprobs);
+      produced.logprob = scored.logprob;
+      produced.top_logprobs = scored.top_logprobs;
+    }
+    prepared.tokens.push_back(std::move(produced));
+  }
+  // Every draft kept: the state is past them. Otherwise back to where the step began; the kept
+  // positions are computed again, with the next drafts, by the next step (no pass of its own).
+  const bool all_kept = verdict.accepted == item.drafts;
+  item.committed_end = item.end + verdict.accepted;
+  if (all_kept) {
+    sequence.rollback_length = -1;
+    prepared.moved.emplace_back(item.id, item.end + item.drafts);
+  } else {
+    ++counters.rollbacks;
+    model_.restore_snapshot(*sequence.state, sequence.rollback);
+    prepared.moved.emplace_back(item.id, item.begin);
+  }
+  return kept.size();
+}
+
+void StepExecutor::draft_next(Prepared& prepared) {
+  const model::Drafter& drafter = *model_.drafter();
+  const auto width = static_cast<std::size_t>(drafter.tap_width());
+  // The committed positions' taps into each context; a fork's children start from their parent's.
+  for (PreparedItem& item : prepared.items) {
+    if (!item.speculative) continue;
+    SequenceContext& sequence = context(item.id);
+    model::DraftState& draft_context = *sequence.draft_context;
+    if (draft_context.length < item.begin)
+      fail("engine: request ", item.id.request, " choice ", item.id.choice, " drafts from position ",
+           draft_context.length, " but its step began at ", item.begin);
+    if (item.committed_end > draft_context.length) {
+      const auto skip = static_cast<std::size_t>(draft_context.length - item.begin);
+      const auto rows = static_cast<std::size_t>(item.committed_end - draft_context.length);
+      drafter.inject(draft_context, std::span<const float>(item.taps).subspan(skip * width, rows * width));
+    }
+    for (const PreparedFork& fork : prepared.forks)
+      if (fork.parent == item.id) context(fork.child).draft_context = draft_context;
+  }
+  // Each continuing sequence's last token this step is the next block's anchor.
+  std::map<SequenceId, std::pair<int32_t, int64_t>> anchors;  // token, tokens this step
+  for (const ProducedToken& produced : prepared.tokens) {
+    auto& [token, count] = anchors[produced.id];
+    token = produced.token;
+    ++count;
+  }
+  std::vector<model::DraftRequest> requests;
+  std::vector<SequenceContext*> owners;
+  std::vector<float> distribution;  // the pick's scratch (draft() calls it on this thread)
+  for (const auto& [id, anchor] : anchors) {
+    const RequestSampling& request = *requests_.at(id.request);
+    if (!request.speculative) continue;
+    SequenceContext& sequence = context(id);
+    const auto& [token, count] = anchor;
+    const bool stops = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), token) !=
+                       request.stop_token_ids.end();
+    if (stops || sequence.history->generated_length() + count >= request.max_tokens || !sequence.draft_context) {
+      sequence.drafts.clear();
+      continue;
+    }
+    const int64_t first = sequence.draft_context->length + 1;  // the position of draft 0
+    model::DraftRequest draft{&*sequence.draft_context, token, {}};
+    const SamplingParams& params = request.params;
+    if (!params.greedy() || !params.logit_bias.empty()) {
+      // Drafts are drawn from the request's own transform of the drafter's logits: the
+      // distribution verification divides by (its uniforms are kDraftDraw's, never the target's).
+      const TokenHistory& history = *sequence.history;
+      const uint64_t seed = request.seed, stream = static_cast<uint64_t>(id.choice);
+      draft.pick = [&params, &history, &distribution, seed, stream, first](std::span<const float> logits, int64_t k) {
+        token_distribution(logits, params, history, distribution);
+        return invert_cdf(distribution, CounterRng(seed, stream, first + k).uniform(kDraftDraw));
+      };
+    }
+    requests.push_back(std::move(draft));
+    owners.push_back(&sequence);
+  }
+  if (requests.empty()) return;
+  std::vector<model::DraftBlock> blocks = drafter.draft(requests, model_.backend());
+  for (std::size_t r = 0; r < blocks.size(); ++r) {
+    SequenceContext& sequence = *owners[r];
+    model::DraftBlock& block = blocks[r];
+    sequence.drafts = std::move(block.tokens);
+    sequence.drafts_position = sequence.draft_context->length + 1;
+    // Greedy verification reads only the tokens; sampled verification the distributions.
+    if (requests[r].pick) sequence.draft_logits = std::move(block.logits);
+    else sequence.draft_logits.clear();
+    if (!sequence.confidence.empty()) sequence.lagged_confidence = std::move(sequence.confidence);
+    sequence.confidence = std::move(block.confidence);
+    prepared.verified.drafted_tokens += static_cast<int64_t>(sequence.drafts.size());
+  }
+}
+
 StepExecutor::Finished StepExecutor::finish() {
   if (steps_.empty()) fail("engine: finish() without an issued step");
   Prepared prepared = std::move(steps_.front());
@@ -561,6 +809,17 @@ StepExecutor::Finished StepExecutor::finish() {
     // Preempted while the step computed: the scheduler ignores its token, so must the history.
     if (!scheduler_.is_current(produced.id, produced.epoch)) continue;
     SequenceContext& sequence = context(produced.id);
+    if (produced.continues) {  // a speculative step's next kept token: its result goes on
+      StepResult& result = out.results.back();
+      if (result.id != produced.id) fail("engine: a continuing token of another sequence");
+      const std::vector<int32_t>& stops = requests_.at(produced.id.request)->stop_token_ids;
+      sequence.history->append(produced.token);
+      sequence.last_token = produced.token;
+      result.forced.push_back(produced.token);
+      result.stop = std::find(stops.begin(), stops.end(), produced.token) != stops.end();
+      out.tokens.push_back(std::move(produced));
+      continue;
+    }
     if (!sequence.initial_reported) {  // computed with the prompt, reported before the first draw
       sequence.initial_reported = true;
       for (int32_t token : requests_.at(produced.id.request)->initial_forced)
@@ -594,6 +853,19 @@ StepExecutor::Finished StepExecutor::finish() {
     const uint64_t epoch = produced.epoch;
     out.tokens.push_back(std::move(produced));
     for (int32_t token : result.forced) out.tokens.push_back(ProducedToken{id, epoch, token, 0.0f, {}, true});
+  }
+  for (const auto& [id, computed] : prepared.moved)
+    for (StepResult& result : out.results)
+      if (result.id == id) result.computed = computed;
+  const SpeculationCounters& verified = prepared.verified;
+  speculation_.rounds += verified.rounds;
+  speculation_.draft_tokens += verified.draft_tokens;
+  speculation_.accepted_tokens += verified.accepted_tokens;
+  speculation_.drafted_tokens += verified.drafted_tokens;
+  speculation_.rollbacks += verified.rollbacks;
+  for (std::size_t k = 0; k < verified.verified_by_position.size() && k < speculation_.verified_by_position.size(); ++k) {
+    speculation_.verified_by_position[k] += verified.verified_by_position[k];
+    speculation_.accepted_by_position[k] += verified.accepted_by_position[k];
   }
   return out;
 }

@@ -28,6 +28,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/speculation.h"
 #include "engine/token_history.h"
 #include "model/model.h"
 
@@ -45,6 +46,10 @@ struct RequestSampling {
   // The tokens the grammar forces before the first draw (jump_forward, a constraint from the
   // first token): every choice starts with them (RequestSpec::forced).
   std::vector<int32_t> initial_forced;
+  // Speculative decoding: the drafter proposes this request's next tokens and a step verifies
+  // them (the engine's mode is not off, the model has a drafter; no grammar and no penalties,
+  // whose per-position state the verification does not carry).
+  bool speculative = false;
 };
 
 // The tokens request `sampling` forces before its first draw (RequestSampling::initial_forced):
@@ -58,6 +63,9 @@ struct ProducedToken {
   float logprob = 0;
   std::vector<TokenLogprob> top_logprobs;
   bool forced = false;  // appended by jump-forward, not drawn (no log-probability)
+  // Follows the previous token of the same sequence in this step: a speculative step's further
+  // kept drafts and its bonus token.
+  bool continues = false;
 };
 
 // Prompt tokens scored by one step (RequestSampling::params.prompt_logprobs): `scores[i]` is
@@ -72,6 +80,14 @@ struct ScoredPrompt {
 class StepExecutor {
  public:
   StepExecutor(const model::Model& model, Scheduler& scheduler);
+  // Speculative decoding for requests marked RequestSampling::speculative (needs model.drafter();
+  // `rates`: the step costs of scheduled mode, empty to verify every draft).
+  void set_speculation(SpeculativeMode mode, StepRateTable rates);
+  // The draft tokens each speculative sequence of `plan` has ready after its last known token, as
+  // the mode verifies them (static: all; scheduled: the budget's share of each). After
+  // Scheduler::take_forced_tokens, for Scheduler::take_drafts.
+  std::vector<DraftOffer> draft_offers(const StepPlan& plan) const;
+  const SpeculationCounters& speculation() const { return speculation_; }
 
   // A request's sampling settings; before its first plan. Forgotten by forget_request.
   void add_request(RequestId request, std::shared_ptr<const RequestSampling> sampling,
@@ -132,6 +148,19 @@ class StepExecutor {
     bool forced_waiting = false;
     // The request's initial forced tokens were reported (with the sequence's first drawn token).
     bool initial_reported = false;
+    // Speculative decoding: the drafter's context of the sequence's committed positions, and the
+    // block it proposed after the last token (at drafts_position ..), with the logits each draft
+    // was drawn from (sampled requests) and their confidences (this block's, and the block's
+    // before: scheduled mode's budget reads the older).
+    std::optional<model::DraftState> draft_context;
+    std::vector<int32_t> drafts;
+    int64_t drafts_position = -1;
+    std::vector<float> draft_logits;
+    std::vector<float> confidence;
+    std::optional<std::vector<float>> lagged_confidence;
+    // The state at rollback_length, taken before a verification: a rejected draft restores it.
+    std::vector<std::byte> rollback;
+    int64_t rollback_length = -1;
   };
   struct PreparedItem {
     SequenceId id;
@@ -145,7 +174,13 @@ class StepExecutor {
     int64_t score_end = 0;
     SnapshotHandle save_snapshot = kNoSnapshot;
     int32_t last_token_draw = -1;  // chained: the last token is this draw of the step before
-    std::vector<float> logits;  // every row when scoring the prompt, else the last one (or none)
+    std::vector<float> logits;  // every row when scoring the prompt or verifying, else the last one (or none)
+    // Speculative: the item's rows' taps for the drafter, and its last `drafts` tokens are drafts
+    // at positions end .. end + drafts - 1.
+    bool speculative = false;
+    int32_t drafts = 0;
+    std::vector<float> taps;
+    int64_t committed_end = 0;  // positions [begin, committed_end) are kept (their taps are valid)
     bool scores_prompt() const { return score_end > score_begin; }
   };
   struct PreparedFork {
@@ -178,6 +213,10 @@ class StepExecutor {
     std::vector<std::pair<SnapshotHandle, std::vector<std::byte>>> snapshots;
     // issued_pending: the snapshots begun when the pass was issued, finished by collect().
     std::vector<std::pair<SnapshotHandle, model::Model::PendingSnapshot>> pending_snapshots;
+    // Speculative steps: where each verifying sequence's state is after the step
+    // (StepResult::computed), and what the step verified.
+    std::vector<std::pair<SequenceId, int64_t>> moved;
+    SpeculationCounters verified;
     // The draw of `id` (at `epoch`) in this step, or -1.
     int32_t draw_of(SequenceId id, uint64_t epoch) const;
   };
@@ -224,6 +263,13 @@ class StepExecutor {
   void sample_rows(Prepared& prepared, const std::vector<RowMask>& masks);
   // prepared.tokens from the backend's draws.
   void take_drawn(Prepared& prepared);
+  // Speculative steps, after the pass: a verifying item's verdict, its tokens and its rollback.
+  // Returns the tokens produced (appended to prepared.tokens).
+  std::size_t verify_drafts(Prepared& prepared, PreparedItem& item);
+  // Every speculative sequence's committed taps into its drafter context, and the next block
+  // drafted after each sequence's new last token (all in one drafter call).
+  void draft_next(Prepared& prepared);
+  static void reset_speculation(SequenceContext& sequence);
   // A sequence's model state that an issued step may still read on the device: kept until the
   // latest issued step has finished.
   void retire(std::optional<model::SequenceState>& state);
@@ -245,6 +291,9 @@ class StepExecutor {
     model::SequenceState state;
   };
   std::vector<Retired> retired_;
+  SpeculativeMode speculative_mode_ = SpeculativeMode::off;
+  StepRateTable step_rates_;
+  SpeculationCounters speculation_;
 };
 
 }  // namespace deepinfer::engine

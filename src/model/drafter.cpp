@@ -56,10 +56,14 @@ std::unique_ptr<Drafter> Drafter::load(const Weights& weights, const ModelConfig
   return std::unique_ptr<Drafter>(new Drafter(std::move(w), dspark, shape, config.vocab_size, d, config.family));
 }
 
-DraftState Drafter::new_state() const {
+DraftState Drafter::new_state(int64_t first_position) const {
+  if (first_position < 0) fail("drafter: a context cannot start at position ", first_position);
   DraftState state;
-  for (const DraftStageWeights& stage : weights_.stages)
+  state.length = first_position;
+  for (const DraftStageWeights& stage : weights_.stages) {
     state.stages.push_back(new_attention_state(stage.attention, ModelConfig{}, LayerCacheBytes{}));
+    state.stages.back().window_first = first_position;
+  }
   return state;
 }
 

@@ -81,7 +81,11 @@ class Drafter {
   int64_t tap_width() const { return static_cast<int64_t>(config_.target_layer_ids.size()) * hidden_; }
   const DsparkConfig& config() const { return config_; }
 
-  DraftState new_state() const;
+  // A context whose first committed position is `first_position`: the positions before it are
+  // not known to the drafter (a sequence resumed from a prefix-cache snapshot, which holds the
+  // target's state but not the drafter's). Until the window has filled again, its drafts see a
+  // shorter context.
+  DraftState new_state(int64_t first_position = 0) const;
   // Appends committed positions [state.length, state.length + rows) to the context from their
   // taps [rows, tap_width()].
   void inject(DraftState& state, std::span<const float> taps) const;

@@ -31,18 +31,36 @@ inline model::Model load_tiny_v4() {
   return model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/golden/v4/tiny_fp8");
 }
 
+// Moves `model` to the device DEEPINFER_TEST_DEVICE names, if any.
+inline void attach_test_device(model::Model& model) {
+  const char* device = std::getenv("DEEPINFER_TEST_DEVICE");
+  if (!device || !*device) return;
+  // The engine tests hold batch invariance to the bit, so the GPU runs them batch invariant;
+  // DEEPINFER_TEST_EAGER=1 runs them without CUDA graphs.
+  backend::DeviceSpec spec = backend::parse_device(device);
+  spec.batch_invariant = true;
+  const char* eager = std::getenv("DEEPINFER_TEST_EAGER");
+  spec.cuda_graphs = !(eager && std::string(eager) == "1");
+  backend::attach_device(model, spec);
+}
+
 inline const model::Model& tiny_v4() {
   static const model::Model model = [] {
     model::Model loaded = load_tiny_v4();
-    if (const char* device = std::getenv("DEEPINFER_TEST_DEVICE"); device && *device) {
-      // The engine tests hold batch invariance to the bit, so the GPU runs them batch invariant;
-      // DEEPINFER_TEST_EAGER=1 runs them without CUDA graphs.
-      backend::DeviceSpec spec = backend::parse_device(device);
-      spec.batch_invariant = true;
-      const char* eager = std::getenv("DEEPINFER_TEST_EAGER");
-      spec.cuda_graphs = !(eager && std::string(eager) == "1");
-      backend::attach_device(loaded, spec);
-    }
+    attach_test_device(loaded);
+    return loaded;
+  }();
+  return model;
+}
+
+// The small V4.1 model with a DSpark drafter (2 stages, blocks of 4, vocabulary 512, sliding
+// window 8; random weights: its drafts are rarely the target's greedy tokens).
+inline const model::Model& tiny_dspark() {
+  static const model::Model model = [] {
+    const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
+    model::Model loaded =
+        model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/golden/v41/tiny_dspark");
+    attach_test_device(loaded);
     return loaded;
   }();
   return model;
