@@ -1,6 +1,7 @@
 // `deepinfer bench`: a serving benchmark client for OpenAI-compatible servers, in the manner of
 // `vllm bench serve`. It streams every request and reports TTFT, TPOT, ITL, end-to-end latency,
-// throughput and the prefix-cache hit rate; the pieces live in cli/bench_*.h.
+// throughput, the prefix-cache hit rate and, from the server's /metrics, speculative decoding's
+// acceptance; the pieces live in cli/bench_*.h.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "cli/bench_metrics.h"
 #include "cli/bench_prompts.h"
 #include "cli/bench_runner.h"
 #include "cli/bench_stats.h"
@@ -27,7 +29,8 @@ constexpr const char* kBenchUsage =
     "\n"
     "Sends streaming requests to an OpenAI-compatible server (deepinfer serve, vLLM, ...) and\n"
     "reports time to first token, time per output token, inter-token latency (mean, p50, p90,\n"
-    "p99), end-to-end latency, throughput and the prefix-cache hit rate.\n"
+    "p99), end-to-end latency, throughput and the prefix-cache hit rate; with a server that\n"
+    "publishes deepinfer:spec_decode_* metrics, speculative decoding's acceptance over the run.\n"
     "\n"
     "server:\n"
     "  --base-url URL        http(s)://host:port[/prefix] (default http://HOST:PORT)\n"
@@ -79,6 +82,45 @@ void print_distribution(const char* title, const char* name, const Distribution&
   std::printf("%-40s %10.2f\n", (std::string("P50 ") + name + " (ms):").c_str(), d.p50);
   std::printf("%-40s %10.2f\n", (std::string("P90 ") + name + " (ms):").c_str(), d.p90);
   std::printf("%-40s %10.2f\n", (std::string("P99 ") + name + " (ms):").c_str(), d.p99);
+}
+
+double ratio(int64_t part, int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : std::numeric_limits<double>::quiet_NaN();
+}
+
+// vLLM's definitions: acceptance length = 1 + accepted / verifications (the bonus token counted).
+void print_speculation(const SpeculationScrape& s) {
+  std::printf("---------------Speculative Decoding---------------\n");
+  std::printf("%-40s %10.2f\n", "Acceptance rate (%):", ratio(s.accepted_tokens, s.draft_tokens) * 100);
+  std::printf("%-40s %10.2f\n", "Acceptance length:", 1.0 + ratio(s.accepted_tokens, s.drafts));
+  std::printf("%-40s %10lld\n", "Drafts:", static_cast<long long>(s.drafts));
+  std::printf("%-40s %10lld\n", "Draft tokens verified:", static_cast<long long>(s.draft_tokens));
+  std::printf("%-40s %10lld\n", "Draft tokens proposed:", static_cast<long long>(s.proposed_tokens));
+  std::printf("%-40s %10lld\n", "Accepted tokens:", static_cast<long long>(s.accepted_tokens));
+  std::printf("%-40s %10.2f\n", "Draft tokens verified per step:", ratio(s.draft_tokens, s.steps));
+  std::printf("Per-position acceptance rate (%%):");
+  for (std::size_t k = 0; k < s.verified_by_position.size(); ++k)
+    std::printf(" %.1f", ratio(k < s.accepted_by_position.size() ? s.accepted_by_position[k] : 0, s.verified_by_position[k]) * 100);
+  std::printf("\n");
+}
+
+nlohmann::json speculation_json(const SpeculationScrape& s) {
+  const auto number_or_null = [](double value) { return std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value); };
+  nlohmann::json per_position = nlohmann::json::array();
+  for (std::size_t k = 0; k < s.verified_by_position.size(); ++k)
+    per_position.push_back(number_or_null(ratio(k < s.accepted_by_position.size() ? s.accepted_by_position[k] : 0,
+                                                 s.verified_by_position[k])));
+  return {{"drafts", s.drafts},
+          {"draft_tokens", s.draft_tokens},
+          {"proposed_tokens", s.proposed_tokens},
+          {"accepted_tokens", s.accepted_tokens},
+          {"steps", s.steps},
+          {"acceptance_rate", number_or_null(ratio(s.accepted_tokens, s.draft_tokens))},
+          {"acceptance_length", number_or_null(1.0 + ratio(s.accepted_tokens, s.drafts))},
+          {"draft_tokens_per_step", number_or_null(ratio(s.draft_tokens, s.steps))},
+          {"acceptance_rate_per_position", per_position},
+          {"verified_per_position", s.verified_by_position},
+          {"accepted_per_position", s.accepted_by_position}};
 }
 
 void print_table(const RunSummary& s, const std::string& model, std::size_t conversations, int64_t turns) {
@@ -201,15 +243,21 @@ int run_bench(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "deepinfer bench: %zu conversation(s) x %lld turn(s) to %s%s, model %s\n", conversation_count,
                    static_cast<long long>(prompts.turns), run.target.base_url.c_str(),
                    std::string(endpoint_path(run.endpoint)).c_str(), run.model.c_str());
+    const std::optional<SpeculationScrape> speculation_before = scrape_speculation(run.target);
     const RunOutcome outcome = run_benchmark(std::move(conversations), run);
     const RunSummary summary = summarize(outcome.results, outcome.duration_s);
+    std::optional<SpeculationScrape> speculation;
+    if (speculation_before)
+      if (const std::optional<SpeculationScrape> after = scrape_speculation(run.target))
+        speculation = speculation_delta(*speculation_before, *after);
 
     if (args.has("--json")) {
-      std::cout << summary_json(summary, run, conversation_count, prompts.turns)
-                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                << '\n';
+      nlohmann::json json = summary_json(summary, run, conversation_count, prompts.turns);
+      json["speculative_decoding"] = speculation ? speculation_json(*speculation) : nlohmann::json(nullptr);
+      std::cout << json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       print_table(summary, run.model, conversation_count, prompts.turns);
+      if (speculation) print_speculation(*speculation);
       for (const auto& [message, count] : summary.errors)
         std::fprintf(stderr, "failed x%lld: %s\n", static_cast<long long>(count), message.c_str());
       if (summary.without_usage > 0)

@@ -85,6 +85,10 @@ constexpr const char* kServeUsage =
     "                           issue each step only once the one before it is back on the host\n"
     "                           (by default, on a GPU, a step that continues the computing\n"
     "                           step's sequences is issued while that step computes)\n"
+    "  --speculative MODE       off | static | scheduled: speculative decoding with the model's\n"
+    "                           DSpark drafter, verifying whole draft blocks (static) or the\n"
+    "                           draft tokens the drafter's confidences and the profiled step\n"
+    "                           costs favour (scheduled; default when the model has a drafter)\n"
     "  --max-prompt-logits-memory SIZE\n"
     "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
     "                           default 64M: longer prompts are scored over more steps)\n"
@@ -130,7 +134,7 @@ int run_serve(const std::vector<std::string>& argv) {
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
                "--grammar-compile-timeout", "--grammar-compile-slots", "--grammar-max-memory", "--max-connections", "--header-timeout",
                "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
-               "--default-max-tokens"});
+               "--default-max-tokens", "--speculative"});
     if (args.has("--help")) {
       std::fputs(kServeUsage, stdout);
       return kExitOk;
@@ -163,6 +167,10 @@ int run_serve(const std::vector<std::string>& argv) {
     options.engine.prefix_caching = !args.has("--no-prefix-caching");
     options.engine.jump_forward = !args.has("--no-jump-forward");
     options.engine.overlap_schedule = !args.has("--disable-overlap-schedule");
+    if (auto mode = args.get("--speculative")) {
+      options.speculative = engine::parse_speculative_mode(*mode);
+      if (!options.speculative) throw UsageError{"--speculative is off, static or scheduled"};
+    }
     options.engine.max_prompt_logits_bytes =
         args.bytes("--max-prompt-logits-memory", options.engine.max_prompt_logits_bytes);
     if (args.get("--max-model-len")) options.max_model_len = args.count("--max-model-len", 0, 2);
@@ -219,12 +227,13 @@ int run_serve(const std::vector<std::string>& argv) {
     const int port = server->bind();
     server::ServedModel& model = server->model();
     std::printf("deepinfer serve: listening on http://%s:%d  model \"%s\" from %s (%s, vocab %lld, context %lld tokens, "
-                "cache %lld blocks of %lld tokens, tokenizer %s)%s\n",
+                "cache %lld blocks of %lld tokens, tokenizer %s, speculative decoding %s)%s\n",
                 options.host.c_str(), port, model.name().c_str(), options.model_dir.c_str(),
                 model.format() == api::PromptFormat::V41 ? "V4.1" : "V4",
                 static_cast<long long>(model.model().vocab_size()), static_cast<long long>(model.context_length()),
                 static_cast<long long>(model.total_blocks()), static_cast<long long>(options.engine.block_tokens),
-                model.tokenizer_origin().c_str(), options.api_key.empty() ? "" : ", API key required");
+                model.tokenizer_origin().c_str(), engine::speculative_mode_name(model.engine_options().speculative),
+                options.api_key.empty() ? "" : ", API key required");
     std::fflush(stdout);
 
     std::thread signal_waiter([&server, signals] {

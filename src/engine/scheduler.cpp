@@ -592,6 +592,9 @@ void Scheduler::take_drafts(StepPlan& plan, std::span<const DraftOffer> offers) 
       continue;
     Sequence& sequence = at(item->id);
     if (item->end != static_cast<int64_t>(sequence.tokens.size())) continue;  // samples after a pending token
+    // Forks copy the parent's state after the pass: it must end at the prompt.
+    if (std::any_of(plan.forks.begin(), plan.forks.end(), [&](const Fork& fork) { return fork.parent == item->id; }))
+      continue;
     const auto work = std::find_if(planned->work.begin(), planned->work.end(),
                                    [&](const Work& w) { return w.id == item->id && w.epoch == item->epoch; });
     if (work == planned->work.end()) continue;

@@ -87,6 +87,29 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
   counter("deepinfer:engine_steps_total", "Engine steps computed.", engine.steps);
   counter("deepinfer:engine_chained_steps_total",
           "Engine steps issued while the step before them computed (overlap scheduling).", engine.chained_steps);
+  if (engine.speculative != engine::SpeculativeMode::off) {
+    const engine::SpeculationCounters& speculation = engine.speculation;
+    counter("deepinfer:spec_decode_num_drafts_total", "Speculative verifications with at least one draft token.",
+            speculation.rounds);
+    counter("deepinfer:spec_decode_num_draft_tokens_total", "Draft tokens verified by the target.",
+            speculation.draft_tokens);
+    counter("deepinfer:spec_decode_num_accepted_tokens_total", "Verified draft tokens the target kept.",
+            speculation.accepted_tokens);
+    counter("deepinfer:spec_decode_num_proposed_tokens_total",
+            "Draft tokens the drafter proposed (verified or not: scheduled verification skips some).",
+            speculation.drafted_tokens);
+    counter("deepinfer:spec_decode_num_rollbacks_total",
+            "Verifications that rejected a draft and rolled the sequence's state back.", speculation.rollbacks);
+    const auto per_position = [&](const std::string& name, const char* help, const std::vector<int64_t>& values) {
+      header(out, name, "counter", help);
+      for (std::size_t k = 0; k < values.size(); ++k)
+        out += name + "{" + label + ",position=\"" + std::to_string(k) + "\"} " + std::to_string(values[k]) + "\n";
+    };
+    per_position("deepinfer:spec_decode_num_draft_tokens_per_pos_total", "Draft tokens verified, by draft position.",
+                 speculation.verified_by_position);
+    per_position("deepinfer:spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens kept, by draft position.",
+                 speculation.accepted_by_position);
+  }
   auto seconds = [&](const std::string& name, const char* help, double value) {
     header(out, name, "counter", help);
     out += name + "{" + label + "} " + number(value) + "\n";

@@ -47,6 +47,8 @@ ServedModel::ServedModel(const ServerOptions& options) {
   think_end_id_ = tokenizer().token_to_id(api::markers::kThinkEnd).value_or(-1);
 
   engine_options_ = options.engine;
+  engine_options_.speculative = options.speculative.value_or(
+      model_->drafter() ? engine::SpeculativeMode::scheduled : engine::SpeculativeMode::off);
   engine_ = std::make_unique<engine::Engine>(*model_, engine_options_);
 
   // The longest sequence the cache can ever hold alone: its blocks minus those of the fixed state

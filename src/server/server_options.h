@@ -40,6 +40,8 @@ struct ServerOptions {
   bool cors = false;              // Access-Control-Allow-Origin: * and preflight answers
   int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413 (Content-Length or chunked)
   std::optional<int64_t> max_model_len;  // prompt + max_tokens limit; none: what model and cache allow
+  // --speculative; none: scheduled when the model has a DSpark drafter, else off.
+  std::optional<engine::SpeculativeMode> speculative;
   engine::EngineOptions engine;
   // Structured output: the bounds on compiling one constraint and the compiled-constraint cache.
   api::ConstraintCompilerOptions constraints;

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -34,7 +36,8 @@ class CheckingExecutor {
     const int64_t block = scheduler_.config().block_tokens;
     for (const ScheduledSequence& item : plan.sequences) {
       if (!scheduler_.is_current(item.id, item.epoch)) continue;
-      EXPECT_EQ(static_cast<int64_t>(item.block_table.size()), (item.end + block - 1) / block);
+      // Speculative items hold blocks for their drafts (and keep them after a rollback).
+      EXPECT_GE(static_cast<int64_t>(item.block_table.size()), (item.end + item.drafts + block - 1) / block);
       std::vector<int32_t>& state = states_[item.id];
       if (item.starts) {
         state.clear();
@@ -63,7 +66,12 @@ class CheckingExecutor {
         EXPECT_EQ(item.end % block, 0);
         scheduler_.snapshots().write(item.save_snapshot, snapshot_bytes(state));
       }
-      if (item.needs_logits) results.push_back(sample(item.id, state));
+      if (item.drafts > 0) {
+        EXPECT_TRUE(item.needs_logits);
+        results.push_back(verify(item, state));
+      } else if (item.needs_logits) {
+        results.push_back(sample(item.id, state));
+      }
     }
     for (const Fork& fork : plan.forks) {
       if (!scheduler_.is_current(fork.child, fork.child_epoch)) continue;
@@ -98,6 +106,19 @@ class CheckingExecutor {
   }
 
   int64_t restores = 0;
+  // Speculative decoding: how many of an item's drafts are the target's own tokens (the rest are
+  // wrong); none when unset. The executor writes the drafts' ids, keeps the right ones, adds the
+  // bonus token, and rolls its state back to the item's begin when it rejected one.
+  std::function<int32_t(SequenceId, int32_t drafts)> right_drafts;
+  int64_t rollbacks = 0;
+  int64_t kept_drafts = 0;
+
+  // What the target samples after `state` (the same function sample() draws with).
+  int32_t target_token(SequenceId id, const std::vector<int32_t>& state) const {
+    std::vector<int32_t> key = state;
+    key.push_back(id.choice);
+    return static_cast<int32_t>(hash_tokens(key) % static_cast<uint64_t>(vocab_));
+  }
 
  private:
   void check_snapshot(SnapshotHandle handle, const std::vector<int32_t>& prefix) {
@@ -117,11 +138,33 @@ class CheckingExecutor {
                     (position % block) * 4, &token, 4);
   }
   StepResult sample(SequenceId id, const std::vector<int32_t>& state) {
-    std::vector<int32_t> key = state;
-    key.push_back(id.choice);
-    const auto token = static_cast<int32_t>(hash_tokens(key) % static_cast<uint64_t>(vocab_));
+    const int32_t token = target_token(id, state);
     last_sample_[id] = token;
     return {id, token, false, {}};
+  }
+  StepResult verify(const ScheduledSequence& item, std::vector<int32_t>& state) {
+    const int32_t right = std::clamp(right_drafts ? right_drafts(item.id, item.drafts) : 0, 0, item.drafts);
+    std::vector<int32_t> verified = state;  // through the item's end, then its kept drafts
+    for (int32_t k = 0; k < item.drafts; ++k) {
+      const int32_t target = target_token(item.id, verified);
+      const int32_t draft = k < right ? target : (target + 1) % vocab_;
+      write(item.block_table, item.end + k, draft);
+      if (k < right) verified.push_back(draft);
+    }
+    std::vector<int32_t> produced(verified.begin() + static_cast<std::ptrdiff_t>(state.size()), verified.end());
+    produced.push_back(target_token(item.id, verified));
+    kept_drafts += right;
+    StepResult result{item.id, produced.front(), false, std::vector<int32_t>(produced.begin() + 1, produced.end())};
+    if (right == item.drafts) {
+      state = verified;
+      result.computed = item.end + item.drafts;
+    } else {
+      state.resize(static_cast<std::size_t>(item.begin));
+      result.computed = item.begin;
+      ++rollbacks;
+    }
+    last_sample_[item.id] = produced.back();
+    return result;
   }
 
   Scheduler& scheduler_;
