@@ -23,6 +23,12 @@
 // batched step), and the union of the B tokens' experts per layer is what one batched step
 // reads. --no-trace (or a backend that fails to trace) uses the uniform-routing estimate
 // E (1 - (1 - k/E)^B) instead, and the output says which.
+//
+// --verify-rows 1,2,..: after the decode figures, the cost of a speculative verification step
+// (what the engine's scheduled verification profiles): every sequence takes W rows at once, W per
+// list entry, timed as above (median of the repeats), twice: with every row's logits brought to
+// the host (LogitRows::All, the engine's verification path today) and with the last row's only
+// (the pass itself). The table gives ms/step and the ratio to W = 1.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -84,6 +90,7 @@ struct Options {
   bool batch_invariant = false;
   double copy_gb = 4.0;
   bool json = false;
+  std::vector<int64_t> verify_rows;  // --verify-rows: widths of the verification steps to time
 };
 
 [[noreturn]] void usage(const std::string& message) {
@@ -92,7 +99,7 @@ struct Options {
                "usage: decode_step_bench --model DIR [--tokenizer FILE] [--device cpu|cuda[:N]] [--batch 1,16,64]\n"
                "       [--context 512] [--steps 16] [--repeat 5] [--warmup 1] [--prefill-tokens 4096]\n"
                "       [--threads N] [--seed S] [--no-trace] [--shared-prefill] [--copy-gb 4] [--json]\n"
-               "       [--enforce-eager] [--batch-invariant]\n",
+               "       [--enforce-eager] [--batch-invariant] [--verify-rows 1,2,3,4,5,6]\n",
                message.c_str());
   std::exit(2);
 }
@@ -121,6 +128,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--threads") o.threads = static_cast<int>(parse_positive(flag, value()));
     else if (flag == "--seed") o.seed = static_cast<uint64_t>(parse_positive(flag, value(), 0));
     else if (flag == "--no-trace") o.trace = false;
+    else if (flag == "--verify-rows") o.verify_rows = deepinfer::bench::parse_integer_list(flag, value(), 1, usage);
     else if (flag == "--shared-prefill") o.shared_prefill = true;
     else if (flag == "--enforce-eager") o.enforce_eager = true;
     else if (flag == "--batch-invariant") o.batch_invariant = true;
@@ -347,6 +355,12 @@ struct BatchResult {
   double percent_of_bound = 0;
   int64_t nonfinite_logits = 0;  // in the last timed step (random weights should keep this 0)
   double logit_rms = 0;          // of the finite ones
+  struct Verify {
+    int64_t rows = 0;
+    double all_rows_ms = 0;   // every row's logits to the host
+    double last_row_ms = 0;   // the last row's only
+  };
+  std::vector<Verify> verify;
 };
 
 class TokenSource {
@@ -483,6 +497,36 @@ BatchResult run_batch(const Model& model, const Options& o, int64_t batch, doubl
     else ++result.nonfinite_logits;
   }
   result.logit_rms = std::sqrt(square_sum / static_cast<double>(std::max<std::size_t>(1, logits.size())));
+
+  // Verification steps: W rows per sequence. The sequences keep growing, W per step.
+  std::vector<float> verify_logits;
+  auto verify_step = [&](int64_t width, LogitRows rows) {
+    ids.resize(static_cast<std::size_t>(batch * width));
+    for (int32_t& id : ids) id = tokens.next();
+    verify_logits.resize(static_cast<std::size_t>(batch * (rows == LogitRows::All ? width : 1) * vocab));
+    items.clear();
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t logit_rows = rows == LogitRows::All ? width : 1;
+      items.push_back(BatchItem{.sequence = &sequences[static_cast<std::size_t>(i)],
+                                .tokens = std::span<const int32_t>(ids.data() + i * width, static_cast<std::size_t>(width)),
+                                .logits = std::span<float>(verify_logits.data() + i * logit_rows * vocab,
+                                                           static_cast<std::size_t>(logit_rows * vocab)),
+                                .rows = rows});
+    }
+    model.forward_batch(items);
+  };
+  auto timed_verify = [&](int64_t width, LogitRows rows) {
+    for (int64_t s = 0; s < std::max<int64_t>(o.warmup, 1); ++s) verify_step(width, rows);
+    std::vector<double> ms;
+    for (int64_t r = 0; r < o.repeat; ++r) {
+      const auto start = Clock::now();
+      for (int64_t s = 0; s < o.steps; ++s) verify_step(width, rows);
+      ms.push_back(1000.0 * std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(o.steps));
+    }
+    return median_of(ms);
+  };
+  for (int64_t width : o.verify_rows)
+    result.verify.push_back({width, timed_verify(width, LogitRows::All), timed_verify(width, LogitRows::Last)});
   result.median_ms = median_of(result.ms_per_step);
   result.tokens_per_second = static_cast<double>(batch) * 1000.0 / result.median_ms;
   // Bytes at the context of the middle of the timed steps.
@@ -577,6 +621,19 @@ int run(const Options& o) {
                "context = prefilled tokens; the timed steps run at context + %lld .. context + %lld. bound = bytes read "
                "per step / copy bandwidth.\n",
                static_cast<long long>(o.warmup), static_cast<long long>(o.warmup + o.repeat * o.steps));
+  if (!o.verify_rows.empty()) {
+    std::fprintf(table, "\nverification steps (W rows per sequence, after the decode steps above):\n");
+    std::fprintf(table, "| batch | W | ms/step, all rows' logits to host | vs W=1 | ms/step, last row's only | vs W=1 |\n");
+    std::fprintf(table, "|---|---|---|---|---|---|\n");
+    for (const BatchResult& r : results) {
+      const double all_one = r.verify.empty() ? 0 : r.verify.front().all_rows_ms;
+      const double last_one = r.verify.empty() ? 0 : r.verify.front().last_row_ms;
+      for (const BatchResult::Verify& v : r.verify)
+        std::fprintf(table, "| %lld | %lld | %.3f | %.2fx | %.3f | %.2fx |\n", static_cast<long long>(r.batch),
+                     static_cast<long long>(v.rows), v.all_rows_ms, v.all_rows_ms / all_one, v.last_row_ms,
+                     v.last_row_ms / last_one);
+    }
+  }
 
   if (o.json) {
     nlohmann::json out;
@@ -607,7 +664,14 @@ int run(const Options& o) {
                                 {"bound_ms", r.bound_ms},
                                 {"percent_of_bound", r.percent_of_bound},
                                 {"nonfinite_logits", r.nonfinite_logits},
-                                {"logit_rms", r.logit_rms}});
+                                {"logit_rms", r.logit_rms},
+                                {"verify", [&] {
+                                   nlohmann::json rows = nlohmann::json::array();
+                                   for (const BatchResult::Verify& v : r.verify)
+                                     rows.push_back({{"rows", v.rows}, {"all_rows_ms", v.all_rows_ms},
+                                                     {"last_row_ms", v.last_row_ms}});
+                                   return rows;
+                                 }()}});
     std::printf("%s\n", out.dump().c_str());
   }
   return 0;
