@@ -95,8 +95,10 @@ struct Engine::Impl {
       fail("speculative decoding (", speculative_mode_name(options.speculative),
            ") needs a model with a DSpark drafter; this checkpoint has none");
     StepRateTable rates;
-    if (options.speculative == SpeculativeMode::scheduled)
+    if (options.speculative == SpeculativeMode::scheduled) {
       rates = profile_step_rates(model, options.max_batch_tokens, model.drafter()->block_size());
+      governor.emplace();
+    }
     executor.set_speculation(options.speculative, std::move(rates));
   }
 
@@ -196,6 +198,11 @@ struct Engine::Impl {
   // Publishes one finished step: its tokens and the sequences it ended, one event per sequence.
   void finish_step() {
     const StepExecutor::Finished finished = executor.finish();
+    if (governor) {
+      governor->record(seconds_since(last_finish), static_cast<int64_t>(finished.tokens.size()));
+      executor.set_drafting(governor->drafting());
+    }
+    last_finish = Clock::now();
     const StepOutcome outcome = scheduler.on_step_finished(finished.step, finished.results);
     ++steps;
     for (const auto& [sequence, cached] : finished.restored) {
@@ -292,6 +299,12 @@ struct Engine::Impl {
     published.chained_steps = chained_steps;
     published.speculative = options.speculative;
     published.speculation = executor.speculation();
+    if (governor) {
+      published.drafting = governor->drafting();
+      published.drafting_switches = governor->switches();
+      published.drafting_rate = governor->rate(true);
+      published.plain_rate = governor->rate(false);
+    }
   }
 
   // While a step computes, this thread plans the next one. When that plan only continues the
@@ -350,6 +363,7 @@ struct Engine::Impl {
         idle = false;
         lock.unlock();
         host_start = Clock::now();
+        last_finish = host_start;  // idle time is not a step's
         continue;
       }
       executor.prepare(*plan);
@@ -426,6 +440,9 @@ struct Engine::Impl {
   int64_t generated_tokens = 0;
   int64_t forced_tokens = 0;
   EngineStats published;
+  // Scheduled speculation: whether drafting pays, measured while serving.
+  std::optional<SpeculationGovernor> governor;
+  Clock::time_point last_finish = Clock::now();
 
   std::thread thread;
 };

@@ -49,7 +49,8 @@ struct EngineOptions {
   // sequences is issued before that step's tokens reach the host (StepExecutor::can_chain).
   bool overlap_schedule = true;
   // Speculative decoding with the model's DSpark drafter (--speculative; docs/ENGINE.md): off,
-  // static blocks, or confidence-scheduled verification (profiles the step costs at start).
+  // static blocks, or confidence-scheduled verification (profiles the step costs at start, and
+  // drafts only while drafting measures faster than not: SpeculationGovernor).
   // Requests with a grammar or repetition / frequency / presence penalties decode one token per
   // step. Needs a model with a drafter (the constructor throws otherwise).
   SpeculativeMode speculative = SpeculativeMode::off;
@@ -152,6 +153,12 @@ struct EngineStats {
   int64_t chained_steps = 0;  // issued while the step before them computed (overlap_schedule)
   SpeculativeMode speculative = SpeculativeMode::off;
   SpeculationCounters speculation;
+  // Scheduled mode's governor: drafting now, mode changes, the tokens/s it last measured with and
+  // without drafting.
+  bool drafting = false;
+  int64_t drafting_switches = 0;
+  double drafting_rate = 0;
+  double plain_rate = 0;
 };
 
 class Engine {

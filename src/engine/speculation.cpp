@@ -25,6 +25,47 @@ std::optional<SpeculativeMode> parse_speculative_mode(std::string_view name) {
   return std::nullopt;
 }
 
+SpeculationGovernor::SpeculationGovernor(int64_t exploit_steps, int64_t probe_steps)
+    : exploit_steps_(exploit_steps), probe_steps_(probe_steps), exploit_now_(exploit_steps) {
+  if (exploit_steps < 2 || probe_steps < 2) fail("speculation governor: phases of at least 2 steps");
+  // Start by measuring drafting, then the plain engine, then keep the faster.
+  steps_left_ = probe_steps_;
+}
+
+void SpeculationGovernor::change(bool drafting, int64_t steps) {
+  if (drafting != drafting_) ++switches_;
+  drafting_ = drafting;
+  steps_left_ = steps;
+  skip_next_ = true;
+  seconds_ = 0;
+  tokens_ = 0;
+}
+
+void SpeculationGovernor::record(double seconds, int64_t tokens) {
+  if (skip_next_) {
+    skip_next_ = false;
+  } else {
+    seconds_ += seconds;
+    tokens_ += tokens;
+  }
+  if (--steps_left_ > 0) return;
+  if (seconds_ > 0) rate_[drafting_ ? 1 : 0] = static_cast<double>(tokens_) / seconds_;
+  if (probing_ && rate_[drafting_ ? 0 : 1] == 0) {  // the other mode was never measured
+    change(!drafting_, probe_steps_);
+    return;
+  }
+  const bool faster = rate_[1] > rate_[0];
+  if (probing_) {  // measured the other mode: keep the faster
+    probing_ = false;
+    const bool confirmed = faster != drafting_;  // the probe lost: back to the mode before it
+    exploit_now_ = confirmed ? std::min(exploit_now_ * 2, exploit_steps_ * 16) : exploit_steps_;
+    change(faster, exploit_now_);
+  } else {  // an exploit phase ends: measure the other mode again
+    probing_ = true;
+    change(!drafting_, probe_steps_);
+  }
+}
+
 namespace {
 
 constexpr int64_t kProbeContext = 16;  // tokens each probe sequence holds before the timed pass

@@ -34,6 +34,40 @@ struct SpeculationCounters {
   std::vector<int64_t> accepted_by_position;
 };
 
+// Whether drafting pays, measured while serving (scheduled mode): the engine's output tokens per
+// second with drafting and without it, in alternating phases. It runs the mode that measured
+// faster for an exploit phase, then tries the other for `probe_steps`, and so on; each probe that
+// confirms the mode doubles the next exploit phase (from `exploit_steps` up to 16 times that), so
+// a settled choice costs little probing, and a probe that overturns it starts again from
+// `exploit_steps`. The first step of each phase is not counted (it still verifies, or has not yet
+// drafted, for the mode before). Tokens/s is compared, not per-step cost: a step with drafts is
+// slower but may make several tokens per sequence. Load that changes between phases biases one
+// comparison; the phases keep alternating.
+class SpeculationGovernor {
+ public:
+  SpeculationGovernor(int64_t exploit_steps = 64, int64_t probe_steps = 8);
+  bool drafting() const { return drafting_; }
+  // One finished step: its wall time (from the previous step's end) and the tokens it produced.
+  void record(double seconds, int64_t tokens);
+  // The last measured rates (tokens/s; 0 until measured) and how often the mode changed.
+  double rate(bool with_drafting) const { return rate_[with_drafting ? 1 : 0]; }
+  int64_t switches() const { return switches_; }
+
+ private:
+  void change(bool drafting, int64_t steps);
+
+  const int64_t exploit_steps_, probe_steps_;
+  int64_t exploit_now_ = 0;  // the next exploit phase's length
+  bool drafting_ = true;
+  bool probing_ = true;  // this phase measures the other mode
+  int64_t steps_left_ = 0;
+  bool skip_next_ = true;
+  double seconds_ = 0;
+  int64_t tokens_ = 0;
+  double rate_[2] = {0, 0};
+  int64_t switches_ = 0;
+};
+
 // Target steps per second by step size, measured on `model` now: for each probe size (1, 2, 4 ..
 // up to max_tokens), one forward pass over fresh sequences of draft_block + 1 rows each (a
 // verification's shape) after a short context, every row's logits computed; the median of a few

@@ -752,7 +752,8 @@ void StepExecutor::draft_next(Prepared& prepared) {
     const auto& [token, count] = anchor;
     const bool stops = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), token) !=
                        request.stop_token_ids.end();
-    if (stops || sequence.history->generated_length() + count >= request.max_tokens || !sequence.draft_context) {
+    if (!drafting_ || stops || sequence.history->generated_length() + count >= request.max_tokens ||
+        !sequence.draft_context) {
       sequence.drafts.clear();
       continue;
     }

@@ -88,6 +88,9 @@ class StepExecutor {
   // Scheduler::take_forced_tokens, for Scheduler::take_drafts.
   std::vector<DraftOffer> draft_offers(const StepPlan& plan) const;
   const SpeculationCounters& speculation() const { return speculation_; }
+  // Whether steps draft the next blocks (the speculation governor's choice; on by default). Off,
+  // the drafter's contexts still take every committed position, so drafting can resume at once.
+  void set_drafting(bool drafting) { drafting_ = drafting; }
 
   // A request's sampling settings; before its first plan. Forgotten by forget_request.
   void add_request(RequestId request, std::shared_ptr<const RequestSampling> sampling,
@@ -294,6 +297,7 @@ class StepExecutor {
   SpeculativeMode speculative_mode_ = SpeculativeMode::off;
   StepRateTable step_rates_;
   SpeculationCounters speculation_;
+  bool drafting_ = true;
 };
 
 }  // namespace deepinfer::engine

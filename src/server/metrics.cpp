@@ -107,6 +107,17 @@ std::string Metrics::render(const engine::EngineStats& engine, const std::string
     };
     per_position("deepinfer:spec_decode_num_draft_tokens_per_pos_total", "Draft tokens verified, by draft position.",
                  speculation.verified_by_position);
+    if (engine.speculative == engine::SpeculativeMode::scheduled) {
+      gauge("deepinfer:spec_decode_drafting",
+            "1 while the engine drafts (scheduled mode drafts only while that measures faster than not).",
+            engine.drafting ? 1.0 : 0.0);
+      counter("deepinfer:spec_decode_mode_switches_total", "Times scheduled mode turned drafting on or off.",
+              engine.drafting_switches);
+      gauge("deepinfer:spec_decode_drafting_tokens_per_second",
+            "Output tokens/s last measured with drafting (scheduled mode's governor).", engine.drafting_rate);
+      gauge("deepinfer:spec_decode_plain_tokens_per_second",
+            "Output tokens/s last measured without drafting (scheduled mode's governor).", engine.plain_rate);
+    }
     per_position("deepinfer:spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens kept, by draft position.",
                  speculation.accepted_by_position);
   }

@@ -1,0 +1,55 @@
+// Scheduled speculation's governor: drafting only while it measures faster than not, with the
+// other mode measured again between phases, and a phase's first step (the mode before's leftovers)
+// not counted.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/speculation.h"
+
+namespace deepinfer::engine {
+namespace {
+
+// Runs `steps` steps where a step makes `with` tokens in `seconds` while drafting, `without` otherwise;
+// returns how many of them drafted.
+int64_t run_governor(SpeculationGovernor& governor, int64_t steps, int64_t with, int64_t without) {
+  int64_t drafted = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    const bool drafting = governor.drafting();
+    drafted += drafting ? 1 : 0;
+    governor.record(0.01, drafting ? with : without);
+  }
+  return drafted;
+}
+
+TEST(SpeculationGovernor, KeepsTheFasterModeAndKeepsMeasuringTheOther) {
+  SpeculationGovernor governor(20, 5);
+  EXPECT_TRUE(governor.drafting()) << "it starts by measuring drafting";
+  // Drafting makes 3 tokens a step, plain 1: after both are measured it drafts, except probes.
+  const int64_t drafted = run_governor(governor, 300, 3, 1);
+  // Exploit phases of 20, 40, 80 .. steps drafting, probes of 5 measuring the plain engine.
+  EXPECT_GE(drafted, 270);
+  EXPECT_LT(drafted, 300) << "the plain mode is measured again now and then";
+  EXPECT_DOUBLE_EQ(governor.rate(true), 300.0);
+  EXPECT_DOUBLE_EQ(governor.rate(false), 100.0);
+
+  // The load changes: drafting now loses. Within a few phases the governor stops drafting.
+  run_governor(governor, 60, 1, 4);
+  const int64_t later = run_governor(governor, 300, 1, 4);
+  EXPECT_LE(later, 30);  // only the probes of drafting, ever rarer
+  EXPECT_GT(later, 0);
+  EXPECT_GT(governor.switches(), 4);
+}
+
+TEST(SpeculationGovernor, APhasesFirstStepIsNotCounted) {
+  SpeculationGovernor governor(4, 3);
+  // Probe of drafting: steps 1-3; the first (leftover of before) says 100 tokens, ignored.
+  governor.record(0.01, 100);
+  governor.record(0.01, 2);
+  governor.record(0.01, 2);
+  EXPECT_DOUBLE_EQ(governor.rate(true), 200.0);
+  EXPECT_FALSE(governor.drafting());
+  EXPECT_THROW(SpeculationGovernor(1, 3), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer::engine
