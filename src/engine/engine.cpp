@@ -97,7 +97,7 @@ struct Engine::Impl {
     StepRateTable rates;
     if (options.speculative == SpeculativeMode::scheduled) {
       rates = profile_step_rates(model, options.max_batch_tokens, model.drafter()->block_size());
-      governor.emplace();
+      governor.emplace(options.governor_exploit_steps, options.governor_probe_steps);
     }
     executor.set_speculation(options.speculative, std::move(rates));
   }

@@ -54,6 +54,9 @@ struct EngineOptions {
   // Requests with a grammar or repetition / frequency / presence penalties decode one token per
   // step. Needs a model with a drafter (the constructor throws otherwise).
   SpeculativeMode speculative = SpeculativeMode::off;
+  // Scheduled mode's governor (SpeculationGovernor): its first exploit phase and its probes, steps.
+  int64_t governor_exploit_steps = 64;
+  int64_t governor_probe_steps = 8;
 };
 
 struct GenerationRequest {

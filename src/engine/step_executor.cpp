@@ -37,7 +37,7 @@ void StepExecutor::set_speculation(SpeculativeMode mode, StepRateTable rates) {
 
 std::vector<DraftOffer> StepExecutor::draft_offers(const StepPlan& plan) const {
   std::vector<DraftOffer> offers;
-  if (speculative_mode_ == SpeculativeMode::off) return offers;
+  if (speculative_mode_ == SpeculativeMode::off || !drafting_) return offers;
   const int64_t block = model_.drafter()->block_size();
   std::vector<DraftOffer> scheduled;  // shares the verify budget
   std::vector<std::optional<std::vector<float>>> lagged;
@@ -152,7 +152,7 @@ bool StepExecutor::can_chain(const StepPlan& plan) const {
   if (plan.sequences.empty() || !plan.dropped.empty() || !plan.forks.empty()) return false;
   for (const ScheduledSequence& scheduled : plan.sequences) {
     // Speculative sequences need their rows' logits and taps on the host.
-    if (requests_.at(scheduled.id.request)->speculative) return false;
+    if (requests_.at(scheduled.id.request)->speculative && drafting_) return false;
     // A restore reads the snapshot store, which finishing the computing step writes.
     if (scheduled.restore != kNoSnapshot) return false;
     if (next_prompt_score_.contains(scheduled.id.request)) return false;
@@ -231,9 +231,11 @@ void StepExecutor::prepare(const StepPlan& plan) {
     item.needs_logits = scheduled.needs_logits;
     item.save_snapshot = scheduled.save_snapshot;
     item.committed_end = scheduled.end;
-    if (requests_.at(scheduled.id.request)->speculative) {
+    // While the governor has drafting off, speculative requests step like the others (on a GPU,
+    // drawn on the device); their drafter contexts fall behind and restart where drafting resumes.
+    if (requests_.at(scheduled.id.request)->speculative && drafting_) {
       item.speculative = true;
-      if (scheduled.starts || !sequence.draft_context) {
+      if (scheduled.starts || !sequence.draft_context || sequence.draft_context->length < scheduled.begin) {
         reset_speculation(sequence);
         sequence.draft_context.emplace(model_.drafter()->new_state(scheduled.begin));
       }

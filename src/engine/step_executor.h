@@ -88,8 +88,10 @@ class StepExecutor {
   // Scheduler::take_forced_tokens, for Scheduler::take_drafts.
   std::vector<DraftOffer> draft_offers(const StepPlan& plan) const;
   const SpeculationCounters& speculation() const { return speculation_; }
-  // Whether steps draft the next blocks (the speculation governor's choice; on by default). Off,
-  // the drafter's contexts still take every committed position, so drafting can resume at once.
+  // Whether steps draft and verify (the speculation governor's choice; on by default). Off,
+  // speculative requests step like any other (no taps, so a GPU draws their tokens on the device
+  // and can chain steps); when drafting resumes, each drafter context restarts at its sequence's
+  // position then, without the positions stepped meanwhile (like after a prefix-cache hit).
   void set_drafting(bool drafting) { drafting_ = drafting; }
 
   // A request's sampling settings; before its first plan. Forgotten by forget_request.

@@ -100,6 +100,15 @@ TEST(SpeculativeEngine, GreedyEqualsTheEngineWithoutSpeculation) {
                                                 stats.speculation.verified_by_position[3]);
   expect_same_answers(plain, run_all(requests, options_for(SpeculativeMode::scheduled), &stats), "scheduled");
   EXPECT_GT(stats.speculation.rounds, 0);
+  // The governor turning drafting off and on every few steps: sequences leave the speculative
+  // path with drafts pending or a rollback to recompute, and come back with a context that
+  // restarts where they are.
+  EngineOptions toggling = options_for(SpeculativeMode::scheduled);
+  toggling.governor_exploit_steps = 2;
+  toggling.governor_probe_steps = 2;
+  expect_same_answers(plain, run_all(requests, toggling, &stats), "scheduled, drafting toggled");
+  EXPECT_GE(stats.drafting_switches, 4);
+  EXPECT_GT(stats.speculation.rounds, 0);
 
   // A cache that holds a few sequences only: preemption and recompute, drafter contexts rebuilt.
   EngineOptions tight = options_for(SpeculativeMode::static_blocks, 0);
