@@ -39,6 +39,14 @@ void SpeculationGovernor::change(bool drafting, int64_t steps) {
   skip_next_ = true;
   seconds_ = 0;
   tokens_ = 0;
+  counted_ = 0;
+}
+
+int64_t SpeculationGovernor::probe_length(bool drafting) const {
+  const double probe_step = step_seconds_[drafting ? 1 : 0], exploit_step = step_seconds_[drafting ? 0 : 1];
+  if (probe_step <= 0 || exploit_step <= 0) return probe_steps_;
+  const double balanced = static_cast<double>(exploit_now_) * exploit_step / probe_step / 8.0;
+  return std::clamp<int64_t>(static_cast<int64_t>(balanced), 2, probe_steps_);
 }
 
 void SpeculationGovernor::record(double seconds, int64_t tokens) {
@@ -47,9 +55,11 @@ void SpeculationGovernor::record(double seconds, int64_t tokens) {
   } else {
     seconds_ += seconds;
     tokens_ += tokens;
+    ++counted_;
   }
   if (--steps_left_ > 0) return;
   if (seconds_ > 0) rate_[drafting_ ? 1 : 0] = static_cast<double>(tokens_) / seconds_;
+  if (counted_ > 0) step_seconds_[drafting_ ? 1 : 0] = seconds_ / static_cast<double>(counted_);
   if (probing_ && rate_[drafting_ ? 0 : 1] == 0) {  // the other mode was never measured
     change(!drafting_, probe_steps_);
     return;
@@ -62,7 +72,7 @@ void SpeculationGovernor::record(double seconds, int64_t tokens) {
     change(faster, exploit_now_);
   } else {  // an exploit phase ends: measure the other mode again
     probing_ = true;
-    change(!drafting_, probe_steps_);
+    change(!drafting_, probe_length(!drafting_));
   }
 }
 

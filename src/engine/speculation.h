@@ -36,10 +36,12 @@ struct SpeculationCounters {
 
 // Whether drafting pays, measured while serving (scheduled mode): the engine's output tokens per
 // second with drafting and without it, in alternating phases. It runs the mode that measured
-// faster for an exploit phase, then tries the other for `probe_steps`, and so on; each probe that
-// confirms the mode doubles the next exploit phase (from `exploit_steps` up to 16 times that), so
-// a settled choice costs little probing, and a probe that overturns it starts again from
-// `exploit_steps`. The first step of each phase is not counted (it still verifies, or has not yet
+// faster for an exploit phase, then probes the other, and so on; each probe that confirms the mode
+// doubles the next exploit phase (from `exploit_steps` up to 16 times that), so a settled choice
+// costs little probing, and a probe that overturns it starts again from `exploit_steps`. A probe
+// is `probe_steps` long, or shorter where its mode's steps are slower: at most about an eighth
+// of the exploit phase's time (a drafting step at high load can cost 30 plain ones), 2 steps at
+// least. The first step of each phase is not counted (it still verifies, or has not yet
 // drafted, for the mode before). Tokens/s is compared, not per-step cost: a step with drafts is
 // slower but may make several tokens per sequence. Load that changes between phases biases one
 // comparison; the phases keep alternating.
@@ -55,6 +57,7 @@ class SpeculationGovernor {
 
  private:
   void change(bool drafting, int64_t steps);
+  int64_t probe_length(bool drafting) const;
 
   const int64_t exploit_steps_, probe_steps_;
   int64_t exploit_now_ = 0;  // the next exploit phase's length
@@ -64,7 +67,9 @@ class SpeculationGovernor {
   bool skip_next_ = true;
   double seconds_ = 0;
   int64_t tokens_ = 0;
+  int64_t counted_ = 0;
   double rate_[2] = {0, 0};
+  double step_seconds_[2] = {0, 0};  // mean step time last measured per mode
   int64_t switches_ = 0;
 };
 

@@ -40,6 +40,22 @@ TEST(SpeculationGovernor, KeepsTheFasterModeAndKeepsMeasuringTheOther) {
   EXPECT_GT(governor.switches(), 4);
 }
 
+TEST(SpeculationGovernor, ProbesOfASlowModeAreShort) {
+  SpeculationGovernor governor(64, 8);
+  // Drafting steps take 30 times a plain step and make 2 tokens where plain makes 1 each:
+  // drafting loses, and its later probes take 2 steps (an eighth of 64 plain steps' time is
+  // about 2 drafting steps), not 8.
+  int64_t drafted = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const bool drafting = governor.drafting();
+    if (i >= 100) drafted += drafting ? 1 : 0;
+    governor.record(drafting ? 0.03 : 0.001, drafting ? 2 : 1);
+  }
+  EXPECT_FALSE(governor.drafting() && drafted > 40);
+  EXPECT_LT(drafted, 40) << "probes of the slow mode must stay short";
+  EXPECT_GT(drafted, 0);
+}
+
 TEST(SpeculationGovernor, APhasesFirstStepIsNotCounted) {
   SpeculationGovernor governor(4, 3);
   // Probe of drafting: steps 1-3; the first (leftover of before) says 100 tokens, ignored.
