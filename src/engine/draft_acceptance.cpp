@@ -29,17 +29,26 @@ void check_shapes(const char* what, std::span<const std::span<const float>> rows
 
 }  // namespace
 
-DraftVerdict accept_greedy(std::span<const std::span<const float>> target_rows, std::span<const int32_t> drafts,
-                           std::span<const int32_t> stop_tokens) {
-  check_shapes("accept_greedy", target_rows, drafts);
+DraftVerdict accept_greedy_tokens(std::span<const int32_t> target_tokens, std::span<const int32_t> drafts,
+                                  std::span<const int32_t> stop_tokens) {
+  if (target_tokens.size() != drafts.size() + 1)
+    fail("accept_greedy: ", target_tokens.size(), " target tokens for ", drafts.size(), " drafts (one more than drafts)");
   DraftVerdict verdict;
   for (std::size_t i = 0; i < drafts.size(); ++i) {
-    if (drafts[i] != argmax_lowest_index(target_rows[i])) break;
+    if (drafts[i] != target_tokens[i]) break;
     ++verdict.accepted;
     if (is_stop(drafts[i], stop_tokens)) return verdict;  // nothing follows a stop token
   }
-  verdict.bonus = argmax_lowest_index(target_rows[static_cast<std::size_t>(verdict.accepted)]);
+  verdict.bonus = target_tokens[static_cast<std::size_t>(verdict.accepted)];
   return verdict;
+}
+
+DraftVerdict accept_greedy(std::span<const std::span<const float>> target_rows, std::span<const int32_t> drafts,
+                           std::span<const int32_t> stop_tokens) {
+  check_shapes("accept_greedy", target_rows, drafts);
+  std::vector<int32_t> target_tokens;
+  for (const std::span<const float>& row : target_rows) target_tokens.push_back(argmax_lowest_index(row));
+  return accept_greedy_tokens(target_tokens, drafts, stop_tokens);
 }
 
 DraftVerdict accept_sampled(std::span<const std::span<const float>> target, std::span<const std::span<const float>> draft,

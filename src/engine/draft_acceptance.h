@@ -48,6 +48,10 @@ struct VerifyStream {
 // that is not drafts + 1, or rows of unequal width.
 DraftVerdict accept_greedy(std::span<const std::span<const float>> target_rows, std::span<const int32_t> drafts,
                            std::span<const int32_t> stop_tokens);
+// accept_greedy on the rows' argmax tokens, as a backend that draws greedily on the device gives
+// them (one more than there are drafts). Throws deepinfer::Error on any other count.
+DraftVerdict accept_greedy_tokens(std::span<const int32_t> target_tokens, std::span<const int32_t> drafts,
+                                  std::span<const int32_t> stop_tokens);
 
 // Sampled verification. `target[i]` and `draft[i]` are probability distributions over the
 // vocabulary (non-negative, summing to 1 up to rounding): target[i] is the target's distribution

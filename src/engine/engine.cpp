@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/phase_profile.h"
 #include "engine/counter_rng.h"
 #include "engine/scheduler.h"
 #include "engine/step_executor.h"
@@ -328,14 +329,18 @@ struct Engine::Impl {
         const Clock::time_point wait_start = Clock::now();
         std::optional<std::string> compute_error;
         try {
+          const ScopedPhase timed("engine: collect");
           executor.collect();
         } catch (const std::exception& error) {
           compute_error = error.what();
         }
         compute_seconds += seconds_since(wait_start);
         if (!chained) host_start = Clock::now();
-        if (compute_error) fail_step(*compute_error);
-        else finish_step();
+        {
+          const ScopedPhase timed("engine: finish step");
+          if (compute_error) fail_step(*compute_error);
+          else finish_step();
+        }
         take_inbox();
         if (executor.in_flight() > 0) {
           publish_stats();
@@ -349,7 +354,10 @@ struct Engine::Impl {
       scheduler.take_forced_tokens(*plan);
       if (plan->empty()) plan = timed_schedule();  // its only item could not grow (no spare block)
       // Drafts proposed by the finished step join this plan's decodes for verification.
-      if (options.speculative != SpeculativeMode::off) scheduler.take_drafts(*plan, executor.draft_offers(*plan));
+      if (options.speculative != SpeculativeMode::off) {
+        const ScopedPhase timed("engine: take drafts");
+        scheduler.take_drafts(*plan, executor.draft_offers(*plan));
+      }
       if (plan->empty()) {
         plan.reset();
         host_seconds += seconds_since(host_start);
@@ -366,9 +374,15 @@ struct Engine::Impl {
         last_finish = host_start;  // idle time is not a step's
         continue;
       }
-      executor.prepare(*plan);
+      {
+        const ScopedPhase timed("engine: prepare");
+        executor.prepare(*plan);
+      }
       plan.reset();
-      executor.issue();
+      {
+        const ScopedPhase timed("engine: issue");
+        executor.issue();
+      }
       host_seconds += seconds_since(host_start);
       publish_stats();  // behind the step: its compute never touches the scheduler
     }
@@ -376,6 +390,7 @@ struct Engine::Impl {
 
   StepPlan timed_schedule() {
     const Clock::time_point start = Clock::now();
+    const ScopedPhase timed("engine: schedule");
     StepPlan plan = scheduler.schedule();
     planning_seconds += seconds_since(start);
     return plan;

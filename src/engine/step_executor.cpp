@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/phase_profile.h"
 #include "engine/counter_rng.h"
 #include "engine/draft_acceptance.h"
 #include "engine/sampling_math.h"
@@ -137,7 +138,7 @@ void StepExecutor::forget_sequence(SequenceId id) {
 
 int32_t StepExecutor::Prepared::draw_of(SequenceId id, uint64_t epoch) const {
   for (std::size_t i = 0; i < owners.size(); ++i)
-    if (owners[i].id == id && owners[i].epoch == epoch) return static_cast<int32_t>(i);
+    if (owners[i].id == id && owners[i].epoch == epoch && !owners[i].verifies) return static_cast<int32_t>(i);
   return -1;
 }
 
@@ -255,10 +256,15 @@ void StepExecutor::prepare(const StepPlan& plan) {
       item.score_begin = std::max(scheduled.begin + 1, next->second);
       item.score_end = std::max(item.score_begin, std::min(scheduled.end + 1, prompt_length));
     }
-    const auto vocab = static_cast<std::size_t>(model_.vocab_size());
-    if (item.score_end > item.score_begin || item.drafts > 0) item.logits.resize(item.tokens.size() * vocab);
-    else if (item.needs_logits) item.logits.resize(vocab);
     prepared.items.push_back(std::move(item));
+  }
+  prepared.drawing = can_draw(prepared);
+  if (!prepared.drawing) {
+    const auto vocab = static_cast<std::size_t>(model_.vocab_size());
+    for (PreparedItem& item : prepared.items) {
+      if (item.scores_prompt() || item.drafts > 0) item.logits.resize(item.tokens.size() * vocab);
+      else if (item.needs_logits) item.logits.resize(vocab);
+    }
   }
   for (const Fork& fork : plan.forks) {
     if (!scheduler_.is_current(fork.child, fork.child_epoch)) continue;
@@ -410,6 +416,26 @@ model::TokenDraw StepExecutor::draw_for(SequenceId id, int64_t row, int64_t posi
   return draw;
 }
 
+bool StepExecutor::can_draw(const Prepared& prepared) const {
+  if (!model_.backend().draws_tokens()) return false;
+  // A speculative sampled request's drafts are verified against its distributions on the host
+  // (and its drafter context follows the tokens the host draws).
+  return std::none_of(prepared.items.begin(), prepared.items.end(), [&](const PreparedItem& item) {
+    return item.scores_prompt() || (item.speculative && !requests_.at(item.id.request)->params.greedy());
+  });
+}
+
+void StepExecutor::keep_rollback_states(Prepared& prepared) {
+  for (const PreparedItem& item : prepared.items) {
+    SequenceContext& sequence = context(item.id);
+    // The state a rejection in the step before restored is still there.
+    if (item.drafts == 0 || sequence.rollback_length == item.begin) continue;
+    const ScopedPhase timed("host step: rollback snapshot");
+    sequence.rollback = model_.save_snapshot(*sequence.state);
+    sequence.rollback_length = item.begin;
+  }
+}
+
 void StepExecutor::compute_drawing(Prepared& prepared, bool issue_only) {
   std::vector<model::BatchItem> batch;
   // Each item that needs a token asks for its last row; its draws (and its forks' children's,
@@ -417,10 +443,19 @@ void StepExecutor::compute_drawing(Prepared& prepared, bool issue_only) {
   std::vector<model::TokenDraw> draws;
   std::vector<std::vector<model::TokenDraw::Generated>> histories;
   prepared.owners.clear();
+  // A verifying item asks for every row and draws greedily from its last drafts + 1 (the rows
+  // before are kept tokens computed again after a rejection).
   for (PreparedItem& item : prepared.items) {
-    const model::LogitRows rows = item.needs_logits ? model::LogitRows::Last : model::LogitRows::None;
-    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, {}, rows, item.last_token_draw});
+    const model::LogitRows rows = item.drafts > 0    ? model::LogitRows::All
+                                  : item.needs_logits ? model::LogitRows::Last
+                                                      : model::LogitRows::None;
+    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, {}, rows, item.last_token_draw, item.taps});
     if (!item.needs_logits) continue;
+    if (item.drafts > 0) {
+      item.first_verify_draw = prepared.owners.size();
+      for (int32_t k = 0; k <= item.drafts; ++k) prepared.owners.push_back({item.id, item.epoch, true});
+      continue;
+    }
     prepared.owners.push_back({item.id, item.epoch});
     for (const PreparedFork& fork : prepared.forks)
       if (fork.parent == item.id) prepared.owners.push_back({fork.child, fork.child_epoch});
@@ -429,6 +464,15 @@ void StepExecutor::compute_drawing(Prepared& prepared, bool issue_only) {
   int64_t row = 0;
   std::size_t owner = 0;
   for (PreparedItem& item : prepared.items) {
+    if (item.drafts > 0) {
+      const auto first_row = static_cast<int64_t>(item.tokens.size()) - item.drafts - 1;
+      for (int32_t k = 0; k <= item.drafts; ++k) {
+        draws.push_back(draw_for(item.id, row + first_row + k, item.end + k, histories[owner]));
+        ++owner;
+      }
+      row += static_cast<int64_t>(item.tokens.size());
+      continue;
+    }
     if (!item.needs_logits) continue;
     draws.push_back(draw_for(item.id, row, item.end, histories[owner]));
     ++owner;
@@ -463,13 +507,27 @@ void StepExecutor::compute_drawing(Prepared& prepared, bool issue_only) {
     begin_snapshots(prepared);  // before a chained pass moves the states on
     return;
   }
-  model_.forward_batch_draw(batch, draws, prepared.drawn, attach_masks);
+  keep_rollback_states(prepared);
+  {
+    const ScopedPhase timed("host step: forward");
+    model_.forward_batch_draw(batch, draws, prepared.drawn, attach_masks);
+  }
   run_forks_and_snapshots(prepared);
   take_drawn(prepared);
+  if (std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) { return item.speculative; }))
+    return;
+  {
+    const ScopedPhase timed("host step: verify");
+    for (PreparedItem& item : prepared.items)
+      if (item.drafts > 0) verify_drafts(prepared, item);
+  }
+  const ScopedPhase timed("host step: draft next");
+  draft_next(prepared);
 }
 
 void StepExecutor::take_drawn(Prepared& prepared) {
   for (std::size_t i = 0; i < prepared.drawn.size(); ++i) {
+    if (prepared.owners[i].verifies) continue;
     const model::DrawnToken& drawn = prepared.drawn[i];
     ProducedToken produced{prepared.owners[i].id, prepared.owners[i].epoch, drawn.token, drawn.logprob, {}, false};
     for (const auto& [token, logprob] : drawn.top_logprobs) produced.top_logprobs.push_back({token, logprob});
@@ -483,11 +541,11 @@ void StepExecutor::issue() {
   try {
     // The backend draws the tokens itself (constrained rows with their masks) unless a row's
     // logits must come back (prompt scoring).
-    const bool drawing = model_.backend().draws_tokens() &&
-                         std::none_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) {
-                           return item.scores_prompt() || item.speculative;
-                         });
-    if (drawing && model_.chains_draws()) {
+    const bool drawing = prepared.drawing;
+    // A speculative step's verdicts and drafts are made on the host once its draws are back.
+    const bool speculative = std::any_of(prepared.items.begin(), prepared.items.end(),
+                                         [](const PreparedItem& item) { return item.speculative; });
+    if (drawing && model_.chains_draws() && !speculative) {
       prepared.issued_pending = true;
       compute_drawing(prepared, /*issue_only=*/true);
       return;
@@ -526,22 +584,24 @@ void StepExecutor::compute_on_host(Prepared& prepared) {
     const model::LogitRows rows = item.scores_prompt() || item.drafts > 0 ? model::LogitRows::All
                                   : item.needs_logits                     ? model::LogitRows::Last
                                                                           : model::LogitRows::None;
-    SequenceContext& sequence = context(item.id);
-    // A verification may reject a draft: keep the state it starts from (the one a rejection in the
-    // step before restored is still there).
-    if (item.drafts > 0 && sequence.rollback_length != item.begin) {
-      sequence.rollback = model_.save_snapshot(*sequence.state);
-      sequence.rollback_length = item.begin;
-    }
-    batch.push_back(model::BatchItem{&*sequence.state, item.tokens, item.logits, rows, -1, item.taps});
+    batch.push_back(model::BatchItem{&*context(item.id).state, item.tokens, item.logits, rows, -1, item.taps});
   }
+  keep_rollback_states(prepared);
   std::future<std::vector<RowMask>> masks_ahead = start_masks(prepared);
-  model_.forward_batch(batch);
+  {
+    const ScopedPhase timed("host step: forward");
+    model_.forward_batch(batch);
+  }
   const std::vector<RowMask> masks = masks_ahead.valid() ? masks_ahead.get() : std::vector<RowMask>{};
   run_forks_and_snapshots(prepared);
-  sample_rows(prepared, masks);
-  if (std::any_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) { return item.speculative; }))
+  {
+    const ScopedPhase timed("host step: sample and verify");
+    sample_rows(prepared, masks);
+  }
+  if (std::any_of(prepared.items.begin(), prepared.items.end(), [](const PreparedItem& item) { return item.speculative; })) {
+    const ScopedPhase timed("host step: draft next");
     draft_next(prepared);
+  }
 }
 
 void StepExecutor::run_forks(Prepared& prepared) {
@@ -662,14 +722,23 @@ std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) 
     return std::span<const float>(item.logits).subspan((first_row + i) * vocab, vocab);
   };
   const std::span<const int32_t> drafts = std::span<const int32_t>(item.tokens).last(drafted);
+  // Drawn: the backend's greedy draws of rows 0 .. drafted (can_draw keeps sampled requests off it).
+  const std::span<const model::DrawnToken> drawn =
+      prepared.drawing ? std::span<const model::DrawnToken>(prepared.drawn).subspan(item.first_verify_draw, drafted + 1)
+                       : std::span<const model::DrawnToken>{};
   DraftVerdict verdict;
-  if (params.greedy()) {
+  if (prepared.drawing) {
+    std::vector<int32_t> target_tokens;
+    for (const model::DrawnToken& token : drawn) target_tokens.push_back(token.token);
+    verdict = accept_greedy_tokens(target_tokens, drafts, request.stop_token_ids);
+  } else if (params.greedy()) {
     std::vector<std::vector<float>> processed;
     std::vector<std::span<const float>> rows;
     for (std::size_t i = 0; i <= drafted; ++i) processed.push_back(processed_logits(row(i), params, *sequence.history));
     for (const std::vector<float>& processed_row : processed) rows.emplace_back(processed_row);
     verdict = accept_greedy(rows, drafts, request.stop_token_ids);
   } else {
+    const ScopedPhase timed("verify: sampled distributions");
     std::vector<std::vector<float>> target(drafted + 1), draft(drafted);
     for (std::size_t i = 0; i <= drafted; ++i) token_distribution(row(i), params, *sequence.history, target[i]);
     for (std::size_t i = 0; i < drafted; ++i)
@@ -696,7 +765,10 @@ std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) 
   for (std::size_t i = 0; i < kept.size(); ++i) {
     // No log-probability unless asked, as the sampler reports it.
     ProducedToken produced{item.id, item.epoch, kept[i], SampleResult{}.logprob, {}, false, i > 0};
-    if (params.logprobs) {
+    if (params.logprobs && prepared.drawing) {  // the draw at row i is kept[i]
+      produced.logprob = drawn[i].logprob;
+      for (const auto& [token, logprob] : drawn[i].top_logprobs) produced.top_logprobs.push_back({token, logprob});
+    } else if (params.logprobs) {
       const SampleResult scored = score_token(row(i), kept[i], *params.logprobs);
       produced.logprob = scored.logprob;
       produced.top_logprobs = scored.top_logprobs;
@@ -712,6 +784,7 @@ std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) 
     prepared.moved.emplace_back(item.id, item.end + item.drafts);
   } else {
     ++counters.rollbacks;
+    const ScopedPhase timed("verify: rollback restore");
     model_.restore_snapshot(*sequence.state, sequence.rollback);
     prepared.moved.emplace_back(item.id, item.begin);
   }
@@ -732,6 +805,7 @@ void StepExecutor::draft_next(Prepared& prepared) {
     if (item.committed_end > draft_context.length) {
       const auto skip = static_cast<std::size_t>(draft_context.length - item.begin);
       const auto rows = static_cast<std::size_t>(item.committed_end - draft_context.length);
+      const ScopedPhase timed("draft next: inject");
       drafter.inject(draft_context, std::span<const float>(item.taps).subspan(skip * width, rows * width));
     }
     for (const PreparedFork& fork : prepared.forks)
@@ -776,7 +850,11 @@ void StepExecutor::draft_next(Prepared& prepared) {
     owners.push_back(&sequence);
   }
   if (requests.empty()) return;
-  std::vector<model::DraftBlock> blocks = drafter.draft(requests, model_.backend());
+  std::vector<model::DraftBlock> blocks;
+  {
+    const ScopedPhase timed("draft next: draft");
+    blocks = drafter.draft(requests, model_.backend());
+  }
   for (std::size_t r = 0; r < blocks.size(); ++r) {
     SequenceContext& sequence = *owners[r];
     model::DraftBlock& block = blocks[r];

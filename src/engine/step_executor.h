@@ -186,6 +186,8 @@ class StepExecutor {
     int32_t drafts = 0;
     std::vector<float> taps;
     int64_t committed_end = 0;  // positions [begin, committed_end) are kept (their taps are valid)
+    // Drawn verification (Prepared::drawing): the draws of rows end - 1 .. end + drafts - 1 start here.
+    std::size_t first_verify_draw = 0;
     bool scores_prompt() const { return score_end > score_begin; }
   };
   struct PreparedFork {
@@ -198,12 +200,16 @@ class StepExecutor {
   struct DrawOwner {
     SequenceId id;
     uint64_t epoch = 0;
+    bool verifies = false;  // a row of a draft block's verification (verify_drafts reads it)
   };
   struct Prepared {
     uint64_t step = 0;
     std::vector<PreparedItem> items;
     std::vector<PreparedFork> forks;
     std::vector<std::pair<SequenceId, int64_t>> restored;
+    // The backend draws every token the step needs where the logits are (greedy verification
+    // included): no row's logits come to the host.
+    bool drawing = false;
     // issue(): how the step computes. issued_pending: the pass was issued on the engine thread and
     // `pending` reads its draws (drawn[i] for owners[i]); else `computing` runs it on a worker.
     bool issued_pending = false;
@@ -258,6 +264,11 @@ class StepExecutor {
   void compute_drawing(Prepared& prepared, bool issue_only);
   // The step when the host samples: the forward pass, then the sampler on its logits.
   void compute_on_host(Prepared& prepared);
+  // Whether `prepared` can run with the backend's draws: nothing needs a row's logits on the host
+  // (prompt scoring, a sampled verification with its distributions).
+  bool can_draw(const Prepared& prepared) const;
+  // Before a verifying pass: the state each verifying sequence goes back to on a rejection.
+  void keep_rollback_states(Prepared& prepared);
   // The parts after the forward: fork copies, snapshots (begun and finished at once unless the
   // pass was issued chained), then the host sampler.
   void run_forks(Prepared& prepared);
@@ -268,7 +279,8 @@ class StepExecutor {
   void sample_rows(Prepared& prepared, const std::vector<RowMask>& masks);
   // prepared.tokens from the backend's draws.
   void take_drawn(Prepared& prepared);
-  // Speculative steps, after the pass: a verifying item's verdict, its tokens and its rollback.
+  // Speculative steps, after the pass: a verifying item's verdict, its tokens and its rollback,
+  // from the rows' logits or (Prepared::drawing) the backend's greedy draws of them.
   // Returns the tokens produced (appended to prepared.tokens).
   std::size_t verify_drafts(Prepared& prepared, PreparedItem& item);
   // Every speculative sequence's committed taps into its drafter context, and the next block

@@ -44,7 +44,8 @@ struct PassShape {
 struct CallShape {
   int64_t rows = 0;
   // Every row is the next token of its own sequence and the backend draws every token, with no
-  // trace and no window replay: a decode step (the CUDA backend replays a captured graph for it).
+  // trace, no taps and no window replay: a decode step (the CUDA backend replays a captured graph
+  // for it, so nothing may come back to the host before the draws).
   bool decode = false;
   int64_t max_length = 0;  // the longest sequence's length once the call is done
   int64_t block_tokens = 0;  // decode: the sequences' cache block size (one for all of them)
@@ -55,6 +56,15 @@ struct HeadWeights {
   const HyperConnectionWeights* hc_head = nullptr;
   std::span<const float> norm;
   const kernels::WeightMatrix* head = nullptr;
+};
+
+// DSpark's draft head (drafter.h): the target's head, then a Markov correction from the previous
+// draft token and a confidence from the collapsed head input and that token's embedding.
+struct DraftHeadWeights {
+  HeadWeights head;
+  const kernels::WeightMatrix* markov_w1 = nullptr;  // [V, r]: an embedding of the previous token
+  const kernels::WeightMatrix* markov_w2 = nullptr;  // [V, r]: r -> V
+  std::span<const float> confidence;                 // [D + r]
 };
 
 // A token the backend draws from one of the head's logits rows itself (Backend::draws_tokens),
@@ -140,6 +150,14 @@ class ForwardPass {
   // output; each segment is one draft block over its drafter context. Backends that run no
   // drafts refuse.
   virtual void draft_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments);
+  // DSpark's greedy draft head: the pass's rows are anchors.size() blocks of gamma rows. Row k of
+  // block r gets logits head(row) + markov_w2 . markov_w1[previous], previous being anchors[r] at
+  // k = 0 and the token of row k - 1 after it; its token is their argmax (ties to the lowest id;
+  // NaN loses), into tokens[r * gamma + k], and confidence_raw[r * gamma + k] =
+  // confidence . [collapsed head input of the row ; markov_w1[previous]]. Only those come back to
+  // the host. The default runs collapse_head and head and the rest on the host (draft_head.cpp).
+  virtual void greedy_draft_head(const DraftHeadWeights& weights, std::span<const int32_t> anchors, int64_t gamma,
+                                 std::span<int32_t> tokens, std::span<float> confidence_raw);
   // As head, but the logits stay in the backend and draws[i] picks a token from row
   // draws[i].row into drawn[i] (Backend::draws_tokens() backends only). Throws deepinfer::Error
   // where engine::sample would (no finite logit, an id outside the vocabulary). before_read (if

@@ -1,9 +1,12 @@
 #include "model/drafter.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
+#include "core/phase_profile.h"
+#include "model/draft_head.h"
 #include "model/ops.h"
 
 namespace deepinfer::model {
@@ -104,6 +107,7 @@ std::vector<DraftBlock> Drafter::draft(std::span<const DraftRequest> requests, c
   std::vector<int32_t> ids(static_cast<std::size_t>(rows), static_cast<int32_t>(config_.noise_token_id));
   for (int64_t r = 0; r < count; ++r) ids[r * gamma] = requests[r].anchor;
 
+  std::optional<ScopedPhase> timed_pass(std::in_place, "drafter: pass");
   const std::unique_ptr<ForwardPass> pass = backend.begin(shape_, CallShape{rows, false, 0, 0});
   pass->embed(weights_.embed, ids, {}, nullptr);
   std::vector<AttentionSegment> segments(static_cast<std::size_t>(count));
@@ -120,43 +124,66 @@ std::vector<DraftBlock> Drafter::draft(std::span<const DraftRequest> requests, c
     pass->moe(stage.moe, ids, nullptr);
     pass->exit_site();
   }
+  const DraftHeadWeights head = head_weights();
+  const bool host_markov = std::any_of(requests.begin(), requests.end(),
+                                       [](const DraftRequest& request) { return request.pick || request.keep_logits; });
+  if (!host_markov) {
+    std::vector<int32_t> anchors, tokens(static_cast<std::size_t>(rows));
+    std::vector<float> raw(static_cast<std::size_t>(rows));
+    for (const DraftRequest& request : requests) anchors.push_back(request.anchor);
+    pass->greedy_draft_head(head, anchors, gamma, tokens, raw);
+    timed_pass.reset();
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t k = 0; k < gamma; ++k) {
+        const auto row = static_cast<std::size_t>(r * gamma + k);
+        if (tokens[row] < 0 || tokens[row] >= vocab_)
+          fail("drafter: draft token ", tokens[row], " outside the vocabulary of ", vocab_);
+        blocks[r].tokens.push_back(tokens[row]);
+        blocks[r].confidence_raw.push_back(raw[row]);
+        blocks[r].confidence.push_back(sigmoid(raw[row] / static_cast<float>(config_.confidence_temperatures[k])));
+      }
+    return blocks;
+  }
   std::vector<int64_t> all_rows(static_cast<std::size_t>(rows));
   for (int64_t t = 0; t < rows; ++t) all_rows[t] = t;
-  const HeadWeights head{family_ == ModelFamily::V4 ? &weights_.hc_head : nullptr, weights_.norm, &weights_.head};
   std::vector<float> collapsed(static_cast<std::size_t>(rows * hidden_));
-  pass->collapse_head(head, all_rows, collapsed.data());
+  pass->collapse_head(head.head, all_rows, collapsed.data());
   std::vector<float> base(static_cast<std::size_t>(rows * vocab_));
-  pass->head(head, all_rows, base.data(), nullptr);
-
+  pass->head(head.head, all_rows, base.data(), nullptr);
+  timed_pass.reset();
+  const ScopedPhase timed_markov("drafter: markov and picks");
   // The sequential stage on the host: each position's bias depends on the token drawn before it.
-  const int64_t rank = weights_.markov_w1.cols;
-  std::vector<float> embedding(static_cast<std::size_t>(rank));
-  std::vector<float> bias(static_cast<std::size_t>(vocab_));
+  std::vector<float> embedding(static_cast<std::size_t>(weights_.markov_w1.cols));
   for (int64_t r = 0; r < count; ++r) {
     DraftBlock& block = blocks[r];
     block.base_logits.assign(base.begin() + r * gamma * vocab_, base.begin() + (r + 1) * gamma * vocab_);
     block.logits.resize(static_cast<std::size_t>(gamma * vocab_));
     int32_t previous = requests[r].anchor;
     for (int64_t k = 0; k < gamma; ++k) {
-      kernels::decode_row(weights_.markov_w1, previous, embedding.data());
-      kernels::linear(embedding.data(), 1, weights_.markov_w2, bias.data());
-      float* z = block.logits.data() + k * vocab_;
-      const float* u = block.base_logits.data() + k * vocab_;
-      for (int64_t v = 0; v < vocab_; ++v) z[v] = u[v] + bias[v];
-      const float* h = collapsed.data() + (r * gamma + k) * hidden_;
-      const float raw = dot(weights_.confidence.data(), h, hidden_) +
-                        dot(weights_.confidence.data() + hidden_, embedding.data(), rank);
+      const std::span<float> z = std::span<float>(block.logits).subspan(static_cast<std::size_t>(k * vocab_),
+                                                                        static_cast<std::size_t>(vocab_));
+      markov_logits(head, previous,
+                    std::span<const float>(block.base_logits).subspan(static_cast<std::size_t>(k * vocab_), z.size()),
+                    embedding, z);
+      const float raw = raw_confidence(
+          head, std::span<const float>(collapsed).subspan(static_cast<std::size_t>((r * gamma + k) * hidden_),
+                                                          static_cast<std::size_t>(hidden_)),
+          embedding);
       block.confidence_raw.push_back(raw);
       block.confidence.push_back(sigmoid(raw / static_cast<float>(config_.confidence_temperatures[k])));
-      const std::span<const float> row(z, static_cast<std::size_t>(vocab_));
-      const int32_t token = requests[r].pick ? requests[r].pick(row, k)
-                                             : static_cast<int32_t>(std::max_element(z, z + vocab_) - z);
+      const ScopedPhase timed_pick("drafter: picks");
+      const int32_t token = requests[r].pick ? requests[r].pick(z, k) : greedy_draft_token(z);
       if (token < 0 || token >= vocab_) fail("drafter: draft token ", token, " outside the vocabulary of ", vocab_);
       block.tokens.push_back(token);
       previous = token;
     }
   }
   return blocks;
+}
+
+DraftHeadWeights Drafter::head_weights() const {
+  const HeadWeights head{family_ == ModelFamily::V4 ? &weights_.hc_head : nullptr, weights_.norm, &weights_.head};
+  return DraftHeadWeights{head, &weights_.markov_w1, &weights_.markov_w2, weights_.confidence};
 }
 
 }  // namespace deepinfer::model

@@ -6,8 +6,9 @@
 // distribution verification needs) and a confidence per position.
 //
 // It runs on the backend's coarse operations (backend.h: embed, mHC sites, MoE, the draft-block
-// attention, the head) over every request's block at once; its context store, the context's
-// projections (inject) and the Markov loop run on the host (on CUDA so does the draft-block
+// attention, the head) over every request's block at once; greedy blocks' Markov loop too
+// (greedy_draft_head), while picked or kept-logit blocks run it on the host. Its context store
+// and the context's projections (inject) are on the host (on CUDA so is the draft-block
 // attention, reading the drafter's host context: a device kernel is still to come).
 #include <cstdint>
 #include <functional>
@@ -59,12 +60,16 @@ struct DraftRequest {
   // Picks draft token k (0-based) from the Markov-corrected logits z_k; empty: greedy (argmax,
   // ties to the lowest id). Verification must use the distribution this draw is made from.
   std::function<int32_t(std::span<const float> logits, int64_t k)> pick;
+  // The block's logits (DraftBlock::logits, base_logits) come back; they always do with a pick.
+  // A call whose requests need none drafts on the backend's greedy_draft_head, which returns
+  // only the tokens and confidences.
+  bool keep_logits = false;
 };
 
 struct DraftBlock {
   std::vector<int32_t> tokens;          // [gamma]
-  std::vector<float> logits;            // [gamma, V] z_k = U_k + markov bias
-  std::vector<float> base_logits;       // [gamma, V] U_k
+  std::vector<float> logits;            // [gamma, V] z_k = U_k + markov bias (kept logits only)
+  std::vector<float> base_logits;       // [gamma, V] U_k (kept logits only)
   std::vector<float> confidence_raw;    // [gamma]
   std::vector<float> confidence;        // [gamma] sigmoid(raw / T_k): P(x_k survives | x_<k did)
 };
@@ -104,6 +109,8 @@ class Drafter {
   int64_t vocab_ = 0;
   int64_t hidden_ = 0;
   ModelFamily family_ = ModelFamily::V41;
+
+  DraftHeadWeights head_weights() const;
 };
 
 // Where a target forward reads the drafter's taps: the streams after layer tap_after[j] (-1: the

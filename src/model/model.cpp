@@ -160,8 +160,6 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       if (!item.logits.empty()) fail("forward: a batch item with no tokens has ", item.logits.size(), " logits");
       continue;
     }
-    if (draws.active() && item.rows == LogitRows::All)
-      fail("forward: a call whose tokens the backend draws gives no logits (LogitRows::All)");
     const int64_t expected = draws.active() ? 0 : logit_rows * vocab;
     if (static_cast<int64_t>(item.logits.size()) != expected)
       fail("forward: logits hold ", item.logits.size(), " floats, expected ", expected);
@@ -237,8 +235,9 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
   CallShape call{count, draws.active() && !trace && !options.decoder_window_replay, 0,
                  items.front().sequence->pages.block_tokens};
   for (std::size_t i = 0; i < items.size(); ++i) {
+    // Taps are read to the host mid-pass: such a pass is never a replayed decode graph.
     call.decode = call.decode && items[i].tokens.size() == 1 && items[i].rows == LogitRows::Last &&
-                  items[i].sequence->pages.block_tokens == call.block_tokens;
+                  items[i].taps.empty() && items[i].sequence->pages.block_tokens == call.block_tokens;
     call.max_length = std::max(call.max_length, first_position[i] + static_cast<int64_t>(items[i].tokens.size()));
   }
   const std::unique_ptr<ForwardPass> pass = backend_->begin(shape, call);

@@ -163,8 +163,9 @@ class Model {
   // traces are single-sequence options of forward().
   void forward_batch(std::span<const BatchItem> items) const;
   // forward_batch on a backend that draws tokens itself (Backend::draws_tokens): items ask for
-  // their Last row or None, with empty logits; draws[i].row indexes the items that ask for their
-  // last row, in order, and drawn[i] gets the token engine::sample would pick from that row.
+  // All their rows (a draft block's verification), their Last row or None, with empty logits;
+  // draws[i].row indexes the rows asked for, in item order, and drawn[i] gets the token
+  // engine::sample would pick from that row.
   // before_draw (if set) runs on this thread once the pass's device work is issued, right before
   // the draw reads `draws` (ForwardPass::head_draw's before_read): it overlaps the device's work,
   // and it may finish filling what the draws point to (their structured-output masks).

@@ -1,7 +1,8 @@
 // The DSpark drafter on the CUDA backend against the CPU backend (tiny_dspark fixture): the
 // target's taps of a prompt, the drafter's context built from them, and a draft block (Markov-
-// corrected logits within 1e-3, the same greedy tokens, confidences within 1e-3); a batched draft
-// gives each request what it gets alone.
+// corrected logits within 1e-3, the same greedy tokens, confidences within 1e-3), the greedy draft
+// head on the device against the path that keeps the logits; a batched draft gives each request
+// what it gets alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,7 +49,7 @@ DraftRun draft_after_prompt(const model::Model& target, const std::vector<int32_
   run.anchor = static_cast<int32_t>(std::max_element(last, last + target.vocab_size()) - last);
   run.state = drafter.new_state();
   drafter.inject(run.state, run.taps);
-  const model::DraftRequest request{&run.state, run.anchor, {}};
+  const model::DraftRequest request{&run.state, run.anchor, {}, true};
   run.block = drafter.draft(std::span(&request, 1), target.backend()).at(0);
   return run;
 }
@@ -68,17 +69,30 @@ TEST(DrafterOnCuda, MatchesTheCpu) {
   EXPECT_EQ(cpu.block.tokens, gpu.block.tokens);
   EXPECT_LT(worst_difference(cpu.block.confidence, gpu.block.confidence), kDraftParityTolerance);
 
+  // The greedy draft head (the Markov loop on the device when the logits are not kept): the
+  // tokens and confidences of the path that keeps them.
+  const model::DraftRequest greedy_request{&gpu.state, gpu.anchor, {}, false};
+  const model::DraftBlock greedy = pair.gpu->drafter()->draft(std::span(&greedy_request, 1), pair.gpu->backend()).at(0);
+  EXPECT_EQ(greedy.tokens, gpu.block.tokens);
+  EXPECT_LT(worst_difference(greedy.confidence_raw, gpu.block.confidence_raw), kDraftParityTolerance);
+  EXPECT_TRUE(greedy.logits.empty());
+
   // Two requests in one draft pass on the device, each as alone.
   const model::Drafter& drafter = *pair.gpu->drafter();
   model::DraftState other = drafter.new_state();
   drafter.inject(other, std::span(gpu.taps).first(9 * static_cast<std::size_t>(drafter.tap_width())));
-  const model::DraftRequest alone{&other, 11, {}};
+  const model::DraftRequest alone{&other, 11, {}, true};
   const model::DraftBlock other_alone = drafter.draft(std::span(&alone, 1), pair.gpu->backend()).at(0);
-  const std::vector<model::DraftRequest> both{{&other, 11, {}}, {&gpu.state, gpu.anchor, {}}};
+  const std::vector<model::DraftRequest> both{{&other, 11, {}, true}, {&gpu.state, gpu.anchor, {}, true}};
   const std::vector<model::DraftBlock> batched = drafter.draft(both, pair.gpu->backend());
   EXPECT_EQ(batched.at(0).tokens, other_alone.tokens);
   EXPECT_EQ(batched.at(1).tokens, gpu.block.tokens);
   EXPECT_LT(worst_difference(batched.at(1).logits, gpu.block.logits), kDraftParityTolerance);
+  const std::vector<model::DraftRequest> both_greedy{{&other, 11, {}, false}, {&gpu.state, gpu.anchor, {}, false}};
+  const std::vector<model::DraftBlock> batched_greedy = drafter.draft(both_greedy, pair.gpu->backend());
+  EXPECT_EQ(batched_greedy.at(0).tokens, other_alone.tokens);
+  EXPECT_EQ(batched_greedy.at(1).tokens, gpu.block.tokens);
+  EXPECT_EQ(batched_greedy.at(1).confidence_raw, greedy.confidence_raw);
 }
 
 }  // namespace

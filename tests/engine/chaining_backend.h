@@ -28,11 +28,13 @@ class ChainingCpuBackend final : public model::Backend {
   bool chains_draws() const override { return true; }
   int64_t chained_rows() const { return chained_rows_; }
   int64_t mixed_passes() const { return mixed_passes_; }
+  int64_t draws() const { return draws_; }
 
  private:
   friend class ChainingPass;
   mutable int64_t chained_rows_ = 0;  // rows whose token came from a draw
   mutable int64_t mixed_passes_ = 0;  // passes with rows from draws and prompt rows beside them
+  mutable int64_t draws_ = 0;         // tokens drawn
 };
 
 class ChainedDraws final : public model::PendingDraws {
@@ -54,8 +56,14 @@ class ChainedDraws final : public model::PendingDraws {
 
 class ChainingPass final : public ForwardingPass {
  public:
-  ChainingPass(std::unique_ptr<model::ForwardPass> inner, const ChainingCpuBackend& backend)
-      : ForwardingPass(std::move(inner)), backend_(backend) {}
+  ChainingPass(std::unique_ptr<model::ForwardPass> inner, const ChainingCpuBackend& backend, bool decode)
+      : ForwardingPass(std::move(inner)), backend_(backend), decode_(decode) {}
+
+  // As the CUDA backend: a decode call replays a graph, which cannot bring streams back mid-pass.
+  void read_streams(std::span<float> out) override {
+    if (decode_) fail("chaining backend: a decode call reads its streams back (taps or a trace)");
+    inner().read_streams(out);
+  }
 
   void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,
              const model::PendingDraws* draw_source) override {
@@ -83,6 +91,7 @@ class ChainingPass final : public ForwardingPass {
     std::vector<float> logits(rows.size() * vocab);
     inner().head(weights, rows, logits.data(), nullptr);
     if (before_read) (*before_read)();
+    backend_.draws_ += static_cast<int64_t>(draws.size());
     std::vector<model::DrawnToken> out(draws.size());
     for (std::size_t i = 0; i < draws.size(); ++i) {
       const model::TokenDraw& draw = draws[i];
@@ -125,12 +134,13 @@ class ChainingPass final : public ForwardingPass {
 
  private:
   const ChainingCpuBackend& backend_;
+  bool decode_;
   std::vector<int32_t> ids_;
 };
 
 inline std::unique_ptr<model::ForwardPass> ChainingCpuBackend::begin(const model::PassShape& shape,
                                                                      const model::CallShape& call) const {
-  return std::make_unique<ChainingPass>(model::cpu_backend()->begin(shape, call), *this);
+  return std::make_unique<ChainingPass>(model::cpu_backend()->begin(shape, call), *this, call.decode);
 }
 
 }  // namespace deepinfer::engine::testing

@@ -41,6 +41,17 @@ class ForwardingPass : public model::ForwardPass {
             std::vector<float>* hidden) override {
     inner_->head(weights, rows, logits, hidden);
   }
+  void collapse_head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* collapsed) override {
+    inner_->collapse_head(weights, rows, collapsed);
+  }
+  void draft_attention(const model::AttentionWeights& weights,
+                       std::span<const model::AttentionSegment> segments) override {
+    inner_->draft_attention(weights, segments);
+  }
+  void greedy_draft_head(const model::DraftHeadWeights& weights, std::span<const int32_t> anchors, int64_t gamma,
+                         std::span<int32_t> tokens, std::span<float> confidence_raw) override {
+    inner_->greedy_draft_head(weights, anchors, gamma, tokens, confidence_raw);
+  }
   void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                  std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
                  const std::function<void()>* before_read, std::unique_ptr<model::PendingDraws>* pending) override {

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/token_history.h"
+#include "chaining_backend.h"
 #include "engine_checks.h"
 #include "tiny_model.h"
 
@@ -52,8 +53,8 @@ GenerationRequest greedy_request(std::vector<int32_t> prompt, int64_t max_tokens
 
 // Every request submitted at once to a fresh engine; the answers in request order.
 std::vector<Answer> run_all(const std::vector<GenerationRequest>& requests, const EngineOptions& options,
-                            EngineStats* stats = nullptr) {
-  Engine engine(tiny_dspark(), options);
+                            EngineStats* stats = nullptr, const model::Model& model = tiny_dspark()) {
+  Engine engine(model, options);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const GenerationRequest& request : requests) streams.push_back(engine.submit(request));
   std::vector<Answer> out;
@@ -122,6 +123,36 @@ TEST(SpeculativeEngine, GreedyEqualsTheEngineWithoutSpeculation) {
   expect_same_answers(plain_tight, run_all(requests, tight, &stats), "static, tight cache");
   EXPECT_GT(stats.preemptions, 0) << "the cache was meant to be too small for every request at once";
   expect_same_answers(plain, plain_tight, "tight cache without speculation");
+}
+
+// On a backend that draws tokens itself (the CUDA backend; here ChainingCpuBackend), a greedy
+// verification is drawn there, row by row, and only the tokens (with their log-probabilities)
+// come back; the drafts come from the backend's greedy draft head.
+TEST(SpeculativeEngine, GreedyVerificationByTheBackendsDrawsEqualsTheEngineWithoutSpeculation) {
+  model::Model model = testing::load_tiny_dspark();
+  auto chaining = std::make_shared<testing::ChainingCpuBackend>();
+  model.set_backend(chaining);
+  std::mt19937 rng(29);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest request = greedy_request(testing::random_prompt(rng, 3 + i * 5), 20 + i * 3);
+    if (i % 3 == 0) request.sampling.logprobs = 2;
+    if (i == 4) request.sampling.logit_bias[7] = 2.5f;  // the drafts' picks then run on the host
+    requests.push_back(std::move(request));
+  }
+  const std::vector<Answer> plain = run_all(requests, options_for(SpeculativeMode::off), nullptr, model);
+  const int64_t plain_draws = chaining->draws();
+  EngineStats stats;
+  expect_same_answers(plain, run_all(requests, options_for(SpeculativeMode::static_blocks), &stats, model),
+                      "static, drawn verification");
+  EXPECT_GT(stats.speculation.rounds, 30);
+  EXPECT_GT(stats.speculation.rollbacks, 10);
+  // Each round draws its drafts' rows and the bonus row on the backend.
+  EXPECT_GE(chaining->draws() - plain_draws, stats.speculation.draft_tokens + stats.speculation.rounds);
+  expect_same_answers(plain, run_all(requests, options_for(SpeculativeMode::scheduled), &stats, model),
+                      "scheduled, drawn verification");
+  // And the same tokens as the plain CPU backend, which samples on the host.
+  expect_same_answers(run_all(requests, options_for(SpeculativeMode::static_blocks)), plain, "host verification");
 }
 
 TEST(SpeculativeEngine, StopTokensPrefixHitsAndForksMatchTheEngineWithoutSpeculation) {

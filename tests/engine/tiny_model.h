@@ -53,13 +53,16 @@ inline const model::Model& tiny_v4() {
   return model;
 }
 
+inline model::Model load_tiny_dspark() {
+  const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
+  return model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/golden/v41/tiny_dspark");
+}
+
 // The small V4.1 model with a DSpark drafter (2 stages, blocks of 4, vocabulary 512, sliding
 // window 8; random weights: its drafts are rarely the target's greedy tokens).
 inline const model::Model& tiny_dspark() {
   static const model::Model model = [] {
-    const char* data = std::getenv("DEEPINFER_TEST_DATA_DIR");
-    model::Model loaded =
-        model::Model::load(std::string(data && *data ? data : DEEPINFER_TEST_DATA_DIR) + "/golden/v41/tiny_dspark");
+    model::Model loaded = load_tiny_dspark();
     attach_test_device(loaded);
     return loaded;
   }();

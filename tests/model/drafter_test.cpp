@@ -80,9 +80,18 @@ TEST(DrafterGolden, TapsContextAndDraftsMatchTheReference) {
   EXPECT_EQ(state.length, p);
   const int32_t anchor1 = draft_test_argmax(logits.data() + (p - 1) * vocab, vocab);
   EXPECT_EQ(anchor1, want.int32s("anchor1").at(0));
-  std::vector<DraftRequest> requests{{&state, anchor1, {}}};
+  std::vector<DraftRequest> requests{{&state, anchor1, {}, true}};
   const std::vector<DraftBlock> first = drafter->draft(requests, model.backend());
   expect_draft_block(want, first.at(0), "1");
+  // Without its logits the block is drafted by the backend's greedy draft head: the same tokens
+  // and confidences, nothing else.
+  requests[0].keep_logits = false;
+  const DraftBlock greedy = drafter->draft(requests, model.backend()).at(0);
+  EXPECT_EQ(greedy.tokens, first[0].tokens);
+  EXPECT_EQ(greedy.confidence_raw, first[0].confidence_raw);
+  EXPECT_EQ(greedy.confidence, first[0].confidence);
+  EXPECT_TRUE(greedy.logits.empty());
+  EXPECT_TRUE(greedy.base_logits.empty());
 
   // Round 2: the anchor and two drafts verified and kept; their taps extend the context.
   const std::vector<int32_t> committed{anchor1, first[0].tokens.at(0), first[0].tokens.at(1)};
@@ -100,7 +109,7 @@ TEST(DrafterGolden, TapsContextAndDraftsMatchTheReference) {
   drafter->inject(state, taps);
   const int32_t anchor2 = draft_test_argmax(logits.data() + 2 * vocab, vocab);
   EXPECT_EQ(anchor2, want.int32s("anchor2").at(0));
-  requests = {{&state, anchor2, {}}};
+  requests = {{&state, anchor2, {}, true}};
   expect_draft_block(want, drafter->draft(requests, model.backend()).at(0), "2");
   EXPECT_EQ(static_cast<int64_t>(taps.size()), 3 * width);
 }
@@ -151,22 +160,27 @@ TEST(Drafter, BatchedDraftsEqualSingleDraftsAndChunkedInjectionEqualsOneCall) {
   drafter.inject(chunked, std::span(taps).first(5 * width));
   drafter.inject(chunked, std::span(taps).subspan(5 * width));
   drafter.inject(shorter, std::span(taps).first(9 * width));  // another context, another position
-  std::vector<DraftRequest> one{{&whole, 7, {}}};
-  const DraftBlock alone = drafter.draft(one, model.backend()).at(0);
-  one = {{&chunked, 7, {}}};
-  const DraftBlock from_chunks = drafter.draft(one, model.backend()).at(0);
-  EXPECT_EQ(alone.logits, from_chunks.logits);
-  EXPECT_EQ(alone.confidence_raw, from_chunks.confidence_raw);
-  one = {{&shorter, 11, {}}};
-  const DraftBlock other_alone = drafter.draft(one, model.backend()).at(0);
+  for (const bool keep_logits : {true, false}) {
+    SCOPED_TRACE(keep_logits ? "logits kept" : "greedy draft head");
+    std::vector<DraftRequest> one{{&whole, 7, {}, keep_logits}};
+    const DraftBlock alone = drafter.draft(one, model.backend()).at(0);
+    one = {{&chunked, 7, {}, keep_logits}};
+    const DraftBlock from_chunks = drafter.draft(one, model.backend()).at(0);
+    EXPECT_EQ(alone.logits, from_chunks.logits);
+    EXPECT_EQ(alone.tokens, from_chunks.tokens);
+    EXPECT_EQ(alone.confidence_raw, from_chunks.confidence_raw);
+    one = {{&shorter, 11, {}, keep_logits}};
+    const DraftBlock other_alone = drafter.draft(one, model.backend()).at(0);
 
-  const std::vector<DraftRequest> both{{&shorter, 11, {}}, {&whole, 7, {}}};
-  const std::vector<DraftBlock> batched = drafter.draft(both, model.backend());
-  EXPECT_EQ(batched.at(1).logits, alone.logits);
-  EXPECT_EQ(batched.at(1).tokens, alone.tokens);
-  EXPECT_EQ(batched.at(1).confidence, alone.confidence);
-  EXPECT_EQ(batched.at(0).logits, other_alone.logits);
-  EXPECT_EQ(batched.at(0).tokens, other_alone.tokens);
+    const std::vector<DraftRequest> both{{&shorter, 11, {}, keep_logits}, {&whole, 7, {}, keep_logits}};
+    const std::vector<DraftBlock> batched = drafter.draft(both, model.backend());
+    EXPECT_EQ(batched.at(1).logits, alone.logits);
+    EXPECT_EQ(batched.at(1).tokens, alone.tokens);
+    EXPECT_EQ(batched.at(1).confidence, alone.confidence);
+    EXPECT_EQ(batched.at(0).logits, other_alone.logits);
+    EXPECT_EQ(batched.at(0).tokens, other_alone.tokens);
+    EXPECT_EQ(batched.at(0).confidence, other_alone.confidence);
+  }
 }
 
 TEST(Drafter, PickDecidesTheTokensAndTheMarkovBiasFollowsThem) {
@@ -178,7 +192,7 @@ TEST(Drafter, PickDecidesTheTokensAndTheMarkovBiasFollowsThem) {
   forward_with_taps(model, sequence, want.int32s("prompt_ids"), logits, taps);
   DraftState state = drafter.new_state();
   drafter.inject(state, taps);
-  std::vector<DraftRequest> request{{&state, 7, {}}};
+  std::vector<DraftRequest> request{{&state, 7, {}, true}};
   const DraftBlock greedy = drafter.draft(request, model.backend()).at(0);
   // Forcing token 3 everywhere: the base logits do not change (the backbone never sees drafts),
   // the first corrected row neither (its bias is the anchor's), the later ones do.

@@ -63,6 +63,13 @@ enum Slot : int {
   kCandidateMask,
   kLatentKeys,
   kEngramKv,
+  // DSpark's greedy draft head.
+  kDraftHiddenConfidence,
+  kDraftEmbeddings,
+  kDraftPartialValues,
+  kDraftPartialIds,
+  kDraftTokens,
+  kDraftConfidence,
   // The sampler (head_draw).
   kDrawLogits,
   kSampleScratch,

@@ -103,6 +103,8 @@ class CudaForwardPass final : public model::ForwardPass {
   void collapse_head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* collapsed) override;
   void draft_attention(const model::AttentionWeights& weights,
                        std::span<const model::AttentionSegment> segments) override;
+  void greedy_draft_head(const model::DraftHeadWeights& weights, std::span<const int32_t> anchors, int64_t gamma,
+                         std::span<int32_t> tokens, std::span<float> confidence_raw) override;
   void head_draw(const model::HeadWeights& weights, std::span<const int64_t> rows,
                  std::span<const model::TokenDraw> draws, std::span<model::DrawnToken> drawn,
                  const std::function<void()>* before_read, std::unique_ptr<model::PendingDraws>* pending) override;
@@ -868,6 +870,9 @@ void CudaForwardPass::drop_front_rows(int64_t rows) {
 }
 
 void CudaForwardPass::read_streams(std::span<float> out) {
+  // A graph would replay the copy into whatever `out` was at capture (model.cpp keeps tapped
+  // calls off decode graphs).
+  if (mode_ != PassMode::Eager) fail("cuda: a decode-graph pass cannot read its streams back (taps, traces)");
   const auto count = static_cast<std::size_t>(rows_ * shape_.hc.streams * shape_.hc.hidden);
   check(cudaMemcpyAsync(out.data(), streams(), count * 4, cudaMemcpyDeviceToHost, backend_.stream()), "download");
   sync();
@@ -926,6 +931,52 @@ void CudaForwardPass::draft_attention(const model::AttentionWeights& weights,
   sync();
   model::draft_block_attention(weights, segments, x.data(), rows_, out.data());
   check(cudaMemcpyAsync(sublayer_out_, out.data(), floats * 4, cudaMemcpyHostToDevice, backend_.stream()), "upload");
+  sync();
+}
+
+// The Markov loop on the device (draft_head.cu): gamma sequential positions of a few short
+// launches each, where the host loop read gamma rows of logits back and ran the rank-r product
+// over the whole vocabulary per position on one core (2.3 ms of a 4 ms draft at batch 1 on the
+// embedded model).
+void CudaForwardPass::greedy_draft_head(const model::DraftHeadWeights& weights, std::span<const int32_t> anchors,
+                                        int64_t gamma, std::span<int32_t> tokens, std::span<float> confidence_raw) {
+  WeightStore& store = backend_.weights();
+  const kernels::WeightMatrix& w1 = store.matrix(*weights.markov_w1);
+  const kernels::WeightMatrix& w2 = store.matrix(*weights.markov_w2);
+  const int64_t hidden = shape_.hc.hidden;
+  if (!k::draft_head_supports(w1, w2) || w2.rows != weights.head.head->rows ||
+      std::cmp_not_equal(weights.confidence.size(), hidden + w1.cols)) {
+    model::ForwardPass::greedy_draft_head(weights, anchors, gamma, tokens, confidence_raw);
+    return;
+  }
+  const auto blocks = static_cast<int64_t>(anchors.size());
+  const int64_t rows = blocks * gamma;
+  if (std::cmp_not_equal(tokens.size(), rows) || std::cmp_not_equal(confidence_raw.size(), rows) || rows != rows_)
+    fail("cuda: a draft head of ", blocks, " blocks of ", gamma, " rows in a pass of ", rows_, " rows, with room for ",
+         tokens.size(), " tokens");
+  const OpProfile::Section timed(backend_.profile(), "draft head", backend_.stream());
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  std::vector<int64_t> all_rows(static_cast<std::size_t>(rows));
+  for (int64_t t = 0; t < rows; ++t) all_rows[static_cast<std::size_t>(t)] = t;
+  const float* confidence = store.floats(weights.confidence);
+  int64_t count = 0;
+  const float* collapsed = collapsed_rows(weights.head, all_rows, &count);
+  float* hidden_confidence = arena.get<float>(kDraftHiddenConfidence, static_cast<std::size_t>(rows));
+  k::row_dots(collapsed, rows, hidden, confidence, hidden_confidence, stream);
+  const float* logits = head_logits(weights.head, all_rows, nullptr);  // collapses the rows again, after the dots
+  const auto chunks = static_cast<std::size_t>(blocks * k::draft_head_chunks(w2.rows));
+  const k::DraftHeadScratch scratch{arena.get<float>(kDraftEmbeddings, static_cast<std::size_t>(blocks * w1.cols)),
+                                    arena.get<float>(kDraftPartialValues, chunks),
+                                    arena.get<int32_t>(kDraftPartialIds, chunks)};
+  int32_t* device_tokens = arena.get<int32_t>(kDraftTokens, static_cast<std::size_t>(rows));
+  float* device_raw = arena.get<float>(kDraftConfidence, static_cast<std::size_t>(rows));
+  k::greedy_draft_head(logits, hidden_confidence, w1, w2, confidence + hidden,
+                       put(std::vector<int32_t>(anchors.begin(), anchors.end())), blocks, gamma, scratch, device_tokens,
+                       device_raw, stream);
+  check(cudaMemcpyAsync(tokens.data(), device_tokens, tokens.size() * 4, cudaMemcpyDeviceToHost, stream), "download");
+  check(cudaMemcpyAsync(confidence_raw.data(), device_raw, confidence_raw.size() * 4, cudaMemcpyDeviceToHost, stream),
+        "download");
   sync();
 }
 

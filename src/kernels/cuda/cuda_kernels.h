@@ -193,4 +193,27 @@ void resolve_token_ids(const int32_t* staged, const int32_t* sources, const int3
 
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream);
 
+// out[r] = rows[r, :] . vector for r < count (rows [count, width]).
+void row_dots(const float* rows, int64_t count, int64_t width, const float* vector, float* out, Stream stream);
+
+// DSpark's greedy draft head after the target's head (model/backend.h greedy_draft_head;
+// draft_head.cu): logits [blocks * gamma, V] are the head's rows, block b's row k at
+// b * gamma + k; hidden_confidence [blocks * gamma] the collapsed-input part of each row's raw
+// confidence; confidence_tail [rank] the rest of the confidence weights. For k in order, each
+// block's embedding is markov_w1[previous] (anchors[b] at k = 0); tokens[row] = argmax of
+// logits[row] + markov_w2 . embedding (ties to the lowest id, NaN loses) and confidence_raw[row] =
+// hidden_confidence[row] + confidence_tail . embedding. Markov tables in F32 or BF16 of rank at
+// most 64 (draft_head_supports); an Error otherwise.
+struct DraftHeadScratch {
+  float* embeddings = nullptr;      // [blocks, rank]
+  float* partial_values = nullptr;  // [blocks, draft_head_chunks(V)]
+  int32_t* partial_ids = nullptr;   // [blocks, draft_head_chunks(V)]
+};
+bool draft_head_supports(const WeightMatrix& markov_w1, const WeightMatrix& markov_w2);
+int64_t draft_head_chunks(int64_t vocab);
+void greedy_draft_head(const float* logits, const float* hidden_confidence, const WeightMatrix& markov_w1,
+                       const WeightMatrix& markov_w2, const float* confidence_tail, const int32_t* anchors,
+                       int64_t blocks, int64_t gamma, const DraftHeadScratch& scratch, int32_t* tokens,
+                       float* confidence_raw, Stream stream);
+
 }  // namespace deepinfer::kernels::cuda
