@@ -139,6 +139,12 @@ class ForwardPass {
   virtual void restart_window(AttentionState& state, int64_t first_position) = 0;
   // The streams of every current row, [rows, hc, D] (traces).
   virtual void read_streams(std::span<float> out) = 0;
+  // DSpark taps: each current row's hc streams averaged (summed in stream order, then divided)
+  // into columns [tap * D, (tap + 1) * D) of `out` [rows, taps * D], which holds them once
+  // finish_taps() has returned. A backend with a device keeps them there and brings them back
+  // once, at the end of the pass, instead of waiting for the device at every tap point.
+  virtual void tap_streams(int64_t tap, int64_t taps, std::span<float> out) = 0;
+  virtual void finish_taps() {}
   // Rows `rows` (current row indices) through collapse, final norm and LM head: logits
   // [rows.size(), vocab] into host memory; hidden (optional) gets the head's input [rows, D].
   virtual void head(const HeadWeights& weights, std::span<const int64_t> rows, float* logits,

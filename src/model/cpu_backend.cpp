@@ -100,6 +100,21 @@ class CpuForwardPass final : public ForwardPass {
     std::copy_n(streams_.data(), rows_ * shape_.hc.streams * shape_.hc.hidden, out.data());
   }
 
+  void tap_streams(int64_t tap, int64_t taps, std::span<float> out) override {
+    const int64_t n = shape_.hc.streams, d = shape_.hc.hidden;
+    if (tap < 0 || tap >= taps || std::cmp_not_equal(out.size(), rows_ * taps * d))
+      fail("forward: tap ", tap, " of ", taps, " into ", out.size(), " floats for ", rows_, " rows of ", d);
+    for (int64_t t = 0; t < rows_; ++t) {
+      const float* streams = streams_.data() + t * n * d;
+      float* mean = out.data() + (t * taps + tap) * d;
+      for (int64_t e = 0; e < d; ++e) {
+        float sum = 0.0f;
+        for (int64_t k = 0; k < n; ++k) sum += streams[k * d + e];
+        mean[e] = sum / static_cast<float>(n);
+      }
+    }
+  }
+
   void draft_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments) override {
     draft_block_attention(weights, segments, sublayer_in_.data(), rows_, sublayer_out_.data());
   }

@@ -248,26 +248,23 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
       std::any_of(items.begin(), items.end(), [](const BatchItem& item) { return !item.taps.empty(); })
           ? dspark_tap_points(config_)
           : std::vector<int64_t>{};
-  std::vector<float> tap_streams;
+  // [count, taps * D]: every row's taps, complete once the pass has finished them (finish_taps).
+  std::vector<float> call_taps(tap_points.empty() ? 0 : static_cast<std::size_t>(count) * tap_points.size() *
+                                                            static_cast<std::size_t>(d_model));
   const auto read_taps = [&](int64_t after_layer) {
-    for (std::size_t j = 0; j < tap_points.size(); ++j) {
-      if (tap_points[j] != after_layer) continue;
-      tap_streams.resize(static_cast<std::size_t>(count * n * d_model));
-      pass->read_streams(tap_streams);
-      const int64_t width = static_cast<int64_t>(tap_points.size()) * d_model;
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        if (items[i].taps.empty()) continue;
-        for (int64_t t = 0; t < static_cast<int64_t>(items[i].tokens.size()); ++t) {
-          const float* streams = tap_streams.data() + (row_begin[i] + t) * n * d_model;
-          float* tap = items[i].taps.data() + t * width + static_cast<int64_t>(j) * d_model;
-          for (int64_t e = 0; e < d_model; ++e) {
-            float sum = 0.0f;
-            for (int64_t k = 0; k < n; ++k) sum += streams[k * d_model + e];
-            tap[e] = sum / static_cast<float>(n);
-          }
-        }
-      }
-    }
+    for (std::size_t j = 0; j < tap_points.size(); ++j)
+      if (tap_points[j] == after_layer)
+        pass->tap_streams(static_cast<int64_t>(j), static_cast<int64_t>(tap_points.size()), call_taps);
+  };
+  // At the end of the pass: the rows' taps to their items.
+  const auto finish_taps = [&] {
+    if (tap_points.empty()) return;
+    pass->finish_taps();
+    const auto width = tap_points.size() * static_cast<std::size_t>(d_model);
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (!items[i].taps.empty())
+        std::copy_n(call_taps.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(row_begin[i]) * width),
+                    items[i].taps.size(), items[i].taps.begin());
   };
   read_taps(-1);
   if (trace) {
@@ -396,9 +393,13 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     if (logit_rows > 0)
       pass->head_draw(head_weights(), head_rows, draws.draws, draws.drawn, draws.before_draw, draws.pending);
     else if (draws.before_draw) (*draws.before_draw)();
+    finish_taps();
     return;
   }
-  if (logit_rows == 0) return;
+  if (logit_rows == 0) {
+    finish_taps();
+    return;
+  }
   // The head writes the callers' buffers directly when they lie back to back in item order (one
   // item, or a caller that carved one buffer, as perplexity scoring does); else it writes a
   // scratch buffer that is then scattered. The scratch is left uninitialised: zeroing rows x vocab
@@ -418,6 +419,7 @@ void Model::run(std::span<const BatchItem> all_items, const ForwardOptions& opti
     head_out = scratch.get();
   }
   pass->head(head_weights(), head_rows, head_out, trace ? &trace->final_hidden : nullptr);
+  finish_taps();
   if (!scratch) return;
   const float* all_logits = scratch.get();
   int64_t r = 0;

@@ -61,8 +61,12 @@ class ChainingPass final : public ForwardingPass {
 
   // As the CUDA backend: a decode call replays a graph, which cannot bring streams back mid-pass.
   void read_streams(std::span<float> out) override {
-    if (decode_) fail("chaining backend: a decode call reads its streams back (taps or a trace)");
+    if (decode_) fail("chaining backend: a decode call reads its streams back (a trace)");
     inner().read_streams(out);
+  }
+  void tap_streams(int64_t tap, int64_t taps, std::span<float> out) override {
+    if (decode_) fail("chaining backend: a decode call takes taps");
+    inner().tap_streams(tap, taps, out);
   }
 
   void embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens, std::span<const int32_t> from_draw,

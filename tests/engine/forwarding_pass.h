@@ -37,6 +37,8 @@ class ForwardingPass : public model::ForwardPass {
     inner_->restart_window(state, first_position);
   }
   void read_streams(std::span<float> out) override { inner_->read_streams(out); }
+  void tap_streams(int64_t tap, int64_t taps, std::span<float> out) override { inner_->tap_streams(tap, taps, out); }
+  void finish_taps() override { inner_->finish_taps(); }
   void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
             std::vector<float>* hidden) override {
     inner_->head(weights, rows, logits, hidden);

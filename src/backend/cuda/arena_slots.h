@@ -63,7 +63,8 @@ enum Slot : int {
   kCandidateMask,
   kLatentKeys,
   kEngramKv,
-  // DSpark's greedy draft head.
+  // DSpark: the call's taps; the greedy draft head.
+  kTaps,
   kDraftHiddenConfidence,
   kDraftEmbeddings,
   kDraftPartialValues,

@@ -98,6 +98,8 @@ class CudaForwardPass final : public model::ForwardPass {
     attention_.restart_window(state, first_position);
   }
   void read_streams(std::span<float> out) override;
+  void tap_streams(int64_t tap, int64_t taps, std::span<float> out) override;
+  void finish_taps() override;
   void head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* logits,
             std::vector<float>* hidden) override;
   void collapse_head(const model::HeadWeights& weights, std::span<const int64_t> rows, float* collapsed) override;
@@ -157,6 +159,9 @@ class CudaForwardPass final : public model::ForwardPass {
   float* post_ = nullptr;
   float* comb_ = nullptr;
   int32_t* token_ids_ = nullptr;  // the rows' ids on the device (embed), read again by hash routing
+  // DSpark taps kept on the device until finish_taps, and where they go then.
+  float* device_taps_ = nullptr;
+  std::span<float> host_taps_;
   DeviceAttention attention_;
 };
 
@@ -876,6 +881,28 @@ void CudaForwardPass::read_streams(std::span<float> out) {
   const auto count = static_cast<std::size_t>(rows_ * shape_.hc.streams * shape_.hc.hidden);
   check(cudaMemcpyAsync(out.data(), streams(), count * 4, cudaMemcpyDeviceToHost, backend_.stream()), "download");
   sync();
+}
+
+void CudaForwardPass::tap_streams(int64_t tap, int64_t taps, std::span<float> out) {
+  if (mode_ != PassMode::Eager) fail("cuda: a decode-graph pass cannot take taps");
+  const int64_t d = shape_.hc.hidden;
+  if (std::cmp_not_equal(out.size(), rows_ * taps * d) || (device_taps_ && out.data() != host_taps_.data()))
+    fail("cuda: taps into ", out.size(), " floats for ", rows_, " rows of ", taps, " x ", d);
+  if (!device_taps_) {
+    device_taps_ = backend_.arena().get<float>(kTaps, out.size());
+    host_taps_ = out;
+  }
+  k::stream_means(streams(), rows_, shape_.hc.streams, d, tap, taps, device_taps_, backend_.stream());
+}
+
+void CudaForwardPass::finish_taps() {
+  if (!device_taps_) return;
+  check(cudaMemcpyAsync(host_taps_.data(), device_taps_, host_taps_.size() * 4, cudaMemcpyDeviceToHost,
+                        backend_.stream()),
+        "download");
+  sync();
+  device_taps_ = nullptr;
+  host_taps_ = {};
 }
 
 float* CudaForwardPass::collapsed_rows(const model::HeadWeights& weights, std::span<const int64_t> rows,

@@ -193,6 +193,11 @@ void resolve_token_ids(const int32_t* staged, const int32_t* sources, const int3
 
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream);
 
+// out[r, tap * d + e] = (sum over k in order of streams[r, k, e]) / n for r < rows: streams
+// [rows, n, d], out [rows, taps * d] (the CPU backend's tap_streams, bit for bit).
+void stream_means(const float* streams, int64_t rows, int64_t n, int64_t d, int64_t tap, int64_t taps, float* out,
+                  Stream stream);
+
 // out[r] = rows[r, :] . vector for r < count (rows [count, width]).
 void row_dots(const float* rows, int64_t count, int64_t width, const float* vector, float* out, Stream stream);
 

@@ -1,4 +1,5 @@
-// Row copies: the embedding lookup into every residual stream, and gather_rows.
+// Row copies: the embedding lookup into every residual stream, gather_rows, and the streams'
+// means (DSpark taps).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -51,6 +52,20 @@ __global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* 
     int64_t r, c;
     split_index(i, width, r, c);
     out[i] = in[rows[r] * width + c];
+  }
+}
+
+__global__ void stream_means_kernel(const float* __restrict__ streams, int64_t rows, int64_t n, int64_t d, int64_t tap,
+                                    int64_t taps, float* __restrict__ out) {
+  await_previous_grid();
+  const int64_t total = rows * d;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r, e;
+    split_index(i, d, r, e);
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n; ++k) sum = __fadd_rn(sum, streams[(r * n + k) * d + e]);
+    out[(r * taps + tap) * d + e] = __fdiv_rn(sum, static_cast<float>(n));
   }
 }
 
@@ -133,6 +148,17 @@ void resolve_token_ids(const int32_t* staged, const int32_t* sources, const int3
   launch(resolve_token_ids_kernel, grid_for(tokens, kThreads), kThreads, 0, native(stream), staged, sources,
          drawn_address, tokens, vocab, ids);
   check_launch("cuda::resolve_token_ids");
+}
+
+void stream_means(const float* streams, int64_t rows, int64_t n, int64_t d, int64_t tap, int64_t taps, float* out,
+                  Stream stream) {
+  if (launches_skipped()) return;
+  if (rows < 0 || n <= 0 || d < 0 || tap < 0 || tap >= taps)
+    fail("cuda::stream_means: ", rows, " rows of ", n, " x ", d, ", tap ", tap, " of ", taps);
+  if (rows * d == 0) return;
+  launch(stream_means_kernel, grid_for(rows * d, kThreads), kThreads, 0, native(stream), streams, rows, n, d, tap, taps,
+         out);
+  check_launch("cuda::stream_means");
 }
 
 void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t width, float* out, Stream stream) {
