@@ -41,16 +41,24 @@ void place(DeviceCompressorRing& ring, std::byte*& cursor) {
   cursor += 2 * half;
 }
 
+// A layer state's whole allocation built on the host and sent in one transfer (the inverse of
+// StateImage): rebuilding the device state of a sequence whose snapshot was restored (a rejected
+// draft's rollback, every few steps under speculative decoding) took one small pageable copy per
+// row and compressor row, ~200 us a layer.
+struct UploadImage {
+  std::byte* device_base = nullptr;
+  std::vector<std::byte> bytes;
+  std::byte* at(const void* device) { return bytes.data() + (static_cast<const std::byte*>(device) - device_base); }
+};
+
 // Host rows of positions [first, first + count) (each `width` floats, kv and gate) into the ring.
 void upload_rows(const DeviceCompressorRing& ring, int64_t first, int64_t count, const float* kv, const float* gate,
-                 cudaStream_t stream) {
+                 UploadImage& image) {
   const auto row = static_cast<std::size_t>(ring.width) * sizeof(float);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t slot = (first + i) % ring.capacity;
-    check(cudaMemcpyAsync(ring.kv + slot * ring.width, kv + i * ring.width, row, cudaMemcpyHostToDevice, stream),
-          "upload");
-    check(cudaMemcpyAsync(ring.gate + slot * ring.width, gate + i * ring.width, row, cudaMemcpyHostToDevice, stream),
-          "upload");
+    std::memcpy(image.at(ring.kv + slot * ring.width), kv + i * ring.width, row);
+    std::memcpy(image.at(ring.gate + slot * ring.width), gate + i * ring.width, row);
   }
 }
 
@@ -81,17 +89,17 @@ void download_rows(const DeviceCompressorRing& ring, int64_t first, int64_t coun
 // A V4 compressor's host state (model/compressor.h) into its ring: the previous window (overlap)
 // and the open rows.
 void upload_compressor(DeviceCompressorRing& ring, const model::CompressorState& host, int64_t length,
-                       cudaStream_t stream) {
+                       UploadImage& image) {
   ring.entries = host.entries.size();
   const int64_t open_first = ring.entries * ring.ratio;
   const int64_t open = static_cast<int64_t>(host.open_kv.size()) / ring.width;
   if (open_first + open != length)
     fail("CUDA backend: a compressor holds ", ring.entries, " entries and ", open, " open rows at length ", length);
-  upload_rows(ring, open_first, open, host.open_kv.data(), host.open_gate.data(), stream);
+  upload_rows(ring, open_first, open, host.open_kv.data(), host.open_gate.data(), image);
   if (ring.overlap && ring.entries > 0) {
     if (static_cast<int64_t>(host.previous_kv.size()) != ring.ratio * ring.width)
       fail("CUDA backend: a compressor's previous window holds ", host.previous_kv.size(), " values");
-    upload_rows(ring, open_first - ring.ratio, ring.ratio, host.previous_kv.data(), host.previous_gate.data(), stream);
+    upload_rows(ring, open_first - ring.ratio, ring.ratio, host.previous_kv.data(), host.previous_gate.data(), image);
   }
 }
 
@@ -224,15 +232,15 @@ DeviceLayerState::DeviceLayerState(const model::AttentionWeights& weights, const
   // The host form: window rows as stored, then each compressor's rows.
   window_first = host.window_first;
   length = host.window_first + host.window.size();
+  UploadImage image{static_cast<std::byte*>(memory_.data()), std::vector<std::byte>(memory_.bytes())};
   const std::span<const uint8_t> stored = host.window.stored();
   for (int64_t r = 0; r < host.window.size(); ++r) {
     const int64_t slot = (window_first + r) % window_capacity_;
-    check(cudaMemcpyAsync(window_ring_ + slot * window_row_bytes_, stored.data() + r * window_row_bytes_,
-                          static_cast<std::size_t>(window_row_bytes_), cudaMemcpyHostToDevice, stream),
-          "upload");
+    std::memcpy(image.at(window_ring_ + slot * window_row_bytes_), stored.data() + r * window_row_bytes_,
+                static_cast<std::size_t>(window_row_bytes_));
   }
-  if (compressor.present()) upload_compressor(compressor, host.compressor, length, stream);
-  if (indexer.present()) upload_compressor(indexer, host.indexer.compressor, length, stream);
+  if (compressor.present()) upload_compressor(compressor, host.compressor, length, image);
+  if (indexer.present()) upload_compressor(indexer, host.indexer.compressor, length, image);
   if (weights.latent_compressor) {
     const model::LatentCompressorState& group = host.group.compressor;
     latent.entries = group.entry_count;
@@ -240,9 +248,12 @@ DeviceLayerState::DeviceLayerState(const model::AttentionWeights& weights, const
     if (latent.entries * latent.ratio + open != length)
       fail("CUDA backend: a kv source holds ", latent.entries, " entries and ", open, " open rows at length ", length);
     if (latent.present()) upload_rows(latent, latent.entries * latent.ratio, open, group.open_kv.data(),
-                                      group.open_gate.data(), stream);
+                                      group.open_gate.data(), image);
   }
-  // The host vectors are the caller's: the copies must be done before it can change them.
+  if (!image.bytes.empty())
+    check(cudaMemcpyAsync(memory_.data(), image.bytes.data(), image.bytes.size(), cudaMemcpyHostToDevice, stream),
+          "upload");
+  // The image is this call's: the copy must be done before it goes.
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 

@@ -2,7 +2,8 @@
 // DEEPINFER_CUDA_PROFILE=1: where a forward pass's time goes, by coarse operation. Each timed
 // section synchronises the stream before and after (so the figures are wall time of the GPU work
 // plus the host work between), which slows the pass down: a development tool, off by default.
-// The totals go to stderr when the backend is destroyed.
+// The totals go to stderr when the backend is destroyed. Each section is also a phase of
+// DEEPINFER_PHASE_PROFILE (core/phase_profile.h), which times its host side without synchronising.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,8 @@
 #include <string>
 
 #include <cuda_runtime.h>
+
+#include "core/phase_profile.h"
 
 namespace deepinfer::backend::cuda {
 
@@ -33,7 +36,7 @@ class OpProfile {
   class Section {
    public:
     Section(OpProfile& profile, const char* name, cudaStream_t stream)
-        : profile_(profile.enabled_ ? &profile : nullptr), name_(name), stream_(stream) {
+        : profile_(profile.enabled_ ? &profile : nullptr), name_(name), stream_(stream), host_time_(name) {
       if (!profile_) return;
       cudaStreamSynchronize(stream_);
       start_ = std::chrono::steady_clock::now();
@@ -52,6 +55,7 @@ class OpProfile {
     OpProfile* profile_;
     const char* name_;
     cudaStream_t stream_;
+    ScopedPhase host_time_;  // DEEPINFER_PHASE_PROFILE: the host time of the operation (launches, staging)
     std::chrono::steady_clock::time_point start_;
   };
 
