@@ -200,7 +200,8 @@ struct Engine::Impl {
   void finish_step() {
     const StepExecutor::Finished finished = executor.finish();
     if (governor) {
-      governor->record(seconds_since(last_finish), static_cast<int64_t>(finished.tokens.size()));
+      governor->record(seconds_since(last_finish), static_cast<int64_t>(finished.tokens.size()),
+                       static_cast<int64_t>(finished.results.size()));
       executor.set_drafting(governor->drafting());
     }
     last_finish = Clock::now();

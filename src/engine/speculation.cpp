@@ -1,6 +1,7 @@
 #include "engine/speculation.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <span>
 
@@ -25,54 +26,83 @@ std::optional<SpeculativeMode> parse_speculative_mode(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+constexpr int kLoads = 9;  // 1, 2-3, 4-7, ..., 128 and more sequences
+}  // namespace
+
 SpeculationGovernor::SpeculationGovernor(int64_t exploit_steps, int64_t probe_steps)
-    : exploit_steps_(exploit_steps), probe_steps_(probe_steps), exploit_now_(exploit_steps) {
+    : exploit_steps_(exploit_steps), probe_steps_(probe_steps) {
   if (exploit_steps < 2 || probe_steps < 2) fail("speculation governor: phases of at least 2 steps");
-  // Start by measuring drafting, then the plain engine, then keep the faster.
-  steps_left_ = probe_steps_;
+  // Each load starts by measuring drafting, then the plain engine, then keeps the faster.
+  loads_.resize(kLoads);
+  for (Load& load : loads_) {
+    load.exploit_now = exploit_steps_;
+    load.steps_left = probe_steps_;
+  }
 }
 
-void SpeculationGovernor::change(bool drafting, int64_t steps) {
-  if (drafting != drafting_) ++switches_;
-  drafting_ = drafting;
-  steps_left_ = steps;
-  skip_next_ = true;
-  seconds_ = 0;
-  tokens_ = 0;
-  counted_ = 0;
+int SpeculationGovernor::load_of(int64_t sequences) {
+  return std::min(static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1)))) - 1,
+                  kLoads - 1);
 }
 
-int64_t SpeculationGovernor::probe_length(bool drafting) const {
-  const double probe_step = step_seconds_[drafting ? 1 : 0], exploit_step = step_seconds_[drafting ? 0 : 1];
+double SpeculationGovernor::rate(bool with_drafting) const {
+  return loads_[static_cast<std::size_t>(last_load_)].rate[with_drafting ? 1 : 0];
+}
+
+void SpeculationGovernor::change(Load& load, bool drafting, int64_t steps) const {
+  load.drafting = drafting;
+  load.steps_left = steps;
+  load.skip_next = true;
+  load.seconds = 0;
+  load.tokens = 0;
+  load.counted = 0;
+}
+
+int64_t SpeculationGovernor::probe_length(const Load& load, bool drafting) const {
+  const double probe_step = load.step_seconds[drafting ? 1 : 0], exploit_step = load.step_seconds[drafting ? 0 : 1];
   if (probe_step <= 0 || exploit_step <= 0) return probe_steps_;
-  const double balanced = static_cast<double>(exploit_now_) * exploit_step / probe_step / 8.0;
+  const double balanced = static_cast<double>(load.exploit_now) * exploit_step / probe_step / 8.0;
   return std::clamp<int64_t>(static_cast<int64_t>(balanced), 2, probe_steps_);
 }
 
-void SpeculationGovernor::record(double seconds, int64_t tokens) {
-  if (skip_next_) {
-    skip_next_ = false;
+void SpeculationGovernor::record(double seconds, int64_t tokens, int64_t sequences) {
+  const int index = load_of(sequences);
+  Load& load = loads_[static_cast<std::size_t>(index)];
+  // A step at another load than the one before, or in another mode than this load's, says
+  // nothing of this load's mode: the step after it is its first.
+  if (index == last_load_ && drafting_ == load.drafting) advance(load, seconds, tokens);
+  else load.skip_next = true;
+  last_load_ = index;
+  if (load.drafting != drafting_) ++switches_;
+  drafting_ = load.drafting;
+}
+
+void SpeculationGovernor::advance(Load& load, double seconds, int64_t tokens) {
+  if (load.skip_next) {
+    load.skip_next = false;
   } else {
-    seconds_ += seconds;
-    tokens_ += tokens;
-    ++counted_;
+    load.seconds += seconds;
+    load.tokens += tokens;
+    ++load.counted;
   }
-  if (--steps_left_ > 0) return;
-  if (seconds_ > 0) rate_[drafting_ ? 1 : 0] = static_cast<double>(tokens_) / seconds_;
-  if (counted_ > 0) step_seconds_[drafting_ ? 1 : 0] = seconds_ / static_cast<double>(counted_);
-  if (probing_ && rate_[drafting_ ? 0 : 1] == 0) {  // the other mode was never measured
-    change(!drafting_, probe_steps_);
+  if (--load.steps_left > 0) return;
+  const int mode = load.drafting ? 1 : 0;
+  if (load.seconds > 0) load.rate[mode] = static_cast<double>(load.tokens) / load.seconds;
+  if (load.counted > 0) load.step_seconds[mode] = load.seconds / static_cast<double>(load.counted);
+  if (load.probing && load.rate[1 - mode] == 0) {  // the other mode was never measured
+    change(load, !load.drafting, probe_steps_);
     return;
   }
-  const bool faster = rate_[1] > rate_[0];
-  if (probing_) {  // measured the other mode: keep the faster
-    probing_ = false;
-    const bool confirmed = faster != drafting_;  // the probe lost: back to the mode before it
-    exploit_now_ = confirmed ? std::min(exploit_now_ * 2, exploit_steps_ * 16) : exploit_steps_;
-    change(faster, exploit_now_);
+  const bool faster = load.rate[1] > load.rate[0];
+  if (load.probing) {  // measured the other mode: keep the faster
+    load.probing = false;
+    const bool confirmed = faster != load.drafting;  // the probe lost: back to the mode before it
+    load.exploit_now = confirmed ? std::min(load.exploit_now * 2, exploit_steps_ * 16) : exploit_steps_;
+    change(load, faster, load.exploit_now);
   } else {  // an exploit phase ends: measure the other mode again
-    probing_ = true;
-    change(!drafting_, probe_length(!drafting_));
+    load.probing = true;
+    change(load, !load.drafting, probe_length(load, !load.drafting));
   }
 }
 

@@ -35,41 +35,53 @@ struct SpeculationCounters {
 };
 
 // Whether drafting pays, measured while serving (scheduled mode): the engine's output tokens per
-// second with drafting and without it, in alternating phases. It runs the mode that measured
-// faster for an exploit phase, then probes the other, and so on; each probe that confirms the mode
-// doubles the next exploit phase (from `exploit_steps` up to 16 times that), so a settled choice
-// costs little probing, and a probe that overturns it starts again from `exploit_steps`. A probe
-// is `probe_steps` long, or shorter where its mode's steps are slower: at most about an eighth
-// of the exploit phase's time (a drafting step at high load can cost 30 plain ones), 2 steps at
-// least. The first step of each phase is not counted (it still verifies, or has not yet
-// drafted, for the mode before). Tokens/s is compared, not per-step cost: a step with drafts is
-// slower but may make several tokens per sequence. Load that changes between phases biases one
-// comparison; the phases keep alternating.
+// second with drafting and without it, in alternating phases, kept apart per load (the step's
+// sequence count in powers of two: 1, 2-3, 4-7, ..., 128 and more), since drafting that pays at
+// one sequence can lose at thirty-two, where one verification pass costs many plain steps. Per
+// load it runs the mode that measured faster for an exploit phase, then probes the other, and so
+// on; each probe that confirms the mode doubles the next exploit phase (from `exploit_steps` up to
+// 16 times that), so a settled choice costs little probing, and a probe that overturns it starts
+// again from `exploit_steps`. A probe is `probe_steps` long, or shorter where its mode's steps are
+// slower: at most about an eighth of the exploit phase's time (a drafting step at high load can
+// cost 30 plain ones), 2 steps at least. The first step of each phase, and of each return to a
+// load, is not counted (it still verifies, or has not yet drafted, for the mode before). Tokens/s
+// is compared, not per-step cost: a step with drafts is slower but may make several tokens per
+// sequence.
 class SpeculationGovernor {
  public:
   SpeculationGovernor(int64_t exploit_steps = 64, int64_t probe_steps = 8);
+  // The mode of the next step (the load's of the last step recorded).
   bool drafting() const { return drafting_; }
-  // One finished step: its wall time (from the previous step's end) and the tokens it produced.
-  void record(double seconds, int64_t tokens);
-  // The last measured rates (tokens/s; 0 until measured) and how often the mode changed.
-  double rate(bool with_drafting) const { return rate_[with_drafting ? 1 : 0]; }
+  // One finished step: its wall time (from the previous step's end), the tokens it produced and
+  // the sequences it ran.
+  void record(double seconds, int64_t tokens, int64_t sequences = 1);
+  // The last measured rates at the last step's load (tokens/s; 0 until measured) and how often
+  // the mode changed.
+  double rate(bool with_drafting) const;
   int64_t switches() const { return switches_; }
 
  private:
-  void change(bool drafting, int64_t steps);
-  int64_t probe_length(bool drafting) const;
+  struct Load {
+    int64_t exploit_now = 0;  // the next exploit phase's length
+    bool drafting = true;
+    bool probing = true;  // this phase measures the other mode
+    int64_t steps_left = 0;
+    bool skip_next = true;
+    double seconds = 0;
+    int64_t tokens = 0;
+    int64_t counted = 0;
+    double rate[2] = {0, 0};
+    double step_seconds[2] = {0, 0};  // mean step time last measured per mode
+  };
+  static int load_of(int64_t sequences);
+  void advance(Load& load, double seconds, int64_t tokens);
+  void change(Load& load, bool drafting, int64_t steps) const;
+  int64_t probe_length(const Load& load, bool drafting) const;
 
   const int64_t exploit_steps_, probe_steps_;
-  int64_t exploit_now_ = 0;  // the next exploit phase's length
+  std::vector<Load> loads_;  // by load_of
+  int last_load_ = 0;
   bool drafting_ = true;
-  bool probing_ = true;  // this phase measures the other mode
-  int64_t steps_left_ = 0;
-  bool skip_next_ = true;
-  double seconds_ = 0;
-  int64_t tokens_ = 0;
-  int64_t counted_ = 0;
-  double rate_[2] = {0, 0};
-  double step_seconds_[2] = {0, 0};  // mean step time last measured per mode
   int64_t switches_ = 0;
 };
 

@@ -56,6 +56,29 @@ TEST(SpeculationGovernor, ProbesOfASlowModeAreShort) {
   EXPECT_GT(drafted, 0);
 }
 
+TEST(SpeculationGovernor, DecidesPerLoad) {
+  SpeculationGovernor governor(16, 4);
+  // One sequence: drafting makes 3 tokens a step to plain's 1. Thirty-two: a drafting step makes
+  // 64 tokens in the time plain makes 32 four times over. Loads alternate in runs of 40 steps.
+  int64_t drafted_alone = 0, drafted_loaded = 0, steps_alone = 0, steps_loaded = 0;
+  for (int run = 0; run < 40; ++run) {
+    const bool loaded = run % 2 == 1;
+    for (int i = 0; i < 40; ++i) {
+      const bool drafting = governor.drafting();
+      if (run >= 20 && i > 0) {  // settled; a run's first step still has the other load's mode
+        (loaded ? drafted_loaded : drafted_alone) += drafting ? 1 : 0;
+        ++(loaded ? steps_loaded : steps_alone);
+      }
+      if (loaded) governor.record(drafting ? 0.04 : 0.01, drafting ? 64 : 32, 32);
+      else governor.record(0.01, drafting ? 3 : 1, 1);
+    }
+  }
+  EXPECT_GT(drafted_alone, steps_alone * 8 / 10) << "alone, drafting pays";
+  EXPECT_LT(drafted_loaded, steps_loaded * 2 / 10) << "at 32 sequences it does not";
+  EXPECT_NEAR(governor.rate(true), 64 / 0.04, 1e-6);  // the last step's load: 32 sequences
+  EXPECT_NEAR(governor.rate(false), 32 / 0.01, 1e-6);
+}
+
 TEST(SpeculationGovernor, APhasesFirstStepIsNotCounted) {
   SpeculationGovernor governor(4, 3);
   // Probe of drafting: steps 1-3; the first (leftover of before) says 100 tokens, ignored.
