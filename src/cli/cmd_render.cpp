@@ -15,6 +15,7 @@
 #include "api/training_render.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "core/error.h"
 #include "io/tokenizer/tokenizer.h"
 
@@ -46,10 +47,6 @@ constexpr const char* kRenderUsage =
     "  --train           training rendering, see above\n"
     "\n"
     "exit codes: 0 done, 1 bad input line (named) or tokenizer file, 2 bad command line\n";
-
-std::string utf8_json(const nlohmann::ordered_json& value) {
-  return value.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
-}
 
 const char* output_start_name(api::OutputStart start) {
   switch (start) {

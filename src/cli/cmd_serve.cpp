@@ -89,6 +89,13 @@ constexpr const char* kServeUsage =
     "                           DSpark drafter, verifying whole draft blocks (static) or the\n"
     "                           draft tokens the drafter's confidences and the profiled step\n"
     "                           costs favour (scheduled; default when the model has a drafter)\n"
+    "  --no-speculation-governor\n"
+    "                           scheduled mode drafts at every step (by default it measures, per\n"
+    "                           load, whether drafting is faster than not, and drafts only where it is)\n"
+    "  --confidence-log FILE    with --speculative static: append each verified draft block's raw\n"
+    "                           confidences and kept count to FILE (JSON lines), the data\n"
+    "                           `deepinfer calibrate-confidence` fits the drafter's confidence\n"
+    "                           temperatures on\n"
     "  --max-prompt-logits-memory SIZE\n"
     "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
     "                           default 64M: longer prompts are scored over more steps)\n"
@@ -128,13 +135,13 @@ class LoadingIndicator {
 int run_serve(const std::vector<std::string>& argv) {
   try {
     Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching", "--no-jump-forward",
-                                                 "--disable-overlap-schedule"}),
+                                                 "--disable-overlap-schedule", "--no-speculation-governor"}),
               {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
                "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
                "--grammar-compile-timeout", "--grammar-compile-slots", "--grammar-max-memory", "--max-connections", "--header-timeout",
                "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
-               "--default-max-tokens", "--speculative"});
+               "--default-max-tokens", "--speculative", "--confidence-log"});
     if (args.has("--help")) {
       std::fputs(kServeUsage, stdout);
       return kExitOk;
@@ -167,9 +174,15 @@ int run_serve(const std::vector<std::string>& argv) {
     options.engine.prefix_caching = !args.has("--no-prefix-caching");
     options.engine.jump_forward = !args.has("--no-jump-forward");
     options.engine.overlap_schedule = !args.has("--disable-overlap-schedule");
+    options.engine.speculation_governor = !args.has("--no-speculation-governor");
     if (auto mode = args.get("--speculative")) {
       options.speculative = engine::parse_speculative_mode(*mode);
       if (!options.speculative) throw UsageError{"--speculative is off, static or scheduled"};
+    }
+    if (auto log = args.get("--confidence-log")) {
+      if (options.speculative != engine::SpeculativeMode::static_blocks)
+        throw UsageError{"--confidence-log records whole draft blocks: it needs --speculative static"};
+      options.engine.confidence_log = *log;
     }
     options.engine.max_prompt_logits_bytes =
         args.bytes("--max-prompt-logits-memory", options.engine.max_prompt_logits_bytes);

@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "core/error.h"
 #include "io/tokenizer/tokenizer.h"
 
@@ -57,10 +58,6 @@ std::vector<TokenId> parse_ids(const std::string& text, const std::string& where
     ids.push_back(static_cast<TokenId>(value));
   }
   return ids;
-}
-
-std::string utf8_json(const nlohmann::json& value) {
-  return value.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
 }
 
 int run_lines(const Tokenizer& tokenizer, const Args& args) {

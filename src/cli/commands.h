@@ -20,6 +20,7 @@ int run_render(const std::vector<std::string>& args);
 int run_perplexity(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_grammar(const std::vector<std::string>& args);
+int run_calibrate_confidence(const std::vector<std::string>& args);
 
 // The bundled assets folder: $DEEPINFER_ASSET_DIR, else the source tree's assets/ this binary was
 // built from, else ../assets next to the executable.

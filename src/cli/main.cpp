@@ -23,12 +23,14 @@ constexpr Command kCommands[] = {
     {"perplexity", "mean NLL and perplexity of a model over a JSONL file (train.py's evaluation)", deepinfer::cli::run_perplexity},
     {"bench", "benchmark a running OpenAI-compatible server: TTFT, TPOT, ITL, throughput", deepinfer::cli::run_bench},
     {"grammar", "compile a JSON schema / regex / grammar, check instances token by token", deepinfer::cli::run_grammar},
+    {"calibrate-confidence", "fit a DSpark drafter's confidence temperatures to a server's --confidence-log",
+     deepinfer::cli::run_calibrate_confidence},
 };
 
 void print_usage(std::FILE* out) {
   std::fputs("usage: deepinfer <command> [options]\n\nDeepSeek V4 / V4.1 inference engine.\n\ncommands:\n", out);
   for (const auto& command : kCommands)
-    std::fprintf(out, "  %-10.*s  %.*s\n", static_cast<int>(command.name.size()), command.name.data(),
+    std::fprintf(out, "  %-20.*s  %.*s\n", static_cast<int>(command.name.size()), command.name.data(),
                  static_cast<int>(command.summary.size()), command.summary.data());
   std::fputs("\nserve, generate, inspect and perplexity use the embedded model (assets/models/deepinfer-mini-v41)\n"
              "when no model folder is given.\n"

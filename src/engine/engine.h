@@ -57,6 +57,14 @@ struct EngineOptions {
   // Scheduled mode's governor (SpeculationGovernor): its first exploit phase and its probes, steps.
   int64_t governor_exploit_steps = 64;
   int64_t governor_probe_steps = 8;
+  // --no-speculation-governor: scheduled mode drafts at every step, even at loads where drafting
+  // measures slower (what the verification schedule alone does, for benchmarks).
+  bool speculation_governor = true;
+  // --confidence-log FILE: every verification of a whole draft block appended to FILE (the
+  // confidence head's raw outputs and the drafts kept: engine/confidence_log.h), the data
+  // `deepinfer calibrate-confidence` fits the head's temperatures on. Static mode only: scheduled
+  // verification trims blocks by their confidences, which would bias the record.
+  std::string confidence_log;
 };
 
 struct GenerationRequest {

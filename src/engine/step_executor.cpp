@@ -757,6 +757,9 @@ std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) 
   counters.accepted_by_position.resize(std::max(counters.accepted_by_position.size(), drafted));
   for (std::size_t k = 0; k < drafted; ++k) ++counters.verified_by_position[k];
   for (int32_t k = 0; k < verdict.accepted; ++k) ++counters.accepted_by_position[static_cast<std::size_t>(k)];
+  // Whole blocks only (max_tokens can trim one): a trimmed block says nothing of its later drafts.
+  if (confidence_log_ && drafted == sequence.confidence_raw.size())
+    confidence_log_->write(ConfidenceRound{sequence.confidence_raw, verdict.accepted});
 
   std::vector<int32_t> kept(drafts.begin(), drafts.begin() + verdict.accepted);
   if (verdict.bonus >= 0) kept.push_back(verdict.bonus);
@@ -865,6 +868,7 @@ void StepExecutor::draft_next(Prepared& prepared) {
     else sequence.draft_logits.clear();
     if (!sequence.confidence.empty()) sequence.lagged_confidence = std::move(sequence.confidence);
     sequence.confidence = std::move(block.confidence);
+    sequence.confidence_raw = std::move(block.confidence_raw);
     prepared.verified.drafted_tokens += static_cast<int64_t>(sequence.drafts.size());
   }
 }

@@ -28,6 +28,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/confidence_log.h"
 #include "engine/speculation.h"
 #include "engine/token_history.h"
 #include "model/model.h"
@@ -83,6 +84,8 @@ class StepExecutor {
   // Speculative decoding for requests marked RequestSampling::speculative (needs model.drafter();
   // `rates`: the step costs of scheduled mode, empty to verify every draft).
   void set_speculation(SpeculativeMode mode, StepRateTable rates);
+  // Records every verification of a whole draft block (EngineOptions::confidence_log).
+  void set_confidence_log(std::unique_ptr<ConfidenceLog> log) { confidence_log_ = std::move(log); }
   // The draft tokens each speculative sequence of `plan` has ready after its last known token, as
   // the mode verifies them (static: all; scheduled: the budget's share of each). After
   // Scheduler::take_forced_tokens, for Scheduler::take_drafts.
@@ -162,6 +165,7 @@ class StepExecutor {
     int64_t drafts_position = -1;
     std::vector<float> draft_logits;
     std::vector<float> confidence;
+    std::vector<float> confidence_raw;  // this block's, before the temperatures (the confidence log)
     std::optional<std::vector<float>> lagged_confidence;
     // The state at rollback_length, taken before a verification: a rejected draft restores it.
     std::vector<std::byte> rollback;
@@ -311,6 +315,7 @@ class StepExecutor {
   SpeculativeMode speculative_mode_ = SpeculativeMode::off;
   StepRateTable step_rates_;
   SpeculationCounters speculation_;
+  std::unique_ptr<ConfidenceLog> confidence_log_;
   bool drafting_ = true;
 };
 

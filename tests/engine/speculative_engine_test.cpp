@@ -14,11 +14,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
+#include "engine/confidence_log.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/token_history.h"
@@ -286,6 +288,42 @@ TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
 
 TEST(SpeculativeEngine, RefusesAModelWithoutADrafter) {
   EXPECT_THROW(Engine(testing::tiny_v4(), options_for(SpeculativeMode::static_blocks)), Error);
+}
+
+// --confidence-log: each whole block verified is one round whose kept count is the engine's; the
+// rounds add up to the counters (max_tokens large enough that no block is trimmed but the last).
+TEST(SpeculativeEngine, ConfidenceLogRecordsEveryWholeBlockVerified) {
+  const std::string path = ::testing::TempDir() + "speculative_confidence_log.jsonl";
+  std::remove(path.c_str());
+  EngineOptions options = options_for(SpeculativeMode::static_blocks);
+  options.confidence_log = path;
+  std::vector<GenerationRequest> requests;
+  for (int r = 0; r < 3; ++r) requests.push_back(greedy_request({5, 9, 13, 2 + r}, 30));
+  EngineStats stats;
+  run_all(requests, options, &stats);
+  const std::vector<ConfidenceRound> rounds = read_confidence_log(path);
+  ASSERT_GT(rounds.size(), 10u);
+  EXPECT_LE(static_cast<int64_t>(rounds.size()), stats.speculation.rounds);
+  int64_t kept = 0;
+  for (const ConfidenceRound& round : rounds) {
+    ASSERT_EQ(round.raw.size(), 4u);  // the fixture's block
+    kept += round.accepted;
+  }
+  // The rounds that verified the last position are the whole blocks.
+  ASSERT_EQ(stats.speculation.verified_by_position.size(), 4u);
+  EXPECT_EQ(static_cast<int64_t>(rounds.size()), stats.speculation.verified_by_position.back());
+  EXPECT_LE(kept, stats.speculation.accepted_tokens);
+  std::remove(path.c_str());
+}
+
+TEST(SpeculativeEngine, ConfidenceLogNeedsStaticBlocks) {
+  const std::string path = ::testing::TempDir() + "speculative_confidence_refused.jsonl";
+  EngineOptions options = options_for(SpeculativeMode::scheduled);
+  options.confidence_log = path;
+  EXPECT_THROW(Engine(tiny_dspark(), options), Error);
+  options.speculative = SpeculativeMode::off;
+  EXPECT_THROW(Engine(tiny_dspark(), options), Error);
+  std::remove(path.c_str());
 }
 
 }  // namespace
