@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/error.h"
+#include "model/drafter.h"
 #include "model/model.h"
 
 namespace deepinfer::engine {
@@ -110,27 +111,70 @@ namespace {
 
 constexpr int64_t kProbeContext = 16;  // tokens each probe sequence holds before the timed pass
 
-// Seconds of one forward pass of `tokens` rows split into sequences of at most `rows_per_sequence`.
+int32_t probe_token(int64_t i, int64_t vocab) { return static_cast<int32_t>((7 * i + 3) % vocab); }
+
+// Seconds of one verification-shaped forward pass of `tokens` rows split into sequences of at most
+// `rows_per_sequence`, as the engine runs a greedy speculative step: every row's taps for the
+// drafter, and every row's token drawn where the logits are on a backend that draws
+// (StepExecutor::compute_drawing), else every row's logits to the host.
 double time_pass(const model::Model& model, int64_t tokens, int64_t rows_per_sequence) {
   const int64_t vocab = model.vocab_size();
+  const int64_t tap_width = model.drafter() ? model.drafter()->tap_width() : 0;
+  const bool drawing = model.backend().draws_tokens();
   std::vector<model::SequenceState> sequences;
   std::vector<std::vector<int32_t>> rows;
   for (int64_t left = tokens; left > 0; left -= rows_per_sequence) {
     sequences.push_back(model.new_sequence());
     std::vector<int32_t> context(kProbeContext);
-    for (int64_t i = 0; i < kProbeContext; ++i) context[static_cast<std::size_t>(i)] = static_cast<int32_t>((7 * i + 3) % vocab);
+    for (int64_t i = 0; i < kProbeContext; ++i) context[static_cast<std::size_t>(i)] = probe_token(i, vocab);
     model.forward(sequences.back(), context, {}, model::LogitRows::None);
     rows.emplace_back(static_cast<std::size_t>(std::min(left, rows_per_sequence)), 11 % static_cast<int32_t>(vocab));
   }
-  std::vector<std::vector<float>> logits(rows.size());
+  std::vector<std::vector<float>> logits(rows.size()), taps(rows.size());
   std::vector<model::BatchItem> batch;
+  std::vector<model::TokenDraw> draws;
+  int64_t head_row = 0;
   for (std::size_t s = 0; s < rows.size(); ++s) {
-    logits[s].resize(rows[s].size() * static_cast<std::size_t>(vocab));
-    batch.push_back(model::BatchItem{&sequences[s], rows[s], logits[s], model::LogitRows::All});
+    if (!drawing) logits[s].resize(rows[s].size() * static_cast<std::size_t>(vocab));
+    taps[s].resize(rows[s].size() * static_cast<std::size_t>(tap_width));
+    batch.push_back(model::BatchItem{&sequences[s], rows[s], logits[s], model::LogitRows::All, -1, taps[s]});
+    for (std::size_t r = 0; r < rows[s].size(); ++r) {
+      model::TokenDraw draw;
+      draw.row = head_row++;
+      draw.temperature = 0.0f;
+      draw.position = kProbeContext + static_cast<int64_t>(r);
+      draws.push_back(std::move(draw));
+    }
   }
+  std::vector<model::DrawnToken> drawn(draws.size());
   const auto start = std::chrono::steady_clock::now();
-  model.forward_batch(batch);
+  if (drawing) model.forward_batch_draw(batch, draws, drawn);
+  else model.forward_batch(batch);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Seconds of the drafter's call for `sequences` greedy blocks after a short context.
+double time_draft(const model::Model& model, int64_t sequences) {
+  const model::Drafter& drafter = *model.drafter();
+  std::vector<model::DraftState> states;
+  const std::vector<float> taps(static_cast<std::size_t>(kProbeContext * drafter.tap_width()), 0.0f);
+  for (int64_t s = 0; s < sequences; ++s) {
+    states.push_back(drafter.new_state());
+    drafter.inject(states.back(), taps);
+  }
+  std::vector<model::DraftRequest> requests;
+  for (int64_t s = 0; s < sequences; ++s) requests.push_back({&states[static_cast<std::size_t>(s)], probe_token(s, model.vocab_size())});
+  const auto start = std::chrono::steady_clock::now();
+  drafter.draft(requests, model.backend());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <class Timed>
+double median_seconds(int repeats, const Timed& timed) {
+  std::vector<double> seconds;
+  for (int i = 0; i < repeats; ++i) seconds.push_back(timed());
+  std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2), seconds.end());
+  return seconds[seconds.size() / 2];
 }
 
 }  // namespace
@@ -142,15 +186,24 @@ StepRateTable profile_step_rates(const model::Model& model, int64_t max_tokens, 
   time_pass(model, 1, 1);  // warm-up: first-touch of weights, the backend's lazy set-up
   std::vector<double> rates;
   for (int64_t tokens : probes) {
-    std::vector<double> seconds;
     const int repeats = tokens <= 32 ? 3 : 1;  // large passes are long and steady enough alone
-    for (int i = 0; i < repeats; ++i) seconds.push_back(time_pass(model, tokens, draft_block + 1));
-    std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2), seconds.end());
-    rates.push_back(1.0 / std::max(seconds[seconds.size() / 2], 1e-9));
+    rates.push_back(1.0 / std::max(median_seconds(repeats, [&] { return time_pass(model, tokens, draft_block + 1); }), 1e-9));
   }
   // A larger step is never faster: later probes' noise must not make the budget jump.
   for (std::size_t i = 1; i < rates.size(); ++i) rates[i] = std::min(rates[i], rates[i - 1]);
-  return StepRateTable(std::move(probes), std::move(rates));
+  // The drafter, for as many sequences as a step can verify blocks of.
+  std::vector<int64_t> draft_probes;
+  std::vector<double> draft_seconds;
+  if (model.drafter()) {
+    time_draft(model, 1);  // warm-up
+    for (int64_t sequences = 1; sequences <= std::max<int64_t>(1, max_tokens / (draft_block + 1)) && sequences <= 256;
+         sequences *= 2) {
+      draft_probes.push_back(sequences);
+      draft_seconds.push_back(median_seconds(sequences <= 32 ? 3 : 1, [&] { return time_draft(model, sequences); }));
+    }
+    for (std::size_t i = 1; i < draft_seconds.size(); ++i) draft_seconds[i] = std::max(draft_seconds[i], draft_seconds[i - 1]);
+  }
+  return StepRateTable(std::move(probes), std::move(rates), std::move(draft_probes), std::move(draft_seconds));
 }
 
 }  // namespace deepinfer::engine

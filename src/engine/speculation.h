@@ -87,8 +87,11 @@ class SpeculationGovernor {
 
 // Target steps per second by step size, measured on `model` now: for each probe size (1, 2, 4 ..
 // up to max_tokens), one forward pass over fresh sequences of draft_block + 1 rows each (a
-// verification's shape) after a short context, every row's logits computed; the median of a few
-// passes. What verifying one more draft token costs on this backend.
+// verification's shape) after a short context, as a greedy speculative step runs it (every row's
+// taps; every row's token drawn on a backend that draws, else every row's logits to the host);
+// the median of a few passes. What verifying one more draft token costs on this backend. With the
+// model's drafter: its call for 1, 2, 4 .. sequences (up to max_tokens / (draft_block + 1)), the
+// part of a speculative step that verifying more or fewer drafts does not change.
 StepRateTable profile_step_rates(const model::Model& model, int64_t max_tokens, int64_t draft_block);
 
 }  // namespace deepinfer::engine

@@ -26,21 +26,46 @@ std::vector<double> survivals(std::span<const float> confidences, int64_t draft_
 
 }  // namespace
 
-StepRateTable::StepRateTable(std::vector<int64_t> tokens, std::vector<double> steps_per_second)
-    : tokens_(std::move(tokens)), rates_(std::move(steps_per_second)) {
-  if (tokens_.size() != rates_.size())
-    fail("step rate table: ", tokens_.size(), " probe counts and ", rates_.size(), " rates");
-  for (std::size_t i = 0; i < tokens_.size(); ++i) {
-    if (i > 0 && tokens_[i] <= tokens_[i - 1]) fail("step rate table: probe counts must increase");
-    if (!(rates_[i] > 0.0) || !std::isfinite(rates_[i])) fail("step rate table: rate ", rates_[i], " is not positive");
-  }
+namespace {
+
+void check_probes(const std::vector<int64_t>& counts, std::size_t values, const char* what) {
+  if (counts.size() != values) fail("step rate table: ", counts.size(), " ", what, " probe counts and ", values, " values");
+  for (std::size_t i = 1; i < counts.size(); ++i)
+    if (counts[i] <= counts[i - 1]) fail("step rate table: ", what, " probe counts must increase");
+}
+
+// The probe that holds at `count`: the last one at or below it, else the first.
+std::size_t probe_at(const std::vector<int64_t>& counts, int64_t count) {
+  const auto after = std::upper_bound(counts.begin(), counts.end(), count);
+  return after == counts.begin() ? 0 : static_cast<std::size_t>(after - counts.begin()) - 1;
+}
+
+}  // namespace
+
+StepRateTable::StepRateTable(std::vector<int64_t> tokens, std::vector<double> steps_per_second,
+                             std::vector<int64_t> draft_sequences, std::vector<double> draft_seconds)
+    : tokens_(std::move(tokens)),
+      rates_(std::move(steps_per_second)),
+      draft_sequences_(std::move(draft_sequences)),
+      draft_seconds_(std::move(draft_seconds)) {
+  check_probes(tokens_, rates_.size(), "token");
+  check_probes(draft_sequences_, draft_seconds_.size(), "draft");
+  for (const double rate : rates_)
+    if (!(rate > 0.0) || !std::isfinite(rate)) fail("step rate table: rate ", rate, " is not positive");
+  for (const double seconds : draft_seconds_)
+    if (!(seconds >= 0.0) || !std::isfinite(seconds)) fail("step rate table: draft time ", seconds, " is not >= 0");
 }
 
 double StepRateTable::steps_per_second(int64_t tokens) const {
-  if (tokens_.empty()) return 1.0;
-  const auto after = std::upper_bound(tokens_.begin(), tokens_.end(), tokens);
-  const std::size_t i = after == tokens_.begin() ? 0 : static_cast<std::size_t>(after - tokens_.begin()) - 1;
-  return rates_[i];
+  return tokens_.empty() ? 1.0 : rates_[probe_at(tokens_, tokens)];
+}
+
+double StepRateTable::draft_seconds(int64_t sequences) const {
+  return draft_sequences_.empty() ? 0.0 : draft_seconds_[probe_at(draft_sequences_, sequences)];
+}
+
+double StepRateTable::speculative_steps_per_second(int64_t tokens, int64_t sequences) const {
+  return 1.0 / (1.0 / steps_per_second(tokens) + draft_seconds(sequences));
 }
 
 int64_t verify_budget(std::span<const std::optional<std::vector<float>>> lagged, int64_t draft_length,
@@ -61,10 +86,10 @@ int64_t verify_budget(std::span<const std::optional<std::vector<float>>> lagged,
   const auto requests = static_cast<int64_t>(lagged.size());
   double expected = static_cast<double>(requests);  // every request's anchor gives one token
   int64_t best = 0;
-  double best_throughput = expected * table.steps_per_second(requests);
+  double best_throughput = expected * table.speculative_steps_per_second(requests, requests);
   for (int64_t n = 1; n <= n_max; ++n) {
     expected += candidates[static_cast<std::size_t>(n - 1)];
-    const double throughput = expected * table.steps_per_second(requests + n);
+    const double throughput = expected * table.speculative_steps_per_second(requests + n, requests);
     if (throughput > best_throughput) {  // strictly: the first maximum wins
       best_throughput = throughput;
       best = n;

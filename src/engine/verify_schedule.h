@@ -19,20 +19,31 @@
 
 namespace deepinfer::engine {
 
-// Target steps per second by a step's token count: a step function over probe counts, each
-// probe's rate holding from its count up to the next probe's (a count below the first probe takes
-// the first). Empty: not profiled, and the budget verifies every draft.
+// What a speculative step costs. Target steps per second by the step's token count: a step
+// function over probe counts, each probe's rate holding from its count up to the next probe's (a
+// count below the first probe takes the first). And, optionally, the drafter's seconds per step by
+// the number of sequences it drafts for, the same kind of step function: every speculative step
+// drafts the next blocks whatever it verified, so that cost does not grow with the drafts verified,
+// and leaving it out would price a verified row as a larger share of the step than it is.
+// Empty: not profiled, and the budget verifies every draft.
 class StepRateTable {
  public:
   StepRateTable() = default;
-  // Probes by increasing token count, each rate > 0. Throws deepinfer::Error otherwise.
-  StepRateTable(std::vector<int64_t> tokens, std::vector<double> steps_per_second);
+  // Probes by increasing count, each rate > 0, each draft time >= 0. Throws deepinfer::Error
+  // otherwise.
+  StepRateTable(std::vector<int64_t> tokens, std::vector<double> steps_per_second,
+                std::vector<int64_t> draft_sequences = {}, std::vector<double> draft_seconds = {});
   bool empty() const { return tokens_.empty(); }
-  double steps_per_second(int64_t tokens) const;
+  double steps_per_second(int64_t tokens) const;  // the target's pass alone
+  double draft_seconds(int64_t sequences) const;  // 0 when not profiled
+  // A speculative step of `tokens` target rows over `sequences` sequences, drafting included.
+  double speculative_steps_per_second(int64_t tokens, int64_t sequences) const;
 
  private:
   std::vector<int64_t> tokens_;
   std::vector<double> rates_;
+  std::vector<int64_t> draft_sequences_;
+  std::vector<double> draft_seconds_;
 };
 
 // Survivals below this are never verified (nor counted in the budget).
@@ -41,8 +52,9 @@ inline constexpr double kSurvivalFloor = 1e-6;
 // The budget K for `requests` active requests. `lagged[r]`: request r's confidences from the step
 // the budget reads (none: a request new since then, counted as certain to survive at every
 // position, 1.0, as SGLang does); `draft_length`: the positions a request drafts. Returns the n in
-// [0, candidates] that maximises (requests + sum of the n largest survivals) * rate(requests + n),
-// the first maximum on a tie; all candidates when the table is empty.
+// [0, candidates] that maximises (requests + sum of the n largest survivals) *
+// speculative_steps_per_second(requests + n, requests), the first maximum on a tie; all candidates
+// when the table is empty.
 int64_t verify_budget(std::span<const std::optional<std::vector<float>>> lagged, int64_t draft_length,
                       const StepRateTable& table);
 

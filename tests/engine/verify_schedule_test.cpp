@@ -29,6 +29,18 @@ TEST(StepRateTable, IsAStepFunctionOverItsProbes) {
   EXPECT_THROW(StepRateTable({1}, {1, 2}), Error);
 }
 
+TEST(StepRateTable, AddsTheDraftersTimeBySequences) {
+  const StepRateTable table({1, 4}, {100, 50}, {1, 2}, {0.01, 0.02});
+  EXPECT_EQ(table.draft_seconds(1), 0.01);
+  EXPECT_EQ(table.draft_seconds(3), 0.02);
+  EXPECT_DOUBLE_EQ(table.speculative_steps_per_second(1, 1), 1.0 / (0.01 + 0.01));
+  EXPECT_DOUBLE_EQ(table.speculative_steps_per_second(6, 2), 1.0 / (0.02 + 0.02));
+  EXPECT_EQ(StepRateTable({1}, {100}).draft_seconds(5), 0.0);
+  EXPECT_THROW(StepRateTable({1}, {100}, {1, 1}, {0.1, 0.1}), Error);
+  EXPECT_THROW(StepRateTable({1}, {100}, {1}, {-0.1}), Error);
+  EXPECT_THROW(StepRateTable({1}, {100}, {1, 2}, {0.1}), Error);
+}
+
 TEST(VerifyBudget, WithoutATableEveryDraftIsVerified) {
   const Lagged lagged = {std::vector<float>{0.9f, 0.5f, 0.0f}, std::nullopt};
   // 0.9 and 0.45 of the first row (0 is below the floor), and the new request's 3 at 1.0.
@@ -48,6 +60,16 @@ TEST(VerifyBudget, IsTheGlobalArgmaxNotTheFirstLocalOne) {
   EXPECT_EQ(verify_budget(lagged, 3, steep), 2);
   // A flat table: every draft adds expected tokens at no cost.
   EXPECT_EQ(verify_budget(lagged, 3, StepRateTable({1}, {100})), 6);
+}
+
+// The drafter's time is the same whatever a step verifies, so it makes each verified row a smaller
+// share of the step: the steep table that stops at n = 2 alone verifies everything with it.
+TEST(VerifyBudget, TheDraftersTimeMakesAVerifiedRowCheaper) {
+  const Lagged lagged = {std::vector<float>{0.9f, 0.9f, 0.9f}, std::vector<float>{0.5f, 0.5f, 0.5f}};
+  EXPECT_EQ(verify_budget(lagged, 3, StepRateTable({1, 5}, {100, 50})), 2);
+  // Steps of 2 sequences cost 0.01 + 0.02 s up to 4 tokens, 0.02 + 0.02 s from 5: n = 2 gives
+  // 3.71 / 0.03 = 123.7, n = 6 gives 5.314 / 0.04 = 132.9, the maximum.
+  EXPECT_EQ(verify_budget(lagged, 3, StepRateTable({1, 5}, {100, 50}, {1}, {0.02})), 6);
 }
 
 TEST(VerifyBudget, TheFirstMaximumWinsATie) {
