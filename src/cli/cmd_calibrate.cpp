@@ -68,13 +68,17 @@ void write_temperatures(const std::string& model_dir, const std::vector<double>&
     config = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
   if (!config.is_object()) fail(path.string(), ": not a JSON object");
-  const auto block = config.find("dspark_block_size");
-  if (block == config.end() || !block->is_number_integer())
+  // The drafter's fields sit beside the text parameters: in text_config where the config nests
+  // them (DeepseekV41Config), else at the top.
+  const auto text = config.find("text_config");
+  nlohmann::ordered_json& fields = text != config.end() && text->is_object() ? *text : config;
+  const auto block = fields.find("dspark_block_size");
+  if (block == fields.end() || !block->is_number_integer())
     fail(path.string(), ": no dspark_block_size (the model has no DSpark drafter)");
   if (block->get<int64_t>() != static_cast<int64_t>(temperatures.size()))
     fail(path.string(), ": dspark_block_size is ", block->get<int64_t>(), " but the log's blocks have ",
          temperatures.size(), " drafts");
-  config["dspark_confidence_temperatures"] = temperatures;
+  fields["dspark_confidence_temperatures"] = temperatures;
   // Written beside and renamed over, so a failed write leaves the old config whole.
   const std::filesystem::path temporary = path.string() + ".calibrating";
   {

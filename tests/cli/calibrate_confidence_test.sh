@@ -35,6 +35,12 @@ expect_eq "--write stores the temperatures after the config's own keys, in order
   "$(node -e 'const c = require(process.argv[1]); console.log(Object.keys(c).join(","), c.dspark_confidence_temperatures.length)' "$work/config.json")" \
   "model_type,dspark_block_size,vocab_size,dspark_confidence_temperatures 3"
 
+printf '{"model_type": "deepseek_v41", "text_config": {"hidden_size": 8, "dspark_block_size": 3}}\n' >"$work/config.json"
+expect_exit "--write into a nested text_config" 0 "$DEEPINFER" calibrate-confidence --log "$work/log.jsonl" --model "$work" --write
+expect_eq "where the drafter's fields are" \
+  "$(node -e 'const c = require(process.argv[1]); console.log(Object.keys(c.text_config).join(","), "dspark_confidence_temperatures" in c)' "$work/config.json")" \
+  "hidden_size,dspark_block_size,dspark_confidence_temperatures false"
+
 printf '{"dspark_block_size": 5}\n' >"$work/config.json"
 expect_exit "a config of another block size is refused" 1 "$DEEPINFER" calibrate-confidence --log "$work/log.jsonl" --model "$work" --write
 expect_eq "and left as it was" "$(cat "$work/config.json")" '{"dspark_block_size": 5}'
