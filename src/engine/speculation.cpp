@@ -42,9 +42,13 @@ SpeculationGovernor::SpeculationGovernor(int64_t exploit_steps, int64_t probe_st
   }
 }
 
-int SpeculationGovernor::load_of(int64_t sequences) {
-  return std::min(static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1)))) - 1,
-                  kLoads - 1);
+int SpeculationGovernor::load_of(int64_t sequences, int current) {
+  sequences = std::max<int64_t>(sequences, 1);
+  const int64_t first = int64_t{1} << current;  // load `current` holds [first, 2 first - 1]
+  const bool below = 4 * sequences < 3 * first;
+  const bool above = current < kLoads - 1 && 4 * sequences > 5 * (2 * first - 1);
+  if (!below && !above) return current;
+  return std::min(static_cast<int>(std::bit_width(static_cast<uint64_t>(sequences))) - 1, kLoads - 1);
 }
 
 double SpeculationGovernor::rate(bool with_drafting) const {
@@ -68,7 +72,7 @@ int64_t SpeculationGovernor::probe_length(const Load& load, bool drafting) const
 }
 
 void SpeculationGovernor::record(double seconds, int64_t tokens, int64_t sequences) {
-  const int index = load_of(sequences);
+  const int index = load_of(sequences, last_load_);
   Load& load = loads_[static_cast<std::size_t>(index)];
   // A step at another load than the one before, or in another mode than this load's, says
   // nothing of this load's mode: the step after it is its first.

@@ -36,8 +36,9 @@ struct SpeculationCounters {
 
 // Whether drafting pays, measured while serving (scheduled mode): the engine's output tokens per
 // second with drafting and without it, in alternating phases, kept apart per load (the step's
-// sequence count in powers of two: 1, 2-3, 4-7, ..., 128 and more), since drafting that pays at
-// one sequence can lose at thirty-two, where one verification pass costs many plain steps. Per
+// sequence count in powers of two: 1, 2-3, 4-7, ..., 128 and more, with hysteresis at the edges),
+// since drafting that pays at one sequence can lose at thirty-two, where one verification pass
+// costs many plain steps. Per
 // load it runs the mode that measured faster for an exploit phase, then probes the other, and so
 // on; each probe that confirms the mode doubles the next exploit phase (from `exploit_steps` up to
 // 16 times that), so a settled choice costs little probing, and a probe that overturns it starts
@@ -73,7 +74,11 @@ class SpeculationGovernor {
     double rate[2] = {0, 0};
     double step_seconds[2] = {0, 0};  // mean step time last measured per mode
   };
-  static int load_of(int64_t sequences);
+  // The load a step of `sequences` counts at, given the load of the step before (`current`): it
+  // stays there while the count is within a quarter past either edge of that load's range, so a
+  // steady load that sits on a boundary (7 and 8 sequences in turn, as a closed loop of 8
+  // clients has) keeps one decision instead of switching between two every few steps.
+  static int load_of(int64_t sequences, int current);
   void advance(Load& load, double seconds, int64_t tokens);
   void change(Load& load, bool drafting, int64_t steps) const;
   int64_t probe_length(const Load& load, bool drafting) const;

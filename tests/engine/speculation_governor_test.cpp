@@ -79,6 +79,25 @@ TEST(SpeculationGovernor, DecidesPerLoad) {
   EXPECT_NEAR(governor.rate(false), 32 / 0.01, 1e-6);
 }
 
+// A closed loop of 8 clients runs steps of 7 and 8 sequences in turn (one request ends, the next
+// one starts). The two counts sit in two loads (4-7, 8-15); without hysteresis each step would be
+// the first at its load, never counted, and the governor would stay in its first probe, drafting,
+// for good.
+TEST(SpeculationGovernor, ALoadOnAnEdgeKeepsOneDecision) {
+  SpeculationGovernor governor(16, 4);
+  int64_t drafted = 0, steps = 0;
+  for (int i = 0; i < 400; ++i) {
+    const bool drafting = governor.drafting();
+    if (i >= 200) {
+      drafted += drafting ? 1 : 0;
+      ++steps;
+    }
+    governor.record(drafting ? 0.05 : 0.01, 8, i % 2 == 0 ? 7 : 8);
+  }
+  EXPECT_LT(drafted, steps * 2 / 10) << "drafting is five times slower here";
+  EXPECT_LT(governor.switches(), 40);
+}
+
 TEST(SpeculationGovernor, APhasesFirstStepIsNotCounted) {
   SpeculationGovernor governor(4, 3);
   // Probe of drafting: steps 1-3; the first (leftover of before) says 100 tokens, ignored.
