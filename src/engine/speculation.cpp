@@ -64,6 +64,21 @@ void SpeculationGovernor::change(Load& load, bool drafting, int64_t steps) const
   load.counted = 0;
 }
 
+void SpeculationGovernor::first_visit(int index) {
+  Load& load = loads_[static_cast<std::size_t>(index)];
+  load.visited = true;
+  for (const int neighbour : {index + 1, index - 1}) {
+    if (neighbour < 0 || neighbour >= kLoads) continue;
+    const Load& near = loads_[static_cast<std::size_t>(neighbour)];
+    if (near.rate[0] <= 0 || near.rate[1] <= 0) continue;
+    load.step_seconds[0] = near.step_seconds[0];
+    load.step_seconds[1] = near.step_seconds[1];
+    load.probing = false;
+    change(load, near.rate[1] > near.rate[0], exploit_steps_);
+    return;
+  }
+}
+
 int64_t SpeculationGovernor::probe_length(const Load& load, bool drafting) const {
   const double probe_step = load.step_seconds[drafting ? 1 : 0], exploit_step = load.step_seconds[drafting ? 0 : 1];
   if (probe_step <= 0 || exploit_step <= 0) return probe_steps_;
@@ -74,6 +89,7 @@ int64_t SpeculationGovernor::probe_length(const Load& load, bool drafting) const
 void SpeculationGovernor::record(double seconds, int64_t tokens, int64_t sequences) {
   const int index = load_of(sequences, last_load_);
   Load& load = loads_[static_cast<std::size_t>(index)];
+  if (!load.visited) first_visit(index);
   // A step at another load than the one before, or in another mode than this load's, says
   // nothing of this load's mode: the step after it is its first.
   if (index == last_load_ && drafting_ == load.drafting) advance(load, seconds, tokens);

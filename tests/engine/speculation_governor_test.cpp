@@ -98,6 +98,26 @@ TEST(SpeculationGovernor, ALoadOnAnEdgeKeepsOneDecision) {
   EXPECT_LT(governor.switches(), 40);
 }
 
+// A load ramping down from 32 sequences to 16: the new load starts in the mode its neighbour found
+// faster, and its first probe of the other mode is short (sized from the neighbour's step times).
+TEST(SpeculationGovernor, ANewLoadStartsFromItsNeighboursDecision) {
+  SpeculationGovernor governor(16, 8);
+  for (int i = 0; i < 200; ++i) {  // 32 sequences: drafting 40 tokens in 0.04 s, plain 32 in 0.01 s
+    const bool drafting = governor.drafting();
+    governor.record(drafting ? 0.04 : 0.01, drafting ? 40 : 32, 32);
+  }
+  int64_t drafted = 0;
+  for (int i = 0; i < 64; ++i) {  // 16 sequences, the same costs halved in tokens
+    const bool drafting = governor.drafting();
+    if (i == 1) EXPECT_FALSE(drafting) << "the new load starts plain, as its neighbour decided";
+    drafted += drafting ? 1 : 0;
+    governor.record(drafting ? 0.04 : 0.01, drafting ? 20 : 16, 16);
+  }
+  // Exploit 16, probe 2, exploit 32, probe 2: no first probe of 8 drafting steps.
+  EXPECT_LE(drafted, 4);
+  EXPECT_FALSE(governor.drafting());
+}
+
 TEST(SpeculationGovernor, APhasesFirstStepIsNotCounted) {
   SpeculationGovernor governor(4, 3);
   // Probe of drafting: steps 1-3; the first (leftover of before) says 100 tokens, ignored.
