@@ -70,11 +70,14 @@ void SpeculationGovernor::first_visit(int index) {
   for (const int neighbour : {index + 1, index - 1}) {
     if (neighbour < 0 || neighbour >= kLoads) continue;
     const Load& near = loads_[static_cast<std::size_t>(neighbour)];
-    if (near.rate[0] <= 0 || near.rate[1] <= 0) continue;
+    // Only a decision against drafting carries over: drafting's cost grows with the load, so a
+    // neighbour's "drafting pays" says little of a higher load (exploiting it there for a whole
+    // phase cost 30% at 32 clients on the H200), while starting plain risks no more than plain.
+    if (near.rate[0] <= 0 || near.rate[1] <= 0 || near.rate[1] > near.rate[0]) continue;
     load.step_seconds[0] = near.step_seconds[0];
     load.step_seconds[1] = near.step_seconds[1];
     load.probing = false;
-    change(load, near.rate[1] > near.rate[0], exploit_steps_);
+    change(load, /*drafting=*/false, exploit_steps_);
     return;
   }
 }

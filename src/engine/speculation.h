@@ -42,8 +42,8 @@ struct SpeculationCounters {
 // load it runs the mode that measured faster for an exploit phase, then probes the other, and so
 // on; each probe that confirms the mode doubles the next exploit phase (from `exploit_steps` up to
 // 16 times that), so a settled choice costs little probing, and a probe that overturns it starts
-// again from `exploit_steps`. A load seen for the first time starts from a neighbouring load's
-// decision where one has measured both modes (first_visit). A probe is `probe_steps` long, or shorter where its mode's steps are
+// again from `exploit_steps`. A load seen for the first time starts plain where a neighbouring
+// load measured plain faster (first_visit). A probe is `probe_steps` long, or shorter where its mode's steps are
 // slower: at most about an eighth of the exploit phase's time (a drafting step at high load can
 // cost 30 plain ones), 2 steps at least. The first step of each phase, and of each return to a
 // load, is not counted (it still verifies, or has not yet drafted, for the mode before). Tokens/s
@@ -76,10 +76,11 @@ class SpeculationGovernor {
     double step_seconds[2] = {0, 0};  // mean step time last measured per mode
     bool visited = false;
   };
-  // A load's first step: when a neighbouring load has measured both modes, this one starts by
-  // exploiting that load's faster mode (and sizes its first probe from that load's step times)
-  // instead of probing drafting first: a load that ramps down through 64, 32, 16 .. sequences
-  // then pays one short probe per load, not a full probe of the slower mode each.
+  // A load's first step: when a neighbouring load has measured plain decoding faster than
+  // drafting, this one starts by exploiting plain decoding (its first probe of drafting sized from
+  // that load's step times) instead of probing drafting first: a load that ramps down through 64,
+  // 32, 16 .. sequences then pays one short probe per load, not a full probe of the slower mode
+  // each.
   void first_visit(int index);
   // The load a step of `sequences` counts at, given the load of the step before (`current`): it
   // stays there while the count is within a quarter past either edge of that load's range, so a

@@ -118,6 +118,21 @@ TEST(SpeculationGovernor, ANewLoadStartsFromItsNeighboursDecision) {
   EXPECT_FALSE(governor.drafting());
 }
 
+// A neighbour's "drafting pays" does not carry over: the new load probes both modes first.
+TEST(SpeculationGovernor, ANewLoadAboveADraftingLoadProbesFirst) {
+  SpeculationGovernor governor(16, 8);
+  for (int i = 0; i < 100; ++i) {  // 8 sequences: drafting 24 tokens in 0.02 s, plain 8 in 0.01 s
+    const bool drafting = governor.drafting();
+    governor.record(drafting ? 0.02 : 0.01, drafting ? 24 : 8, 8);
+  }
+  int64_t drafted = 0;
+  for (int i = 0; i < 9; ++i) {  // 16 sequences: the first probe, of drafting, is 8 steps
+    if (i > 0) drafted += governor.drafting() ? 1 : 0;
+    governor.record(0.02, 24, 16);
+  }
+  EXPECT_EQ(drafted, 8);
+}
+
 TEST(SpeculationGovernor, APhasesFirstStepIsNotCounted) {
   SpeculationGovernor governor(4, 3);
   // Probe of drafting: steps 1-3; the first (leftover of before) says 100 tokens, ignored.
