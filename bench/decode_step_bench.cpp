@@ -29,6 +29,10 @@
 // list entry, timed as above (median of the repeats), twice: with every row's logits brought to
 // the host (LogitRows::All, the engine's verification path today) and with the last row's only
 // (the pass itself). The table gives ms/step and the ratio to W = 1.
+//
+// --speculation-profile N: first, the table confidence-scheduled verification profiles at start
+// (engine profile_step_rates with max_tokens N): the verification-shaped pass at 1, 2, 4 .. rows
+// and the drafter's call for 1, 2, 4 .. sequences (a model with a DSpark drafter).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,6 +53,8 @@
 #include "integer_options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/speculation.h"
+#include "model/drafter.h"
 #include "model/model.h"
 
 #ifndef DEEPINFER_BENCH_CUDA
@@ -91,6 +97,7 @@ struct Options {
   double copy_gb = 4.0;
   bool json = false;
   std::vector<int64_t> verify_rows;  // --verify-rows: widths of the verification steps to time
+  int64_t speculation_profile = 0;   // --speculation-profile: the engine's step-cost table up to N tokens
 };
 
 [[noreturn]] void usage(const std::string& message) {
@@ -99,7 +106,8 @@ struct Options {
                "usage: decode_step_bench --model DIR [--tokenizer FILE] [--device cpu|cuda[:N]] [--batch 1,16,64]\n"
                "       [--context 512] [--steps 16] [--repeat 5] [--warmup 1] [--prefill-tokens 4096]\n"
                "       [--threads N] [--seed S] [--no-trace] [--shared-prefill] [--copy-gb 4] [--json]\n"
-               "       [--enforce-eager] [--batch-invariant] [--verify-rows 1,2,3,4,5,6]\n",
+               "       [--enforce-eager] [--batch-invariant] [--verify-rows 1,2,3,4,5,6]\n"
+               "       [--speculation-profile MAX_TOKENS]\n",
                message.c_str());
   std::exit(2);
 }
@@ -130,6 +138,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--no-trace") o.trace = false;
     else if (flag == "--verify-rows") o.verify_rows = deepinfer::bench::parse_integer_list(flag, value(), 1, usage);
     else if (flag == "--shared-prefill") o.shared_prefill = true;
+    else if (flag == "--speculation-profile") o.speculation_profile = parse_positive(flag, value());
     else if (flag == "--enforce-eager") o.enforce_eager = true;
     else if (flag == "--batch-invariant") o.batch_invariant = true;
     else if (flag == "--copy-gb") {
@@ -577,6 +586,26 @@ int run(const Options& o) {
           ? deepinfer::bench::cuda_copy_bandwidth(spec.index, static_cast<int64_t>(o.copy_gb * 1e9), 5)
           : host_copy_bandwidth(int64_t{1000} * 1000 * 1000, 5);
   std::fprintf(stderr, "copy bandwidth: %.1f GB/s (%s)\n", copy.bytes_per_second / 1e9, copy.how.c_str());
+
+  if (o.speculation_profile > 0) {
+    if (!model.drafter()) fail("--speculation-profile needs a model with a DSpark drafter");
+    const int64_t block = model.drafter()->block_size();
+    const auto profile_start = Clock::now();
+    const deepinfer::engine::StepRateTable table =
+        deepinfer::engine::profile_step_rates(model, o.speculation_profile, block);
+    std::printf("\nspeculation profile (engine profile_step_rates, max_tokens %lld, blocks of %lld; %.1f s):\n",
+                static_cast<long long>(o.speculation_profile), static_cast<long long>(block),
+                std::chrono::duration<double>(Clock::now() - profile_start).count());
+    std::printf("| rows | verification pass ms | sequences | drafter call ms |\n|---|---|---|---|\n");
+    for (int64_t rows = 1; rows <= std::min<int64_t>(o.speculation_profile, 256); rows *= 2) {
+      const int64_t sequences = rows <= o.speculation_profile / (block + 1) ? rows : 0;
+      if (sequences > 0)
+        std::printf("| %lld | %.3f | %lld | %.3f |\n", static_cast<long long>(rows), 1e3 / table.steps_per_second(rows),
+                    static_cast<long long>(sequences), 1e3 * table.draft_seconds(sequences));
+      else
+        std::printf("| %lld | %.3f | | |\n", static_cast<long long>(rows), 1e3 / table.steps_per_second(rows));
+    }
+  }
 
   std::vector<BatchResult> results;
   for (int64_t batch : o.batches) {

@@ -211,21 +211,30 @@ def make_config_v4(base, layers, ratios_override, small, widths=None):
     return config, (source_of if ratios_override is None else [None] * layers)
 
 
-def make_config(base, layers, ratios_override, small, family="v41", widths=None):
+def make_config(base, layers, ratios_override, small, family="v41", widths=None, drafter=False):
     if family == "v4":
         return make_config_v4(base, layers, ratios_override, small, widths)
     config = copy.deepcopy(base)
     text = config["text_config"]
     ratios, kv, index, candidate, source_of = derive_schedule(text, layers, ratios_override)
     text["num_hidden_layers"] = layers
-    text["num_nextn_predict_layers"] = 0
     text["compress_ratios"] = ratios
     text["kv_source_layer_ids"] = kv
     text["index_source_layer_ids"] = index
     text["candidate_source_layer_id"] = candidate
     text["engram_layer_ids"] = []
-    for key in ENGRAM_KEYS + DSPARK_KEYS:
+    for key in ENGRAM_KEYS:
         text.pop(key, None)
+    if drafter:
+        # The release's DSpark drafter (its stages ratio 0, its own expert count), tapping the last
+        # three layers as the release taps 37-39 of 40.
+        stages = text["num_nextn_predict_layers"]
+        text["compress_ratios"] = ratios + [0] * stages
+        text["dspark_target_layer_ids"] = [max(layers - 3 + i, 0) for i in range(3)]
+    else:
+        text["num_nextn_predict_layers"] = 0
+        for key in DSPARK_KEYS:
+            text.pop(key, None)
     config.pop("vision_config", None)  # text only: no vision weights are written
     if small:
         text.update(SMALL_WIDTHS)
@@ -233,6 +242,8 @@ def make_config(base, layers, ratios_override, small, family="v41", widths=None)
     apply_widths(text, widths or {})
     if "image_token_id" in config and config["image_token_id"] >= text["vocab_size"]:
         config.pop("image_token_id")
+    if drafter and text["dspark_noise_token_id"] >= text["vocab_size"]:
+        text["dspark_noise_token_id"] = text["vocab_size"] - 1  # a narrower vocabulary (--small, --vocab)
     return config, source_of
 
 
@@ -285,6 +296,7 @@ def expected_tensors(config, dtype="release"):
     n = t["hc_mult"]
     L = t["num_hidden_layers"]
     ratios = t["compress_ratios"]
+    stages = t.get("num_nextn_predict_layers", 0) if "dspark_block_size" in t else 0
     kv = set(t.get("kv_source_layer_ids", []))
     index = set(t.get("index_source_layer_ids", []))
     hash_layers = t.get("num_hash_layers", 0) if v4 else 0
@@ -323,8 +335,9 @@ def expected_tensors(config, dtype="release"):
     experts = t["n_routed_experts"]
     inter = t["moe_intermediate_size"]
     mix = (2 + n) * n
-    for layer in range(L):
-        p = f"layers.{layer}."
+    for layer in range(L + stages):
+        p = f"layers.{layer}." if layer < L else f"mtp.{layer - L}."
+        layer_experts = experts if layer < L else t["dspark_n_routed_experts"]
         add(p + "attn_norm.weight", "BF16", [D], "norm")
         add(p + "ffn_norm.weight", "BF16", [D], "norm")
         for site in ("attn", "ffn"):
@@ -369,13 +382,13 @@ def expected_tensors(config, dtype="release"):
             fp8_linear(a + "indexer.wq_b", t["index_n_heads"] * idx, t["q_lora_rank"])
             bf16_matrix(a + "indexer.weights_proj.weight", t["index_n_heads"], D)
         f = p + "ffn."
-        bf16_matrix(f + "gate.weight", experts, D)
+        bf16_matrix(f + "gate.weight", layer_experts, D)
         if layer < hash_layers:
             # Hash routing: top-k expert ids per vocabulary entry (I64, as DeepSeek ships it).
             add(f + "gate.tid2eid", "I64", [V, t["num_experts_per_tok"]], "tid2eid", experts)
         else:
-            add(f + "gate.bias", "F32", [experts], "small_0.1")
-        for e in range(experts):
+            add(f + "gate.bias", "F32", [layer_experts], "small_0.1")
+        for e in range(layer_experts):
             ex = f + f"experts.{e}."
             fp4_linear(ex + "w1", inter, D)
             fp4_linear(ex + "w2", D, inter)
@@ -385,6 +398,16 @@ def expected_tensors(config, dtype="release"):
             fp8_linear(f + "shared_experts.w1", shared, D)
             fp8_linear(f + "shared_experts.w2", D, shared)
             fp8_linear(f + "shared_experts.w3", shared, D)
+        if layer >= L:  # the drafter's own tensors (checkpoint_schema.cpp dspark_extras)
+            rank = t["dspark_markov_rank"]
+            if layer == L:
+                fp8_linear(p + "main_proj", D, len(t["dspark_target_layer_ids"]) * D)
+                add(p + "main_norm.weight", "BF16", [D], "norm")
+            if layer == L + stages - 1:
+                add(p + "norm.weight", "BF16", [D], "norm")
+                bf16_matrix(p + "markov_head.markov_w1.weight", V, rank)
+                bf16_matrix(p + "markov_head.markov_w2.weight", V, rank)
+                bf16_matrix(p + "confidence_head.proj.weight", 1, D + rank)
     return out
 
 
@@ -573,6 +596,9 @@ def main():
     parser.add_argument("--dtype", choices=("release", "bf16"), default="release",
                         help="release: FP8 dense + FP4 experts as DeepSeek ships (default); bf16: every linear BF16, "
                              "no quantization_config")
+    parser.add_argument("--drafter", action="store_true",
+                        help="v41: keep the release's DSpark drafter (3 stages, mtp.0-2, 128 experts top-3, Markov "
+                             "rank 256), tapping the last three layers")
     parser.add_argument("--tokenizer", help="a tokenizer.json to copy into --out (for converters that need one)")
     parser.add_argument("--tokenizer-config", help="a tokenizer_config.json to copy into --out")
     parser.add_argument("--base-config", help="release config.json (default: tests/data/configs/v41_flash.json, "
@@ -603,7 +629,9 @@ def main():
     for key, value in widths.items():
         if value is not None and value < 1:
             sys.exit(f"{key} must be >= 1")
-    config, source_of = make_config(base, args.layers, ratios, args.small, args.family, widths)
+    if args.drafter and (args.family != "v41" or args.layers < 3):
+        sys.exit("--drafter needs --family v41 and at least 3 layers")
+    config, source_of = make_config(base, args.layers, ratios, args.small, args.family, widths, args.drafter)
     text = text_of(config)
     if args.dtype == "release" and (text["hidden_size"] % 32 or text["moe_intermediate_size"] % 32):
         sys.exit("FP4 experts need hidden_size and moe_intermediate_size divisible by 32 (or --dtype bf16)")
@@ -631,6 +659,8 @@ def main():
         if args.family == "v4":
             kind = "SWA" if ratio == 0 else f"CSA r{ratio}" if ratio == 4 else f"HCA r{ratio}"
             kinds.append(kind + (", hash-routed" if layer < text["num_hash_layers"] else ""))
+        elif layer >= args.layers:
+            kinds.append(f"DSpark stage {layer - args.layers}")
         elif ratio == 0:
             kinds.append("SWA")
         elif layer in text["kv_source_layer_ids"]:
@@ -640,7 +670,7 @@ def main():
         else:
             kinds.append(f"r{ratio} reuse")
     schedule = "; ".join(
-        f"layer {i}: {k}" + (f" (release layer {source_of[i]})" if source_of[i] is not None else "")
+        f"layer {i}: {k}" + (f" (release layer {source_of[i]})" if i < len(source_of) and source_of[i] is not None else "")
         for i, k in enumerate(kinds))
     if args.family == "v4":
         print(f"{out}: {FAMILY_NAMES['v4']}-shaped, {args.layers} layers ({schedule})")
