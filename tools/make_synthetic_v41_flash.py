@@ -38,7 +38,11 @@ layers): layer i takes the compress ratio of release layer floor(i * 40 / N) (N 
 source of its ratio; it is an index source when it maps to a release index source; the rest reuse.
 The candidate source is the last kv source (the release's rule: candidate 20 = its last kv
 source). No Engram layers (so the loader needs no tokenizer), no hash-routed MoE layers (V4.1 has
-none), num_nextn_predict_layers 0 and no DSpark fields.
+none), num_nextn_predict_layers 0 and no DSpark fields, unless --drafter: then the release's DSpark
+drafter is kept (3 stages mtp.0-2 of ratio 0, 128 routed experts top-3 each, main_proj over 3
+taps, Markov head of rank 256, confidence head), tapping the last three layers (N = 4: 1, 2, 3),
+8 GB more at release widths; random weights, so it drafts nothing the target keeps, but its cost
+is the release drafter's (`bench/decode_step_bench --speculation-profile`).
 
 --family v4 (V4-Flash, tests/data/configs/v4_flash.json: hidden 4096, 64 heads x 512, 256 routed
 experts top-6 of width 2048 + 1 shared, vocab 129280; flat config, expert_dtype at the top level):
