@@ -186,7 +186,12 @@ double time_draft(const model::Model& model, int64_t sequences) {
     drafter.inject(states.back(), taps);
   }
   std::vector<model::DraftRequest> requests;
-  for (int64_t s = 0; s < sequences; ++s) requests.push_back({&states[static_cast<std::size_t>(s)], probe_token(s, model.vocab_size())});
+  for (int64_t s = 0; s < sequences; ++s) {
+    model::DraftRequest request;
+    request.state = &states[static_cast<std::size_t>(s)];
+    request.anchor = probe_token(s, model.vocab_size());
+    requests.push_back(std::move(request));
+  }
   const auto start = std::chrono::steady_clock::now();
   drafter.draft(requests, model.backend());
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -385,11 +385,20 @@ void store_window_rows(const AttentionWeights& weights, AttentionState& state, c
 void draft_block_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments,
                            const float* x, int64_t total_rows, float* out) {
   if (total_rows == 0) return;
-  const int64_t heads = weights.heads;
-  const int64_t d = weights.head_dim;
   const std::vector<int64_t> positions = attention_positions(segments, total_rows);
   AttentionProjections projections;
   attention_project(weights, x, positions, projections);
+  std::vector<float> attended(static_cast<std::size_t>(total_rows * weights.heads * weights.head_dim));
+  draft_block_core(weights, segments, projections.q.data(), projections.kv.data(), total_rows, attended.data());
+  attention_output(weights, attended.data(), total_rows, out);
+}
+
+void draft_block_core(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* q,
+                      const float* kv, int64_t total_rows, float* attended) {
+  if (total_rows == 0) return;
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const std::vector<int64_t> positions = attention_positions(segments, total_rows);
   // Per segment: its context rows decoded, then its block's rows as the window would store them
   // (the reference keeps draft rows in the same quantised cache).
   std::vector<std::vector<float>> segment_keys(segments.size());
@@ -404,7 +413,7 @@ void draft_block_attention(const AttentionWeights& weights, std::span<const Atte
     const int64_t oldest = std::max(state.window_first, segment.first_position - weights.window);
     const int64_t context = segment.first_position - oldest;
     QuantizedRows block(weights.window_format, d);
-    for (int64_t t = 0; t < segment.rows; ++t) block.append(projections.kv.data() + (segment.row_begin + t) * d);
+    for (int64_t t = 0; t < segment.rows; ++t) block.append(kv + (segment.row_begin + t) * d);
     std::vector<float>& decoded = segment_keys[s];
     decoded.resize(static_cast<std::size_t>((context + segment.rows) * d));
     for (int64_t r = 0; r < context; ++r) state.window.read(oldest - state.window_first + r, decoded.data() + r * d);
@@ -414,19 +423,17 @@ void draft_block_attention(const AttentionWeights& weights, std::span<const Atte
   std::vector<int64_t> row_segment(static_cast<std::size_t>(total_rows));
   for (std::size_t s = 0; s < segments.size(); ++s)
     for (int64_t t = 0; t < segments[s].rows; ++t) row_segment[segments[s].row_begin + t] = static_cast<int64_t>(s);
-  std::vector<float> attended(static_cast<std::size_t>(total_rows * heads * d));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   parallel_items(total_rows * heads, (weights.window + 8) * 2 * d, [&](int64_t begin, int64_t end) {
     std::vector<float> logits;
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t t = pair / heads;
       const int64_t h = pair % heads;
-      float* head_out = attended.data() + pair * d;
-      attend_head(projections.q.data() + pair * d, keys[row_segment[t]], d, scale, weights.sink[h], logits, head_out);
+      float* head_out = attended + pair * d;
+      attend_head(q + pair * d, keys[row_segment[t]], d, scale, weights.sink[h], logits, head_out);
       weights.rope.apply(head_out, d, positions[t], /*inverse=*/true);
     }
   });
-  attention_output(weights, attended.data(), total_rows, out);
 }
 
 }  // namespace deepinfer::model

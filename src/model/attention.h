@@ -127,5 +127,11 @@ void store_window_rows(const AttentionWeights& weights, AttentionState& state, c
                        int64_t keep);
 void draft_block_attention(const AttentionWeights& weights, std::span<const AttentionSegment> segments,
                            const float* x, int64_t total_rows, float* out);
+// draft_block_attention's middle, for a backend that projects and outputs elsewhere: from the
+// block rows' projections (q [rows, heads, d] normed and rotated, kv [rows, d] normed and rotated,
+// as attention_project makes them) to the attended rows [rows, heads, d], rotated back, before the
+// output projection.
+void draft_block_core(const AttentionWeights& weights, std::span<const AttentionSegment> segments, const float* q,
+                      const float* kv, int64_t total_rows, float* attended);
 
 }  // namespace deepinfer::model

@@ -117,6 +117,16 @@ class CudaForwardPass final : public model::ForwardPass {
   // The site's mix from flattened, unit-RMS streams projected by fn: pre / post / comb.
   void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits);
   void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out);
+  // An attention sublayer's parts on the device: the projections of sublayer_in_ (the low-rank
+  // query, the heads normed and rotated, the K = V row normed and rotated) and the grouped output
+  // projection of the attended rows [rows_, heads * d] into sublayer_out_.
+  struct Projections {
+    float* q_residual;
+    float* q;
+    float* kv;
+  };
+  Projections project_attention(const model::AttentionWeights& weights, const int32_t* device_positions);
+  void output_attention(const model::AttentionWeights& weights, const float* attended);
   void sync();
   // The end of a graph pass's device work (the head's logits): a capture becomes the key's graph
   // and runs; a replay runs the key's graph.
@@ -664,6 +674,38 @@ void CudaForwardPass::exit_site() {
 
 void CudaForwardPass::attention(const model::AttentionWeights& weights,
                                 std::span<const model::AttentionSegment> segments) {
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  const auto r = static_cast<std::size_t>(rows_);
+  const std::vector<int64_t> positions = padded(std::span<const int64_t>(model::attention_positions(segments, live_rows_)), int64_t{0});
+  const int32_t* device_positions = put(std::vector<int32_t>(positions.begin(), positions.end()));
+
+  std::optional<OpProfile::Section> timed;
+  timed.emplace(backend_.profile(), "attention.project", stream);
+  const Projections projected = project_attention(weights, device_positions);
+
+  timed.reset();
+  timed.emplace(backend_.profile(), "attention.core", stream);
+  float* attended = arena.get<float>(kAttended, r * static_cast<std::size_t>(heads * d));
+  AttentionInputs inputs;
+  inputs.x = sublayer_in_;
+  inputs.q_residual = projected.q_residual;
+  inputs.q = projected.q;
+  inputs.kv = projected.kv;
+  inputs.positions = device_positions;
+  inputs.host_positions = positions;
+  inputs.rows = rows_;
+  inputs.first_row = first_;
+  attention_.run(weights, segments, inputs, attended);
+  timed.reset();
+  timed.emplace(backend_.profile(), "attention.output", stream);
+  output_attention(weights, attended);
+}
+
+CudaForwardPass::Projections CudaForwardPass::project_attention(const model::AttentionWeights& weights,
+                                                                const int32_t* device_positions) {
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();
@@ -671,12 +713,6 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   const int64_t d = weights.head_dim;
   const int64_t rank = weights.wq_a.rows;
   const auto r = static_cast<std::size_t>(rows_);
-  const std::vector<int64_t> positions = padded(std::span<const int64_t>(model::attention_positions(segments, live_rows_)), int64_t{0});
-  const int32_t* device_positions = put(std::vector<int32_t>(positions.begin(), positions.end()));
-
-  // Projections on the device.
-  std::optional<OpProfile::Section> timed;
-  timed.emplace(backend_.profile(), "attention.project", stream);
   float* q_residual = arena.get<float>(kQResidual, r * static_cast<std::size_t>(rank));
   float* q = arena.get<float>(kQuery, r * static_cast<std::size_t>(heads * d));
   float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
@@ -690,23 +726,15 @@ void CudaForwardPass::attention(const model::AttentionWeights& weights,
   linear_(sublayer_in_, rows_, store.matrix(weights.wkv), kv);
   k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
   k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
+  return {q_residual, q, kv};
+}
 
-  timed.reset();
-  timed.emplace(backend_.profile(), "attention.core", stream);
-  float* attended = arena.get<float>(kAttended, r * static_cast<std::size_t>(heads * d));
-  AttentionInputs inputs;
-  inputs.x = sublayer_in_;
-  inputs.q_residual = q_residual;
-  inputs.q = q;
-  inputs.kv = kv;
-  inputs.positions = device_positions;
-  inputs.host_positions = positions;
-  inputs.rows = rows_;
-  inputs.first_row = first_;
-  attention_.run(weights, segments, inputs, attended);
-  timed.reset();
-  timed.emplace(backend_.profile(), "attention.output", stream);
-
+void CudaForwardPass::output_attention(const model::AttentionWeights& weights, const float* attended) {
+  WeightStore& store = backend_.weights();
+  Arena& arena = backend_.arena();
+  cudaStream_t stream = backend_.stream();
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
   // Grouped output: attended as [rows, groups, group_in]; group g's slice of wo_a takes slice g of
   // every row into low_rank [rows, groups, group_out], for wo_b.
   const auto groups = static_cast<int64_t>(weights.wo_a_groups.size());
@@ -945,19 +973,41 @@ void CudaForwardPass::collapse_head(const model::HeadWeights& weights, std::span
   sync();
 }
 
-// The DSpark draft block's attention runs on the host (model::draft_block_attention): the
-// drafter's context rows live there, and a block is gamma rows per request. Its projections read
-// the host weights. A device kernel is the speed work to come; the MoE, the mHC sites and the
-// head of a draft pass run here.
+// The DSpark draft block's attention: projections and output on the device (at V4.1-Flash's widths
+// they are most of the work: on the host they made a drafter call 121 ms at one sequence), the
+// core on the host (model::draft_block_core), where the drafter's context rows live: a block is
+// gamma rows a request against at most `window` context rows, and only the block's queries and
+// K = V rows go down and its attended rows come back. A device core over a device context is the
+// work still to do.
 void CudaForwardPass::draft_attention(const model::AttentionWeights& weights,
                                       std::span<const model::AttentionSegment> segments) {
-  const OpProfile::Section timed(backend_.profile(), "draft attention (host)", backend_.stream());
-  const auto floats = static_cast<std::size_t>(rows_ * shape_.hc.hidden);
-  std::vector<float> x(floats), out(floats);
-  check(cudaMemcpyAsync(x.data(), sublayer_in_, floats * 4, cudaMemcpyDeviceToHost, backend_.stream()), "download");
+  cudaStream_t stream = backend_.stream();
+  const int64_t heads = weights.heads;
+  const int64_t d = weights.head_dim;
+  std::optional<OpProfile::Section> timed;
+  timed.emplace(backend_.profile(), "draft attention.project", stream);
+  const std::vector<int64_t> positions =
+      padded(std::span<const int64_t>(model::attention_positions(segments, live_rows_)), int64_t{0});
+  const Projections projected =
+      project_attention(weights, put(std::vector<int32_t>(positions.begin(), positions.end())));
+  timed.reset();
+  timed.emplace(backend_.profile(), "draft attention.core (host)", stream);
+  const auto live = static_cast<std::size_t>(live_rows_);
+  const auto width = static_cast<std::size_t>(heads * d);
+  std::vector<float> q(live * width), kv(live * static_cast<std::size_t>(d)), attended(live * width);
+  check(cudaMemcpyAsync(q.data(), projected.q, q.size() * 4, cudaMemcpyDeviceToHost, stream), "download");
+  check(cudaMemcpyAsync(kv.data(), projected.kv, kv.size() * 4, cudaMemcpyDeviceToHost, stream), "download");
   sync();
-  model::draft_block_attention(weights, segments, x.data(), rows_, out.data());
-  check(cudaMemcpyAsync(sublayer_out_, out.data(), floats * 4, cudaMemcpyHostToDevice, backend_.stream()), "upload");
+  model::draft_block_core(weights, segments, q.data(), kv.data(), live_rows_, attended.data());
+  float* device_attended = backend_.arena().get<float>(kAttended, static_cast<std::size_t>(rows_) * width);
+  if (rows_ > live_rows_)
+    check(cudaMemsetAsync(device_attended + live * width, 0, (static_cast<std::size_t>(rows_) - live) * width * 4, stream),
+          "memset");
+  check(cudaMemcpyAsync(device_attended, attended.data(), attended.size() * 4, cudaMemcpyHostToDevice, stream), "upload");
+  timed.reset();
+  timed.emplace(backend_.profile(), "draft attention.output", stream);
+  output_attention(weights, device_attended);
+  // The upload reads `attended`, a host vector about to go: wait for it.
   sync();
 }
 
