@@ -9,7 +9,8 @@
 // attention, the head) over every request's block at once; greedy blocks' Markov loop too
 // (greedy_draft_head), while picked or kept-logit blocks run it on the host. Its context store
 // and the context's projections (inject) are on the host (on CUDA so is the draft-block
-// attention, reading the drafter's host context: a device kernel is still to come).
+// attention's core, reading the drafter's host context, while its projections run on the device:
+// a device core over a device context is still to come).
 #include <cstdint>
 #include <functional>
 #include <memory>
