@@ -91,19 +91,15 @@ struct Engine::Impl {
 
   Impl(const model::Model& loaded, EngineOptions chosen)
       : model(loaded), options(chosen), scheduler(configure(loaded, chosen)), executor(loaded, scheduler) {
-    if (options.speculative == SpeculativeMode::off) {
-      if (!options.confidence_log.empty()) fail("--confidence-log needs --speculative static");
-      return;
-    }
+    if (!options.confidence_log.empty() && options.speculative != SpeculativeMode::static_blocks)
+      fail("--confidence-log records whole draft blocks: it needs --speculative static, not ",
+           speculative_mode_name(options.speculative));
+    if (options.speculative == SpeculativeMode::off) return;
     if (!model.drafter())
       fail("speculative decoding (", speculative_mode_name(options.speculative),
            ") needs a model with a DSpark drafter; this checkpoint has none");
-    if (!options.confidence_log.empty()) {
-      if (options.speculative != SpeculativeMode::static_blocks)
-        fail("--confidence-log records whole draft blocks: it needs --speculative static, not ",
-             speculative_mode_name(options.speculative));
+    if (!options.confidence_log.empty())
       executor.set_confidence_log(std::make_unique<ConfidenceLog>(options.confidence_log));
-    }
     StepRateTable rates;
     if (options.speculative == SpeculativeMode::scheduled) {
       rates = profile_step_rates(model, options.max_batch_tokens, model.drafter()->block_size());

@@ -124,6 +124,7 @@ void StepExecutor::reset_speculation(SequenceContext& sequence) {
   sequence.drafts_position = -1;
   sequence.draft_logits.clear();
   sequence.confidence.clear();
+  sequence.confidence_raw.clear();
   sequence.lagged_confidence.reset();
   sequence.rollback.clear();
   sequence.rollback_length = -1;

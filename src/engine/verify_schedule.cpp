@@ -24,10 +24,6 @@ std::vector<double> survivals(std::span<const float> confidences, int64_t draft_
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 void check_probes(const std::vector<int64_t>& counts, std::size_t values, const char* what) {
   if (counts.size() != values) fail("step rate table: ", counts.size(), " ", what, " probe counts and ", values, " values");
   for (std::size_t i = 1; i < counts.size(); ++i)

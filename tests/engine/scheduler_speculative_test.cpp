@@ -135,8 +135,9 @@ TEST(SchedulerSpeculative, RandomWorkloadsKeepTheTargetsChain) {
             << "request " << done.id.request << " choice " << done.id.choice << " token " << i;
         state.push_back(done.generated[i]);
       }
-      if (done.reason == SequenceEnd::length)
+      if (done.reason == SequenceEnd::length) {
         EXPECT_EQ(static_cast<int64_t>(done.generated.size()), spec.max_tokens);
+      }
       ++finished;
     }
   };

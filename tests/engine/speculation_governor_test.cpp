@@ -9,16 +9,27 @@
 namespace deepinfer::engine {
 namespace {
 
-// Runs `steps` steps where a step makes `with` tokens in `seconds` while drafting, `without` otherwise;
-// returns how many of them drafted.
-int64_t run_governor(SpeculationGovernor& governor, int64_t steps, int64_t with, int64_t without) {
+// What a step of each mode costs and makes.
+struct StepCosts {
+  double drafting_seconds, plain_seconds;
+  int64_t drafting_tokens, plain_tokens;
+};
+
+// Runs `steps` steps of `sequences` sequences at `costs`; returns how many of them drafted.
+int64_t run_at_load(SpeculationGovernor& governor, int64_t steps, int64_t sequences, const StepCosts& costs) {
   int64_t drafted = 0;
   for (int64_t i = 0; i < steps; ++i) {
     const bool drafting = governor.drafting();
     drafted += drafting ? 1 : 0;
-    governor.record(0.01, drafting ? with : without);
+    governor.record(drafting ? costs.drafting_seconds : costs.plain_seconds,
+                    drafting ? costs.drafting_tokens : costs.plain_tokens, sequences);
   }
   return drafted;
+}
+
+// One sequence, 0.01 s a step either way, `with` tokens a step while drafting, `without` otherwise.
+int64_t run_governor(SpeculationGovernor& governor, int64_t steps, int64_t with, int64_t without) {
+  return run_at_load(governor, steps, 1, {0.01, 0.01, with, without});
 }
 
 TEST(SpeculationGovernor, KeepsTheFasterModeAndKeepsMeasuringTheOther) {
@@ -102,14 +113,13 @@ TEST(SpeculationGovernor, ALoadOnAnEdgeKeepsOneDecision) {
 // faster, and its first probe of the other mode is short (sized from the neighbour's step times).
 TEST(SpeculationGovernor, ANewLoadStartsFromItsNeighboursDecision) {
   SpeculationGovernor governor(16, 8);
-  for (int i = 0; i < 200; ++i) {  // 32 sequences: drafting 40 tokens in 0.04 s, plain 32 in 0.01 s
-    const bool drafting = governor.drafting();
-    governor.record(drafting ? 0.04 : 0.01, drafting ? 40 : 32, 32);
-  }
+  run_at_load(governor, 200, 32, {0.04, 0.01, 40, 32});  // drafting is slower at 32 sequences
   int64_t drafted = 0;
   for (int i = 0; i < 64; ++i) {  // 16 sequences, the same costs halved in tokens
     const bool drafting = governor.drafting();
-    if (i == 1) EXPECT_FALSE(drafting) << "the new load starts plain, as its neighbour decided";
+    if (i == 1) {
+      EXPECT_FALSE(drafting) << "the new load starts plain, as its neighbour decided";
+    }
     drafted += drafting ? 1 : 0;
     governor.record(drafting ? 0.04 : 0.01, drafting ? 20 : 16, 16);
   }
@@ -121,10 +131,7 @@ TEST(SpeculationGovernor, ANewLoadStartsFromItsNeighboursDecision) {
 // A neighbour's "drafting pays" does not carry over: the new load probes both modes first.
 TEST(SpeculationGovernor, ANewLoadAboveADraftingLoadProbesFirst) {
   SpeculationGovernor governor(16, 8);
-  for (int i = 0; i < 100; ++i) {  // 8 sequences: drafting 24 tokens in 0.02 s, plain 8 in 0.01 s
-    const bool drafting = governor.drafting();
-    governor.record(drafting ? 0.02 : 0.01, drafting ? 24 : 8, 8);
-  }
+  run_at_load(governor, 100, 8, {0.02, 0.01, 24, 8});  // drafting is faster at 8 sequences
   int64_t drafted = 0;
   for (int i = 0; i < 9; ++i) {  // 16 sequences: the first probe, of drafting, is 8 steps
     if (i > 0) drafted += governor.drafting() ? 1 : 0;
