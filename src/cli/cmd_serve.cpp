@@ -96,6 +96,9 @@ constexpr const char* kServeUsage =
     "                           confidences and kept count to FILE (JSON lines), the data\n"
     "                           `deepinfer calibrate-confidence` fits the drafter's confidence\n"
     "                           temperatures on\n"
+    "  --seed N                 requests that give no seed draw from seeds derived from N and\n"
+    "                           their order of arrival (default: a fresh seed each); a request's\n"
+    "                           own seed replays exactly, with or without --speculative\n"
     "  --max-prompt-logits-memory SIZE\n"
     "                           logits kept per prompt-logprobs chunk (rows x vocab floats;\n"
     "                           default 64M: longer prompts are scored over more steps)\n"
@@ -141,7 +144,7 @@ int run_serve(const std::vector<std::string>& argv) {
                "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
                "--grammar-compile-timeout", "--grammar-compile-slots", "--grammar-max-memory", "--max-connections", "--header-timeout",
                "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
-               "--default-max-tokens", "--speculative", "--confidence-log"});
+               "--default-max-tokens", "--speculative", "--confidence-log", "--seed"});
     if (args.has("--help")) {
       std::fputs(kServeUsage, stdout);
       return kExitOk;
@@ -175,6 +178,7 @@ int run_serve(const std::vector<std::string>& argv) {
     options.engine.jump_forward = !args.has("--no-jump-forward");
     options.engine.overlap_schedule = !args.has("--disable-overlap-schedule");
     options.engine.speculation_governor = !args.has("--no-speculation-governor");
+    if (args.get("--seed")) options.engine.seed = static_cast<uint64_t>(args.count("--seed", 0, 0));
     if (auto mode = args.get("--speculative")) {
       options.speculative = engine::parse_speculative_mode(*mode);
       if (!options.speculative) throw UsageError{"--speculative is off, static or scheduled"};

@@ -37,5 +37,8 @@ class CounterRng {
 // A fresh seed for a request that gave none, from std::random_device. The engine reports it so
 // the request can be replayed.
 uint64_t draw_engine_seed();
+// The seed of the request_id-th request of an engine started with `engine_seed` (EngineOptions::
+// seed): SplitMix64's mix of the two, so neighbouring ids get unrelated seeds.
+uint64_t seed_for_request(uint64_t engine_seed, uint64_t request_id);
 
 }  // namespace deepinfer::engine

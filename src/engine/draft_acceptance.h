@@ -21,6 +21,8 @@ namespace deepinfer::engine {
 // a distribution (the target's, the residual) at that position. The drafter draws its token at a
 // position with kDraftDraw: were it kTokenDraw, a rejected draft and the residual draw that
 // replaces it would share their uniform, and the replacement would lean away from the draft.
+// (An exact replay, RequestSampling::exact_replay, draws its drafts with kTokenDraw on purpose:
+// it keeps a draft only where the target's own draw is that token, and draws no residual.)
 inline constexpr uint32_t kTokenDraw = 0;
 inline constexpr uint32_t kAcceptDraw = 1;
 inline constexpr uint32_t kDraftDraw = 2;

@@ -147,6 +147,7 @@ struct Engine::Impl {
     sampling->speculative = options.speculative != SpeculativeMode::off && !params.constraint &&
                             params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f &&
                             params.repetition_penalty == 1.0f;
+    sampling->exact_replay = sampling->speculative && params.seed.has_value() && !params.greedy();
     const std::optional<OutputConstraint>& constraint = submission.request.sampling.constraint;
     // A request with logprobs draws every token, so each has its own log-probability.
     sampling->jump_forward = options.jump_forward && constraint && constraint->encode &&
@@ -493,8 +494,10 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   for (int32_t id : request.eos_token_ids)
     if (id < 0 || id >= impl_->model.vocab_size()) fail("eos token ", id, " is outside the vocabulary");
   if (request.max_tokens < 1) fail("max_tokens must be at least 1, got ", request.max_tokens);
-  const uint64_t seed = request.sampling.seed ? *request.sampling.seed : draw_engine_seed();
   const RequestId id = impl_->next_id.fetch_add(1);
+  const uint64_t seed = request.sampling.seed ? *request.sampling.seed
+                        : impl_->options.seed ? seed_for_request(*impl_->options.seed, static_cast<uint64_t>(id))
+                                              : draw_engine_seed();
   auto stream = std::make_shared<RequestStream>(id, seed, request.sampling.n);
   {
     std::lock_guard lock(impl_->mutex);

@@ -65,6 +65,12 @@ struct EngineOptions {
   // `deepinfer calibrate-confidence` fits the head's temperatures on. Static mode only: scheduled
   // verification trims blocks by their confidences, which would bias the record.
   std::string confidence_log;
+  // --seed N (vLLM's --seed): a request without a seed of its own gets seed_for_request(N, its
+  // id) instead of a fresh one from std::random_device, so a run that submits the same requests in
+  // the same order draws the same tokens. Such a request still counts as unseeded: under
+  // speculative decoding it is verified by speculative sampling, not replayed exactly
+  // (RequestSampling::exact_replay).
+  std::optional<uint64_t> seed;
 };
 
 struct GenerationRequest {

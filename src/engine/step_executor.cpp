@@ -49,10 +49,7 @@ std::vector<DraftOffer> StepExecutor::draft_offers(const StepPlan& plan) const {
     if (found == sequences_.end() || !requests_.at(item.id.request)->speculative) continue;
     const SequenceContext& sequence = found->second;
     if (sequence.drafts.empty() || sequence.drafts_position != item.end) continue;
-    const SamplingParams& params = requests_.at(item.id.request)->params;
-    // A sampled request with its own seed verifies its whole block: how many drafts a step checks
-    // changes which uniforms decide its tokens, and its output must not depend on the batch.
-    if (speculative_mode_ == SpeculativeMode::static_blocks || (params.seed && !params.greedy())) {
+    if (speculative_mode_ == SpeculativeMode::static_blocks) {
       offers.push_back({item.id, static_cast<int32_t>(sequence.drafts.size())});
       continue;
     }
@@ -728,9 +725,20 @@ std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) 
       prepared.drawing ? std::span<const model::DrawnToken>(prepared.drawn).subspan(item.first_verify_draw, drafted + 1)
                        : std::span<const model::DrawnToken>{};
   DraftVerdict verdict;
+  std::vector<SampleResult> replayed;  // exact_replay: row i's draw
   if (prepared.drawing) {
     std::vector<int32_t> target_tokens;
     for (const model::DrawnToken& token : drawn) target_tokens.push_back(token.token);
+    verdict = accept_greedy_tokens(target_tokens, drafts, request.stop_token_ids);
+  } else if (request.exact_replay) {
+    // Row i draws with the sampler's own uniform at its position: the token the engine draws there
+    // without speculation, its log-probability as the sampler reports it.
+    std::vector<int32_t> target_tokens;
+    for (std::size_t i = 0; i <= drafted; ++i) {
+      replayed.push_back(sample(row(i), params, *sequence.history, request.seed, static_cast<uint64_t>(item.id.choice),
+                                item.end + static_cast<int64_t>(i)));
+      target_tokens.push_back(replayed.back().token);
+    }
     verdict = accept_greedy_tokens(target_tokens, drafts, request.stop_token_ids);
   } else if (params.greedy()) {
     std::vector<std::vector<float>> processed;
@@ -772,6 +780,9 @@ std::size_t StepExecutor::verify_drafts(Prepared& prepared, PreparedItem& item) 
     if (params.logprobs && prepared.drawing) {  // the draw at row i is kept[i]
       produced.logprob = drawn[i].logprob;
       for (const auto& [token, logprob] : drawn[i].top_logprobs) produced.top_logprobs.push_back({token, logprob});
+    } else if (params.logprobs && !replayed.empty()) {
+      produced.logprob = replayed[i].logprob;
+      produced.top_logprobs = replayed[i].top_logprobs;
     } else if (params.logprobs) {
       const SampleResult scored = score_token(row(i), kept[i], *params.logprobs);
       produced.logprob = scored.logprob;
@@ -824,6 +835,7 @@ void StepExecutor::draft_next(Prepared& prepared) {
   }
   std::vector<model::DraftRequest> requests;
   std::vector<SequenceContext*> owners;
+  std::vector<bool> keeps_distributions;  // speculative sampling divides by the draft's
   std::vector<float> distribution;  // the pick's scratch (draft() calls it on this thread)
   for (const auto& [id, anchor] : anchors) {
     const RequestSampling& request = *requests_.at(id.request);
@@ -842,14 +854,20 @@ void StepExecutor::draft_next(Prepared& prepared) {
     const SamplingParams& params = request.params;
     if (!params.greedy() || !params.logit_bias.empty()) {
       // Drafts are drawn from the request's own transform of the drafter's logits: the
-      // distribution verification divides by (its uniforms are kDraftDraw's, never the target's).
+      // distribution speculative sampling divides by, with uniforms of their own (kDraftDraw). An
+      // exact replay draws each draft with the uniform the target's sampler will use at its
+      // position (kTokenDraw): where the two distributions are close, the two inverse CDFs land
+      // on the same token, and the draft is kept.
       const TokenHistory& history = *sequence.history;
       const uint64_t seed = request.seed, stream = static_cast<uint64_t>(id.choice);
-      draft.pick = [&params, &history, &distribution, seed, stream, first](std::span<const float> logits, int64_t k) {
+      const uint32_t draw_index = request.exact_replay ? kTokenDraw : kDraftDraw;
+      draft.pick = [&params, &history, &distribution, seed, stream, first, draw_index](std::span<const float> logits,
+                                                                                      int64_t k) {
         token_distribution(logits, params, history, distribution);
-        return invert_cdf(distribution, CounterRng(seed, stream, first + k).uniform(kDraftDraw));
+        return invert_cdf(distribution, CounterRng(seed, stream, first + k).uniform(draw_index));
       };
     }
+    keeps_distributions.push_back(draft.pick && !request.exact_replay);
     requests.push_back(std::move(draft));
     owners.push_back(&sequence);
   }
@@ -864,8 +882,9 @@ void StepExecutor::draft_next(Prepared& prepared) {
     model::DraftBlock& block = blocks[r];
     sequence.drafts = std::move(block.tokens);
     sequence.drafts_position = sequence.draft_context->length + 1;
-    // Greedy verification reads only the tokens; sampled verification the distributions.
-    if (requests[r].pick) sequence.draft_logits = std::move(block.logits);
+    // Greedy verification and exact replays read only the tokens; speculative sampling the
+    // distributions.
+    if (keeps_distributions[r]) sequence.draft_logits = std::move(block.logits);
     else sequence.draft_logits.clear();
     if (!sequence.confidence.empty()) sequence.lagged_confidence = std::move(sequence.confidence);
     sequence.confidence = std::move(block.confidence);

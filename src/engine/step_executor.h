@@ -51,6 +51,13 @@ struct RequestSampling {
   // them (the engine's mode is not off, the model has a drafter; no grammar and no penalties,
   // whose per-position state the verification does not carry).
   bool speculative = false;
+  // A speculative request sampled with its own seed (SamplingParams::seed) replays exactly: each
+  // verified row draws the token the sampler draws there without speculation (the same uniform),
+  // and a draft is kept while it matches. Speculative sampling's tokens (accept_sampled) follow the
+  // target's distribution but depend on the drafts, and the drafts on what the drafter's context
+  // holds (a prefix-cache hit starts it empty), how many drafts the step's budget left room for,
+  // and whether the governor drafted at all: none of which a seed can pin down.
+  bool exact_replay = false;
 };
 
 // The tokens request `sampling` forces before its first draw (RequestSampling::initial_forced):

@@ -1,7 +1,7 @@
 // Speculative decoding in the engine (EngineOptions::speculative) with the DSpark fixture's
 // drafter: greedy output equals the non-speculative engine's token for token (and log-probability
 // bit for bit) under batching, chunked prefill, preemption, prefix-cache hits, forks, stop tokens
-// and max_tokens; seeded sampled output repeats alone or batched; sampled output keeps the
+// and max_tokens; seeded sampled output equals it too (exact replay); unseeded sampled output keeps the
 // target's distribution (a goodness-of-fit test against the model's own probabilities: it catches
 // the engine verifying against the wrong rows, positions or draft distribution, or keeping drafts
 // it should not; draft_acceptance_test.cpp holds the acceptor's arithmetic to a finer test).
@@ -13,10 +13,12 @@
 // speculative_greedy_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -190,26 +192,95 @@ TEST(SpeculativeEngine, StopTokensPrefixHitsAndForksMatchTheEngineWithoutSpecula
   EXPECT_GT(engine.stats().speculation.rounds, 0);
 }
 
-TEST(SpeculativeEngine, SeededSampledRequestsRepeatAloneOrBatched) {
+// A request sampled with its own seed replays exactly (RequestSampling::exact_replay): its tokens,
+// and their log-probabilities to the bit, are the engine's without speculation, whatever ran
+// beside it, whenever it arrived, however many drafts each step had room for, whether the
+// governor drafted, and whether its prompt came from the prefix cache (where the drafter's
+// context starts empty). Speculative sampling would give tokens of the same distribution that
+// depend on all of these.
+TEST(SpeculativeEngine, SeededSampledRequestsReplayTheEngineWithoutSpeculation) {
   std::mt19937 rng(9);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 6; ++i) {
     GenerationRequest request;
-    request.prompt = testing::random_prompt(rng, 5 + 6 * i);
+    request.prompt = testing::random_prompt(rng, 5 + 6 * i);  // the last ones prefill in chunks
     request.max_tokens = 20;
     request.ignore_eos = true;
-    request.sampling.temperature = 0.8f;
+    request.sampling.temperature = i < 3 ? 0.8f : 2.0f;  // hot: the random drafter's drafts are kept at times
     request.sampling.top_p = i % 2 == 0 ? 0.9f : 1.0f;
     request.sampling.top_k = i % 3 == 0 ? 40 : 0;
     request.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    if (i % 3 == 1) request.sampling.logprobs = 2;
     requests.push_back(std::move(request));
   }
+  const std::vector<Answer> plain = run_all(requests, options_for(SpeculativeMode::off));
+
   EngineStats stats;
-  const std::vector<Answer> batched = run_all(requests, options_for(SpeculativeMode::static_blocks), &stats);
-  EXPECT_GT(stats.speculation.accepted_tokens, 0) << "sampled drafts were never kept: the test would prove little";
+  expect_same_answers(plain, run_all(requests, options_for(SpeculativeMode::static_blocks), &stats), "static");
+  EXPECT_GT(stats.speculation.accepted_tokens, 0) << "no draft was ever kept: the test would prove little";
+  EXPECT_GT(stats.speculation.rollbacks, 0);
+  expect_same_answers(plain, run_all(requests, options_for(SpeculativeMode::scheduled), &stats), "scheduled");
+  EngineOptions toggling = options_for(SpeculativeMode::scheduled);
+  toggling.governor_exploit_steps = 2;
+  toggling.governor_probe_steps = 2;
+  expect_same_answers(plain, run_all(requests, toggling, &stats), "scheduled, drafting toggled");
+  EXPECT_GE(stats.drafting_switches, 2);
+  // Three tokens a step: most blocks are cut short by the budget.
+  EngineOptions narrow = options_for(SpeculativeMode::static_blocks);
+  narrow.max_batch_tokens = 3;
   for (std::size_t r = 0; r < requests.size(); r += 2)
-    expect_same_answers({batched[r]}, run_all({requests[r]}, options_for(SpeculativeMode::static_blocks)), "alone");
-  expect_same_answers(batched, run_all(requests, options_for(SpeculativeMode::static_blocks)), "again");
+    expect_same_answers({plain[r]}, run_all({requests[r]}, narrow), "alone, three tokens a step");
+
+  // Arrivals spread over a few milliseconds (each finds a different batch and budget), then the
+  // same requests again on the same engine: their prompts come from the prefix cache.
+  Engine engine(tiny_dspark(), options_for(SpeculativeMode::static_blocks));
+  for (int round = 0; round < 2; ++round) {
+    std::mt19937 delays(static_cast<uint32_t>(round));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerationRequest& request : requests) {
+      streams.push_back(engine.submit(request));
+      std::this_thread::sleep_for(std::chrono::microseconds(delays() % 3000));
+    }
+    std::vector<Answer> answers;
+    for (auto& stream : streams) answers.push_back(read_answer(*stream));
+    expect_same_answers(plain, answers, round == 0 ? "staggered" : "staggered, from the prefix cache");
+    if (round == 1) {
+      int64_t cached = 0;
+      for (const Answer& answer : answers) cached += answer.cached_tokens;
+      EXPECT_GT(cached, 0);
+    }
+  }
+  engine.drain();
+}
+
+// --seed: requests without a seed of their own draw the same tokens on every engine started with
+// the same engine seed (in submission order), and other tokens under another.
+TEST(SpeculativeEngine, AnEngineSeedRepeatsUnseededRequests) {
+  std::mt19937 rng(4);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest request;
+    request.prompt = testing::random_prompt(rng, 7 + 5 * i);
+    request.max_tokens = 16;
+    request.ignore_eos = true;
+    request.sampling.temperature = 1.0f;
+    requests.push_back(std::move(request));
+  }
+  const auto run_in_order = [&](std::optional<uint64_t> seed) {
+    EngineOptions options = options_for(SpeculativeMode::static_blocks);
+    options.seed = seed;
+    Engine engine(tiny_dspark(), options);
+    std::vector<Answer> answers;
+    for (const GenerationRequest& request : requests) answers.push_back(read_answer(*engine.submit(request)));
+    engine.drain();
+    return answers;
+  };
+  const std::vector<Answer> first = run_in_order(5);
+  expect_same_answers(first, run_in_order(5), "the same engine seed");
+  const std::vector<Answer> other = run_in_order(6);
+  int differing = 0;
+  for (std::size_t r = 0; r < requests.size(); ++r) differing += ids(first[r]) != ids(other[r]);
+  EXPECT_GT(differing, 0) << "another engine seed drew the same tokens for every request";
 }
 
 // Upper 0.1% point of the chi-square distribution (Wilson-Hilferty).
@@ -238,10 +309,12 @@ TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
     request.max_tokens = 3;  // the second token is verified as a draft
     request.ignore_eos = true;
     request.sampling = params;
-    request.sampling.seed = 77 + static_cast<uint64_t>(i);
     requests.push_back(std::move(request));
   }
   EngineOptions options = options_for(SpeculativeMode::static_blocks, 256 << 20);
+  // Unseeded requests (a request's own seed would replay the target's sampler exactly, not test
+  // speculative sampling), with seeds from the engine's so that the test repeats.
+  options.seed = 77;
   options.max_batch_tokens = 512;
   options.prefix_caching = false;
   EngineStats stats;

@@ -1,5 +1,6 @@
 // A server on a model with a DSpark drafter speculates by default (scheduled verification),
-// answers exactly what it answers with --speculative off (greedy), and publishes the
+// answers exactly what it answers with --speculative off (greedy, and sampled with a seed), and
+// publishes the
 // deepinfer:spec_decode_* counters that `deepinfer bench` reads back.
 #include <gtest/gtest.h>
 
@@ -27,12 +28,25 @@ std::string greedy_completion(testing::RunningServer& server) {
   return nlohmann::json::parse(result->body)["choices"][0]["text"].get<std::string>();
 }
 
+// A hot seeded completion's choice: its text and its tokens' log-probabilities.
+nlohmann::json seeded_choice(testing::RunningServer& server) {
+  const nlohmann::json body = {{"model", "tiny"}, {"prompt", {5, 17, 230, 9, 88, 402, 61}}, {"max_tokens", 24},
+                               {"temperature", 1.8}, {"seed", 4242}, {"logprobs", 2}, {"ignore_eos", true}};
+  const auto result = server.client().Post("/v1/completions", body.dump(), "application/json");
+  EXPECT_TRUE(result);
+  if (!result) return nullptr;
+  EXPECT_EQ(result->status, 200) << result->body;
+  return nlohmann::json::parse(result->body)["choices"][0];
+}
+
 TEST(SpeculativeServer, SpeculatesByDefaultAndAnswersAsWithout) {
   std::string plain;
+  nlohmann::json plain_seeded;
   {
     testing::RunningServer off(dspark_options(engine::SpeculativeMode::off));
     EXPECT_EQ(off.server().model().engine_options().speculative, engine::SpeculativeMode::off);
     plain = greedy_completion(off);
+    plain_seeded = seeded_choice(off);
     const std::string metrics = off.client().Get("/metrics")->body;
     EXPECT_EQ(metrics.find("spec_decode"), std::string::npos);
     EXPECT_FALSE(cli::bench::parse_speculation_metrics(metrics));
@@ -40,6 +54,12 @@ TEST(SpeculativeServer, SpeculatesByDefaultAndAnswersAsWithout) {
   testing::RunningServer server(dspark_options(std::nullopt));
   EXPECT_EQ(server.server().model().engine_options().speculative, engine::SpeculativeMode::scheduled);
   EXPECT_EQ(greedy_completion(server), plain);
+  EXPECT_EQ(seeded_choice(server), plain_seeded);
+  {
+    // Static blocks: every step verifies drafts (the schedule above may verify none at this load).
+    testing::RunningServer static_blocks(dspark_options(engine::SpeculativeMode::static_blocks));
+    EXPECT_EQ(seeded_choice(static_blocks), plain_seeded);
+  }
   // The engine publishes its counters after the step that finished the request.
   std::optional<cli::bench::SpeculationScrape> scraped;
   for (int i = 0; i < 200 && !(scraped && scraped->drafts > 0); ++i) {
