@@ -5,8 +5,8 @@
 // (docs/BENCHMARKS.md: FP8 at 15%, FP4 at 7% of the read bandwidth). Here a few tokens take the
 // STREAMING kernel: each 16-column chunk of a weight row is decoded into a register and used at
 // once by every token, the row's accumulators stay in registers for the whole row (16 rows at a
-// time at 1 token, summed together by one transposed tree), the next row group and its scales are
-// prefetched, and nothing is stored. Four or more tokens take the PANEL kernel: a 16-row x
+// time at 1 token, summed together by one transposed tree), the next row group is prefetched into
+// L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a 16-row x
 // 256-column panel is decoded once into L1 and swept by 4-row x 6-token micro-kernels (24
 // accumulators), which is FMA-bound.
 //
@@ -15,15 +15,17 @@
 // same numerics as the AVX2 and portable ones (exactly decoded weights times f32 activations).
 //
 // Batch invariance: every y[t, r] is reduced in one order that depends only on `cols` and the
-// encoding: one 16-lane accumulator, lane j of chunk k holding column 16k + j (FP4: the column
-// order of decode_chunk, below) summed in increasing k by FMA (the last partial chunk zero-padded
+// encoding: one 16-lane accumulator, lane j of chunk k holding column 16k + j (FP4, and BF16 rows of
+// whole 32-column pairs: the column order of decode_chunk, below) summed in increasing k by FMA (the last partial chunk zero-padded
 // on both sides), then a fixed horizontal sum. The streaming and the panel kernel perform exactly
 // these operations (the panel stores and reloads its accumulators exactly between panels), so
 // which kernel, which row group, which thread and how many tokens are in the call never change a
 // bit. Results differ from the AVX2 path's (8 lanes) by rounding only.
 //
 // Decoding gives exactly the scalar decoders' value times the scale (core/float_formats.h):
-//   BF16  zero-extend to 32 bits and shift into the high half;
+//   BF16  zero-extend to 32 bits and shift into the high half; rows of whole 32-column pairs take
+//         one 64-byte load per pair, shifted left by 16 for the even columns and masked to its
+//         high halves for the odd ones (FP4's column order, no shuffle);
 //   FP8   sign-extended and shifted so the 7 magnitude bits are an f32's exponent and mantissa:
 //         that f32 is w * 2^-120 exactly (subnormals included), so one multiply by 2^120 * scale
 //         gives round(w * scale); NaN codes are masked to NaN. Blocks where 2^120 * scale
@@ -76,7 +78,7 @@ constexpr int64_t kRowGroup = 8;           // rows the pool splits by
 
 // ---- where a weight row's bytes and scales are -------------------------------------------------
 
-enum class Decode { F32, BF16, FP8, FP4, Scalar };
+enum class Decode { F32, BF16, BF16Pairs, FP8, FP4, Scalar };
 
 struct Matrix {
   const WeightMatrix* w;
@@ -111,13 +113,20 @@ Matrix describe(const WeightMatrix& w) {
 Decode decode_of(const Matrix& m) {
   switch (m.w->encoding) {
     case WeightEncoding::F32: return Decode::F32;
-    case WeightEncoding::BF16: return Decode::BF16;
+    case WeightEncoding::BF16: return m.w->cols % 32 == 0 ? Decode::BF16Pairs : Decode::BF16;
     case WeightEncoding::FP8_E4M3: return m.chunks_per_block > 0 ? Decode::FP8 : Decode::Scalar;
     case WeightEncoding::FP4_E2M1:  // whole 32-column pairs of chunks in whole scale groups
       return m.w->cols % 32 == 0 && m.w->block_cols % 32 == 0 ? Decode::FP4 : Decode::Scalar;
   }
   return Decode::Scalar;
 }
+
+// The next row group's bytes, asked for while this group computes, into L2 rather than L1: the
+// group is 16 separate row streams, and L1-bound prefetches for all of them held the core's L1
+// miss slots that the demand loads of this group needed (BF16 4096 x 4096 at one token on a Zen 5
+// guest: 8.7-10.1 GB/s with _MM_HINT_T0, 11.7-13.8 with T1, 10.3-12.2 with no prefetch; FP8 and
+// FP4, bound by their decode, the same with either hint; docs/BENCHMARKS.md).
+__attribute__((always_inline)) inline void prefetch_ahead(const char* address) { _mm_prefetch(address, _MM_HINT_T1); }
 
 // ---- decoding one 16-column chunk --------------------------------------------------------------
 
@@ -222,6 +231,16 @@ __attribute__((always_inline)) inline __m512 decode_chunk(const uint8_t* row_byt
     const __m256i bits = TAIL ? _mm256_maskz_loadu_epi16(mask, row_bytes + k * 32)
                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_bytes + k * 32));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  } else if constexpr (D == Decode::BF16Pairs) {
+    static_assert(!TAIL);
+    // FP4's column order (below) from one 64-byte load of columns [32p, 32p + 32): dword j holds
+    // column 32p + 2j in its low half and 32p + 2j + 1 in its high half, so chunk 2p is the load
+    // shifted left by 16 and chunk 2p + 1 the load with its low halves cleared: no shuffle.
+    (void)mask;
+    (void)factor;
+    const __m512i pair = _mm512_loadu_si512(row_bytes + (k / 2) * 64);
+    return _mm512_castsi512_ps(k % 2 == 0 ? _mm512_slli_epi32(pair, 16)
+                                          : _mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   } else if constexpr (D == Decode::FP8) {
     const __m128i bytes = TAIL ? _mm_maskz_loadu_epi8(mask, row_bytes + k * 16)
                                : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_bytes + k * 16));
@@ -256,7 +275,7 @@ inline __m512 decode_any_chunk(const Matrix& m, int64_t row, int64_t k, const Bl
     return decode_scalar(m, row, k * kLanes, tail ? m.tail : kLanes);
   if constexpr (D != Decode::Scalar) {
     const uint8_t* row_bytes = m.bytes + row * m.row_bytes;
-    if constexpr (D == Decode::FP4)
+    if constexpr (D == Decode::FP4 || D == Decode::BF16Pairs)  // whole pairs of chunks (decode_of)
       return decode_chunk<D, false>(row_bytes, k, 0xFFFF, scale.factor);
     else
       return tail ? decode_chunk<D, true>(row_bytes, k, m.tail_mask, scale.factor)
@@ -318,7 +337,7 @@ __attribute__((always_inline)) inline void stream_chunks(const uint8_t* base, in
   for (; k < end; ++k) {
     if constexpr (!TAIL)
       for (int64_t offset = 0; offset < ROWS * kChunkBytes; offset += 64)
-        _mm_prefetch(next_group + k * ROWS * kChunkBytes + offset, _MM_HINT_T0);
+        prefetch_ahead(next_group + k * ROWS * kChunkBytes + offset);
     __m512 xs[TOKENS];
     for (int t = 0; t < TOKENS; ++t)
       xs[t] = TAIL ? _mm512_maskz_loadu_ps(mask, x + t * x_stride + k * kLanes) : _mm512_loadu_ps(x + t * x_stride + k * kLanes);
@@ -366,7 +385,7 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
     const int64_t end = (first_block + count) * pairs_per_block;
     for (int64_t p = first_block * pairs_per_block; p < end; ++p) {
       const int j = static_cast<int>(p / pairs_per_block - first_block);
-      for (int64_t offset = 0; offset < ROWS * 16; offset += 64) _mm_prefetch(next_group + p * ROWS * 16 + offset, _MM_HINT_T0);
+      for (int64_t offset = 0; offset < ROWS * 16; offset += 64) prefetch_ahead(next_group + p * ROWS * 16 + offset);
       __m512 even[TOKENS], odd[TOKENS];
       for (int t = 0; t < TOKENS; ++t) {
         even[t] = _mm512_loadu_ps(x + t * x_stride + p * 32);
@@ -381,6 +400,36 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
         for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
         for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
       }
+    }
+  }
+  store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
+}
+
+// BF16 rows in FP4's column order: a pair of chunks per 64-byte load (decode_chunk), the next row
+// group prefetched as stream_chunks does.
+template <int ROWS, int TOKENS>
+void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y,
+                            int64_t y_stride) {
+  const uint8_t* base = m.bytes + row0 * m.row_bytes;
+  const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
+  __m512 acc[ROWS][TOKENS];
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  const int64_t pairs = m.full_chunks / 2;
+  const __m512i high_halves = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t p = 0; p < pairs; ++p) {
+    for (int64_t offset = 0; offset < ROWS * 64; offset += 64) prefetch_ahead(next_group + p * ROWS * 64 + offset);
+    __m512 even[TOKENS], odd[TOKENS];
+    for (int t = 0; t < TOKENS; ++t) {
+      even[t] = _mm512_loadu_ps(x + t * x_stride + p * 32);
+      odd[t] = _mm512_loadu_ps(x + t * x_stride + p * 32 + 16);
+    }
+    for (int i = 0; i < ROWS; ++i) {
+      const __m512i pair = _mm512_loadu_si512(base + i * m.row_bytes + p * 64);
+      const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+      const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(pair, high_halves));
+      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
+      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
     }
   }
   store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
@@ -444,6 +493,8 @@ template <Decode D, int ROWS, int TOKENS>
 void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
   if constexpr (D == Decode::FP4)
     stream_rows_fp4<ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
+  else if constexpr (D == Decode::BF16Pairs)
+    stream_rows_bf16_pairs<ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
   else
     stream_rows_chunked<D, ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
 }
@@ -629,15 +680,17 @@ void linear_range_any(const Matrix& m, const float* x, int64_t tokens, float* y,
   switch (decode_of(m)) {
     case Decode::F32: return linear_range<Decode::F32>(m, x, tokens, y, first_row, end_row);
     case Decode::BF16: return linear_range<Decode::BF16>(m, x, tokens, y, first_row, end_row);
+    case Decode::BF16Pairs: return linear_range<Decode::BF16Pairs>(m, x, tokens, y, first_row, end_row);
     case Decode::FP8: return linear_range<Decode::FP8>(m, x, tokens, y, first_row, end_row);
     case Decode::FP4: return linear_range<Decode::FP4>(m, x, tokens, y, first_row, end_row);
     case Decode::Scalar: return linear_range<Decode::Scalar>(m, x, tokens, y, first_row, end_row);
   }
 }
 
-// The FP4 decoder's column order (decode_chunk): in every 32 columns, the even ones, then the odd
-// ones. Written to the calling thread's buffer, which the pool's workers read during the call.
-const float* permute_fp4_activations(const float* x, int64_t tokens, int64_t cols) {
+// The FP4 and BF16-pair decoders' column order (decode_chunk): in every 32 columns, the even ones,
+// then the odd ones. Written to the calling thread's buffer, which the pool's workers read during
+// the call.
+const float* permute_pair_activations(const float* x, int64_t tokens, int64_t cols) {
   thread_local std::vector<float> permuted;  // grows to the largest call; no per-call allocation
   if (permuted.size() < static_cast<std::size_t>(tokens * cols)) permuted.resize(static_cast<std::size_t>(tokens * cols));
   const __m512i even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -656,7 +709,8 @@ const float* permute_fp4_activations(const float* x, int64_t tokens, int64_t col
 
 void linear_avx512(const float* x, int64_t tokens, const WeightMatrix& weight, float* y, ThreadPool& pool) {
   const Matrix m = describe(weight);
-  if (decode_of(m) == Decode::FP4) x = permute_fp4_activations(x, tokens, weight.cols);
+  if (decode_of(m) == Decode::FP4 || decode_of(m) == Decode::BF16Pairs)
+    x = permute_pair_activations(x, tokens, weight.cols);
   const int64_t groups = (weight.rows + kRowGroup - 1) / kRowGroup;
   pool.parallel_for(groups, [&](int64_t first_group, int64_t end_group) {
     linear_range_any(m, x, tokens, y, first_group * kRowGroup, std::min(end_group * kRowGroup, weight.rows));
