@@ -33,6 +33,10 @@ ServerOptions embedded_options(bool jump_forward) {
   options.served_model_name = "mini";
   options.engine.cache_memory_bytes = 128 << 20;
   options.engine.jump_forward = jump_forward;
+  // Constrained requests never speculate; off spares both servers the start-up profile of step
+  // costs that scheduled verification (the embedded model's default) takes, most of this test's
+  // time under the sanitizers.
+  options.speculative = engine::SpeculativeMode::off;
   return options;
 }
 
