@@ -6,8 +6,8 @@
 // STREAMING kernel: each 16-column chunk of a weight row is decoded into a register and used at
 // once by every token, the row's accumulators stay in registers for the whole row (16 rows at a
 // time at 1 token, summed together by one transposed tree), the next row group is prefetched into
-// L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a 16-row x
-// 256-column panel is decoded once into L1 and swept by 4-row x 6-token micro-kernels (24
+// L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a
+// 16-row x 256-column panel is decoded once into L1 and swept by 4-row x 6-token micro-kernels (24
 // accumulators), which is FMA-bound.
 //
 // Why f32 activations: the BF16 dot-product and VNNI instructions would round the activations to
@@ -15,9 +15,9 @@
 // same numerics as the AVX2 and portable ones (exactly decoded weights times f32 activations).
 //
 // Batch invariance: every y[t, r] is reduced in one order that depends only on `cols` and the
-// encoding: one 16-lane accumulator, lane j of chunk k holding column 16k + j (FP4, and BF16 rows of
-// whole 32-column pairs: the column order of decode_chunk, below) summed in increasing k by FMA (the last partial chunk zero-padded
-// on both sides), then a fixed horizontal sum. The streaming and the panel kernel perform exactly
+// encoding: one 16-lane accumulator, lane j of chunk k holding column 16k + j (FP4, and BF16 rows
+// of whole 32-column pairs: the column order of decode_chunk, below) summed in increasing k by FMA
+// (the last partial chunk zero-padded on both sides), then a fixed horizontal sum. The streaming and the panel kernel perform exactly
 // these operations (the panel stores and reloads its accumulators exactly between panels), so
 // which kernel, which row group, which thread and how many tokens are in the call never change a
 // bit. Results differ from the AVX2 path's (8 lanes) by rounding only.
@@ -128,6 +128,15 @@ Decode decode_of(const Matrix& m) {
 // FP4, bound by their decode, the same with either hint; docs/BENCHMARKS.md).
 __attribute__((always_inline)) inline void prefetch_ahead(const char* address) { _mm_prefetch(address, _MM_HINT_T1); }
 
+// BF16 columns [32p, 32p + 32) from one 64-byte load, in FP4's column order: dword j holds column
+// 32p + 2j in its low half and 32p + 2j + 1 in its high half, so chunk 2p (even columns) is the load
+// shifted left by 16 and chunk 2p + 1 (odd columns) the load with its low halves cleared: no
+// shuffle.
+inline __m512 bf16_pair_even(__m512i pair) { return _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16)); }
+inline __m512 bf16_pair_odd(__m512i pair) {
+  return _mm512_castsi512_ps(_mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
 // ---- decoding one 16-column chunk --------------------------------------------------------------
 
 // Per row and scale block: what the vector decoders multiply by. `fallback` marks an FP8 block
@@ -233,14 +242,10 @@ __attribute__((always_inline)) inline __m512 decode_chunk(const uint8_t* row_byt
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   } else if constexpr (D == Decode::BF16Pairs) {
     static_assert(!TAIL);
-    // FP4's column order (below) from one 64-byte load of columns [32p, 32p + 32): dword j holds
-    // column 32p + 2j in its low half and 32p + 2j + 1 in its high half, so chunk 2p is the load
-    // shifted left by 16 and chunk 2p + 1 the load with its low halves cleared: no shuffle.
     (void)mask;
     (void)factor;
     const __m512i pair = _mm512_loadu_si512(row_bytes + (k / 2) * 64);
-    return _mm512_castsi512_ps(k % 2 == 0 ? _mm512_slli_epi32(pair, 16)
-                                          : _mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+    return k % 2 == 0 ? bf16_pair_even(pair) : bf16_pair_odd(pair);
   } else if constexpr (D == Decode::FP8) {
     const __m128i bytes = TAIL ? _mm_maskz_loadu_epi8(mask, row_bytes + k * 16)
                                : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_bytes + k * 16));
@@ -364,6 +369,25 @@ inline void prefetch_scales_of_next_group(const Matrix& m, int64_t row0, int row
   for (int64_t offset = first; offset < end; offset += 64) _mm_prefetch(scales + offset, _MM_HINT_T0);
 }
 
+// The activations of chunk pair p (its even and its odd columns: the pair decoders' order) for
+// every token.
+template <int TOKENS>
+__attribute__((always_inline)) inline void load_pair_activations(const float* x, int64_t x_stride, int64_t p,
+                                                                 __m512 (&even)[TOKENS], __m512 (&odd)[TOKENS]) {
+  for (int t = 0; t < TOKENS; ++t) {
+    even[t] = _mm512_loadu_ps(x + t * x_stride + p * 32);
+    odd[t] = _mm512_loadu_ps(x + t * x_stride + p * 32 + 16);
+  }
+}
+
+// One row's decoded pair into its accumulators: the even chunk, then the odd one (chunk order).
+template <int TOKENS>
+__attribute__((always_inline)) inline void accumulate_pair(const __m512 (&even)[TOKENS], const __m512 (&odd)[TOKENS],
+                                                           __m512 w_even, __m512 w_odd, __m512 (&acc)[TOKENS]) {
+  for (int t = 0; t < TOKENS; ++t) acc[t] = _mm512_fmadd_ps(even[t], w_even, acc[t]);
+  for (int t = 0; t < TOKENS; ++t) acc[t] = _mm512_fmadd_ps(odd[t], w_odd, acc[t]);
+}
+
 // FP4 rows: a pair of chunks per load (decode_chunk), the group's scale times the e2m1 table
 // computed right where it is used (a table per row kept across the pair loop would not fit the
 // registers beside the accumulators).
@@ -387,18 +411,13 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
       const int j = static_cast<int>(p / pairs_per_block - first_block);
       for (int64_t offset = 0; offset < ROWS * 16; offset += 64) prefetch_ahead(next_group + p * ROWS * 16 + offset);
       __m512 even[TOKENS], odd[TOKENS];
-      for (int t = 0; t < TOKENS; ++t) {
-        even[t] = _mm512_loadu_ps(x + t * x_stride + p * 32);
-        odd[t] = _mm512_loadu_ps(x + t * x_stride + p * 32 + 16);
-      }
+      load_pair_activations<TOKENS>(x, x_stride, p, even, odd);
       for (int i = 0; i < ROWS; ++i) {
         const __m512 table = _mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scales[i][j]));
         const __m512i bytes =
             _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * m.row_bytes + p * 16)));
-        const __m512 w_even = _mm512_permutexvar_ps(bytes, table);
-        const __m512 w_odd = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
-        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
-        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
+        accumulate_pair<TOKENS>(even, odd, _mm512_permutexvar_ps(bytes, table),
+                                _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table), acc[i]);
       }
     }
   }
@@ -416,20 +435,13 @@ void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64
   for (int i = 0; i < ROWS; ++i)
     for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
   const int64_t pairs = m.full_chunks / 2;
-  const __m512i high_halves = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t p = 0; p < pairs; ++p) {
     for (int64_t offset = 0; offset < ROWS * 64; offset += 64) prefetch_ahead(next_group + p * ROWS * 64 + offset);
     __m512 even[TOKENS], odd[TOKENS];
-    for (int t = 0; t < TOKENS; ++t) {
-      even[t] = _mm512_loadu_ps(x + t * x_stride + p * 32);
-      odd[t] = _mm512_loadu_ps(x + t * x_stride + p * 32 + 16);
-    }
+    load_pair_activations<TOKENS>(x, x_stride, p, even, odd);
     for (int i = 0; i < ROWS; ++i) {
       const __m512i pair = _mm512_loadu_si512(base + i * m.row_bytes + p * 64);
-      const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
-      const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(pair, high_halves));
-      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(even[t], w_even, acc[i][t]);
-      for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(odd[t], w_odd, acc[i][t]);
+      accumulate_pair<TOKENS>(even, odd, bf16_pair_even(pair), bf16_pair_odd(pair), acc[i]);
     }
   }
   store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
