@@ -62,7 +62,7 @@ pack() {
   # Only what the bundle holds is built (the first time, build.sh configures and builds the tree).
   [ -f build/build.ninja ] || scripts/build.sh build
   local targets=(test_cuda test_engine deepinfer)
-  local benches=(decode_step_bench cuda_gemm_bench)
+  local benches=(decode_step_bench cuda_gemm_bench cuda_moe_bench)
   cmake --build build --parallel "$(nproc)" --target "${targets[@]}" "${benches[@]}"
   if ! grep -q '^DEEPINFER_CUDA:BOOL=ON' build/CMakeCache.txt; then
     echo "test-gpu pack: build/ was configured without the CUDA backend (DEEPINFER_CUDA is off: was nvcc" >&2
