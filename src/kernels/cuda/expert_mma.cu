@@ -98,9 +98,16 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The MMA kernels. A tile's up to 4 pairs are two MMA column groups of 2 (mma_common.cuh).
-// __launch_bounds__(.., 3): three blocks (12 warps) per SM, what 168 registers allow; the loads of
+// The MMA kernels. A tile's up to 4 pairs are one or two MMA column groups of 2 (mma_common.cuh).
+// __launch_bounds__(.., 3): three blocks (12 warps) per SM, what the registers allow; the loads of
 // the next chunk in flight per warp keep the copy engine busy at that occupancy.
+//
+// The kernels are bound by instruction issue, not by bytes (ncu at 64 tokens: 78% of issue slots
+// busy, DRAM 44%; docs/BENCHMARKS.md), so the inner loop carries nothing a tile does not need:
+// the live group count is a template parameter (a tile of 1-2 pairs issues no MMA or add for a
+// second group), chunks alternate between two named buffers (no register copies between them),
+// and a column without a pair reads some live pair's words instead of zeros: an MMA's column n of
+// D depends on column n of B alone, and such columns are never read back.
 
 constexpr int kGroups = kExpertTilePairs / kTokensPerMma;
 
@@ -110,12 +117,14 @@ __device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t scale) {
   return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), scale);
 }
 
-// One 128-column chunk as a lane holds it: 16 bytes of rows g and g + 8 of each of the two row
-// tiles, their scales, and the lane's activation words per column group (zero for no column).
+// One 128-column chunk of weights as a lane holds it: 16 bytes of rows g and g + 8 of each of the
+// two row tiles, and their scales. These come from HBM, so the next chunk's are in flight while
+// one is multiplied; the activations (L1 / L2 hits, read by every row block) are loaded by
+// multiply_chunk itself, where the weights' decode hides their latency and the registers of a
+// second set are not needed.
 struct Chunk {
   uint4 weights[2][2];
   uint32_t scales[2][2];
-  uint4 x[kGroups][4];
 };
 
 struct RowTile {
@@ -123,26 +132,24 @@ struct RowTile {
   const uint8_t* scales[2];  // their first scale byte
 };
 
-__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
-                                           int groups, int64_t segment, Chunk& chunk) {
+__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t segment, Chunk& chunk) {
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + segment * 16);
-      chunk.scales[m][h] = tiles[m].scales[h][segment];
+      chunk.scales[m][h] = __ldg(tiles[m].scales[h] + segment);
     }
-#pragma unroll
-  for (int u = 0; u < kGroups; ++u) {
-    if (u >= groups) break;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      chunk.x[u][i] = x_words[u] ? __ldg(reinterpret_cast<const uint4*>(x_words[u] + segment * kSegmentWords) + i)
-                                 : make_uint4(0, 0, 0, 0);
-  }
 }
 
-__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, int groups, float (&acc)[2][kGroups][4]) {
+template <int G>
+__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_t* const (&x_words)[kGroups],
+                                               int64_t segment, float (&acc)[2][G][4]) {
+  uint4 x[G][4];
+#pragma unroll
+  for (int u = 0; u < G; ++u)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[u][i] = __ldg(reinterpret_cast<const uint4*>(x_words[u] + segment * kSegmentWords) + i);
   uint32_t scale[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -168,27 +175,29 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, int groups, f
         a3 = scaled(e2m1_pair<3>(high), scale[m][1]);
       }
 #pragma unroll
-      for (int u = 0; u < kGroups; ++u) {
-        if (u >= groups) break;  // warp-uniform
-        mma_bf16_add(acc[m][u], a0, a1, a2, a3, word_of(chunk.x[u][i], (j % 2) * 2), word_of(chunk.x[u][i], (j % 2) * 2 + 1));
-      }
+      for (int u = 0; u < G; ++u)
+        mma_bf16_add(acc[m][u], a0, a1, a2, a3, word_of(x[u][i], (j % 2) * 2), word_of(x[u][i], (j % 2) * 2 + 1));
     }
   }
 }
 
-// acc[m][u] += the two row tiles times the lane's activation columns, over all chunks, with the
-// next chunk's loads in flight while one is multiplied.
+// acc[m][u] += the two row tiles times the lane's activation columns, over all chunks in order,
+// with the next chunk's loads in flight while one is multiplied.
+template <int G>
 __device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
-                                              int groups, int64_t cols, float (&acc)[2][kGroups][4]) {
+                                              int64_t cols, float (&acc)[2][G][4]) {
   const int q = static_cast<int>(threadIdx.x) % 4;
   const int64_t chunks = cols / kChunkColumns;
-  Chunk current, next;
-  load_chunk(tiles, x_words, groups, q, current);
-  for (int64_t c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) load_chunk(tiles, x_words, groups, 4 * (c + 1) + q, next);
-    multiply_chunk(current, groups, acc);
-    current = next;
+  Chunk even, odd;
+  load_chunk(tiles, q, even);
+  int64_t c = 0;
+  for (; c + 2 <= chunks; c += 2) {
+    load_chunk(tiles, 4 * (c + 1) + q, odd);
+    multiply_chunk<G>(even, x_words, 4 * c + q, acc);
+    if (c + 2 < chunks) load_chunk(tiles, 4 * (c + 2) + q, even);
+    multiply_chunk<G>(odd, x_words, 4 * (c + 1) + q, acc);
   }
+  if (c < chunks) multiply_chunk<G>(even, x_words, 4 * c + q, acc);
 }
 
 RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first_row) {
@@ -207,20 +216,19 @@ RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first
 }
 
 // The split activation words of this lane's column in each group (column_of: pair slot
-// 2 u + slot, one plane); null past the tile's pairs. Returns the tile's live groups.
+// 2 u + slot, one plane); a column without a pair (g = 6, 7, or past the tile's pairs) reads the
+// tile's first pair's hi plane, whose results are never read. Returns the tile's live groups.
 __device__ __forceinline__ int column_words(const uint32_t* x_split, const int32_t* x_row, int4 tile, int64_t cols,
                                             const uint32_t* (&words)[kGroups]) {
   const int g = static_cast<int>(threadIdx.x) % kWarp / 4;
   int slot, plane;
   column_of(g, slot, plane);
+  const auto row_of = [&](int64_t pair) -> int64_t { return x_row ? x_row[pair] : pair; };
+  const uint32_t* spare = x_split + kPlanes * row_of(tile.y) * (cols / 2);
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
     const int index = kTokensPerMma * u + slot;
-    words[u] = nullptr;
-    if (slot < 0 || index >= tile.z) continue;
-    const int64_t pair = tile.y + index;
-    const int64_t row = x_row ? x_row[pair] : pair;
-    words[u] = x_split + (kPlanes * row + plane) * (cols / 2);
+    words[u] = slot < 0 || index >= tile.z ? spare : x_split + (kPlanes * row_of(tile.y + index) + plane) * (cols / 2);
   }
   return (tile.z + kTokensPerMma - 1) / kTokensPerMma;
 }
@@ -233,6 +241,42 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
   return silu(g) * u;
 }
 
+// One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
+template <int G>
+__device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kGroups],
+                                             const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
+                                             int64_t first_row, int64_t inner, int64_t cols, float limit,
+                                             const float* __restrict__ pair_scale_of, uint16_t* halves) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
+  float acc[2][G][4] = {};
+  if (tile.x >= 0) {
+    const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
+    multiply_rows(rows, words, cols, acc);
+  }
+  const int64_t plane_halves = inner;  // a split plane of an inner-wide row, in u16
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    float gate[2], up[2];
+    token_sums(acc[0][u], gate);
+    token_sums(acc[1][u], up);
+    const int slot = kTokensPerMma * u + q / 2;
+    if (q % 2 != 0 || slot >= tile.z) continue;
+    const int64_t pair = tile.y + slot;
+    const float scale = pair_scale_of ? pair_scale_of[pair] : 1.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float value = swiglu_value(gate[h], up[h], limit);
+      if (pair_scale_of) value = value * scale;
+      uint32_t term[kPlanes];
+      split_value(value, term);
+      const int64_t at = split_half_index(first_row + g + 8 * h);
+#pragma unroll
+      for (int p = 0; p < kPlanes; ++p) halves[(kPlanes * pair + p) * plane_halves + at] = static_cast<uint16_t>(term[p]);
+    }
+  }
+}
+
 // grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
 __global__ void __launch_bounds__(kMmaThreads, 3)
     gate_up_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
@@ -240,44 +284,48 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
                    const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3, int64_t inner,
                    int64_t cols, float limit, const float* __restrict__ pair_scale_of, uint32_t* __restrict__ h_split) {
   await_previous_grid();
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
       (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kTileRowsGateUp;
   if (first_row >= inner) return;
   const int count = *tile_count;
   auto* halves = reinterpret_cast<uint16_t*>(h_split);
-  const int64_t plane_halves = inner;  // a split plane of an inner-wide row, in u16
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
-    float acc[2][kGroups][4] = {};
     const uint32_t* words[kGroups];
-    const int groups = column_words(x_split, x_row, tile, cols, words);
-    if (tile.x >= 0) {
-      const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
-      multiply_rows(rows, words, groups, cols, acc);
-    }
+    if (column_words(x_split, x_row, tile, cols, words) == 1)  // warp-uniform
+      gate_up_tile<1>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+    else
+      gate_up_tile<2>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+  }
+}
+
+// One tile of down_kernel with G live groups: y[pair, r] = (w2 h)[r].
+template <int G>
+__device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&words)[kGroups],
+                                          const WeightMatrix* __restrict__ w2, int64_t first_row, int64_t rows,
+                                          int64_t inner, float* __restrict__ y) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
+  const bool second = first_row + 16 < rows;  // warp-uniform: rows is a multiple of 16
+  float acc[2][G][4] = {};
+  if (tile.x >= 0) {
+    const WeightMatrix& w = w2[tile.x];
+    // Without a second tile the first is loaded twice and its copy dropped: one code path.
+    const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
+    multiply_rows(tiles2, words, inner, acc);
+  }
 #pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
-      if (u >= groups) break;  // warp-uniform: token_sums shuffles
-      float gate[2], up[2];
-      token_sums(acc[0][u], gate);
-      token_sums(acc[1][u], up);
+  for (int u = 0; u < G; ++u) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      if (m == 1 && !second) break;
+      float value[2];
+      token_sums(acc[m][u], value);
       const int slot = kTokensPerMma * u + q / 2;
       if (q % 2 != 0 || slot >= tile.z) continue;
-      const int64_t pair = tile.y + slot;
-      const float scale = pair_scale_of ? pair_scale_of[pair] : 1.0f;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float value = swiglu_value(gate[h], up[h], limit);
-        if (pair_scale_of) value = value * scale;
-        uint32_t term[kPlanes];
-        split_value(value, term);
-        const int64_t at = split_half_index(first_row + g + 8 * h);
-#pragma unroll
-        for (int p = 0; p < kPlanes; ++p)
-          halves[(kPlanes * pair + p) * plane_halves + at] = static_cast<uint16_t>(term[p]);
-      }
+      float* out = y + (tile.y + slot) * rows + first_row + 16 * m + g;
+      out[0] = value[0];
+      out[8] = value[1];
     }
   }
 }
@@ -288,39 +336,17 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
                 int64_t inner, float* __restrict__ y) {
   await_previous_grid();
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
       (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kTileRowsDown;
   if (first_row >= rows) return;
-  const bool second = first_row + 16 < rows;  // warp-uniform: rows is a multiple of 16
   const int count = *tile_count;
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
-    float acc[2][kGroups][4] = {};
     const uint32_t* words[kGroups];
-    const int groups = column_words(h_split, nullptr, tile, inner, words);
-    if (tile.x >= 0) {
-      const WeightMatrix& w = w2[tile.x];
-      // Without a second tile the first is loaded twice and its copy dropped: one code path.
-      const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
-      multiply_rows(tiles2, words, groups, inner, acc);
-    }
-#pragma unroll
-    for (int u = 0; u < kGroups; ++u) {
-      if (u >= groups) break;  // warp-uniform: token_sums shuffles
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        if (m == 1 && !second) break;
-        float value[2];
-        token_sums(acc[m][u], value);
-        const int slot = kTokensPerMma * u + q / 2;
-        if (q % 2 != 0 || slot >= tile.z) continue;
-        float* out = y + (tile.y + slot) * rows + first_row + 16 * m + g;
-        out[0] = value[0];
-        out[8] = value[1];
-      }
-    }
+    if (column_words(h_split, nullptr, tile, inner, words) == 1)  // warp-uniform
+      down_tile<1>(tile, words, w2, first_row, rows, inner, y);
+    else
+      down_tile<2>(tile, words, w2, first_row, rows, inner, y);
   }
 }
 
