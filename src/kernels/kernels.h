@@ -30,6 +30,10 @@ struct WeightMatrix {
   const void* scales = nullptr;  // FP8: [ceil(rows / block_rows), ceil(cols / block_cols)]; FP4: [rows, cols / block_cols]
   int64_t block_rows = 1;
   int64_t block_cols = 1;
+  // FP8: every code was checked and none is an e4m3 NaN (S.1111.111). A backend that decodes NaN
+  // codes specially may then skip that work (the CUDA weight store checks at upload; no released
+  // checkpoint has one). False means unchecked, never "has NaNs".
+  bool no_nan_codes = false;
 };
 
 const char* encoding_name(WeightEncoding encoding);

@@ -195,6 +195,52 @@ TEST(CudaLinearMma, NanCodesGiveNan) {
       EXPECT_EQ(std::isnan(got[static_cast<std::size_t>(t * 32 + r)]), r == 3 || r == 20) << "token " << t << " row " << r;
 }
 
+// A matrix checked free of NaN codes (WeightMatrix::no_nan_codes, as the weight store sets it) is
+// decoded without the NaN test: the same bits as with it, in both block layouts and at token
+// counts that take two and four column groups.
+TEST(CudaLinearMma, NanFreeDecodeGivesTheSameBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(41);
+  for (const int64_t block : {32, 128}) {
+    HostWeight w = make_weight(WeightEncoding::FP8_E4M3, 256, 512, rng, ScaleEncoding::E8M0, block, block);
+    for (uint8_t& code : w.data)
+      if ((code & 0x7F) == 0x7F) code ^= 0x01;
+    w.matrix.data = w.data.data();
+    DeviceWeight d = upload(w);
+    ASSERT_FALSE(has_e4m3_nan(static_cast<const uint8_t*>(d.matrix.data), 256 * 512, kDefaultStream));
+    for (const int64_t tokens : {1, 9, 40, 70}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * 512), rng);
+      d.matrix.no_nan_codes = false;
+      const std::vector<float> checked = gpu_linear_mma(x, tokens, d.matrix);
+      d.matrix.no_nan_codes = true;
+      EXPECT_TRUE(same_bits(checked, gpu_linear_mma(x, tokens, d.matrix))) << "block " << block << ", " << tokens << " tokens";
+    }
+  }
+}
+
+TEST(CudaHasE4m3Nan, FindsOneCodeAnywhere) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(43);
+  std::vector<uint8_t> codes(1000);
+  for (uint8_t& c : codes) {
+    c = static_cast<uint8_t>(rng());
+    if ((c & 0x7F) == 0x7F) c ^= 0x01;
+  }
+  for (const std::size_t misalign : {0, 3}) {
+    const DeviceBytes clean = to_device(codes, misalign);
+    EXPECT_FALSE(has_e4m3_nan(clean.at<uint8_t>(misalign), 1000, kDefaultStream)) << "misalign " << misalign;
+    for (const std::size_t at : {0, 15, 16, 517, 999})
+      for (const uint8_t nan : {0x7F, 0xFF}) {
+        std::vector<uint8_t> with = codes;
+        with[at] = nan;
+        const DeviceBytes dirty = to_device(with, misalign);
+        EXPECT_TRUE(has_e4m3_nan(dirty.at<uint8_t>(misalign), 1000, kDefaultStream))
+            << "misalign " << misalign << ", code " << int{nan} << " at " << at;
+      }
+  }
+  EXPECT_FALSE(has_e4m3_nan(nullptr, 0, kDefaultStream));
+}
+
 TEST(CudaLinearMma, ShortWorkspaceIsAnError) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(31);

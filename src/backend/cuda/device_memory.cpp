@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace deepinfer::backend::cuda {
 namespace {
@@ -79,6 +80,10 @@ const kernels::WeightMatrix& WeightStore::matrix(const kernels::WeightMatrix& ho
   kernels::WeightMatrix device = host;
   device.data = upload(host.data, matrix_data_bytes(host));
   if (host.scales) device.scales = upload(host.scales, matrix_scale_bytes(host));
+  // The FP8 kernels skip their NaN decode where a matrix has no NaN code (released checkpoints).
+  if (host.encoding == kernels::WeightEncoding::FP8_E4M3)
+    device.no_nan_codes = !kernels::cuda::has_e4m3_nan(static_cast<const uint8_t*>(device.data),
+                                                       host.rows * host.cols, nullptr);
   return matrices_.emplace(host.data, device).first->second;
 }
 

@@ -177,6 +177,10 @@ void engram_gate(float* streams, const float* kv, const float* gate_weight, int6
 
 // dst[i] = src[i] for i < count, device to device.
 void copy_floats(float* dst, const float* src, int64_t count, Stream stream);
+
+// Whether any of `count` e4m3 codes (device memory) is a NaN (S.1111.111); waits for the answer.
+// For WeightMatrix::no_nan_codes at upload.
+bool has_e4m3_nan(const uint8_t* codes, int64_t count, Stream stream);
 // out[i] = value for i < count.
 void fill(int32_t* out, int64_t count, int32_t value, Stream stream);
 // out[i] = i for i < count.

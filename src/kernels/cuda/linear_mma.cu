@@ -99,7 +99,9 @@ struct RowPointers {
 template <WeightEncoding E>
 constexpr int kChunkBytes = E == WeightEncoding::BF16 ? 256 : 128;
 
-template <WeightEncoding E>
+// NanCodes: FP8 codes may hold e4m3 NaNs, which decode to NaN (else the decode skips that check:
+// WeightMatrix::no_nan_codes, set at upload).
+template <WeightEncoding E, bool NanCodes>
 __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t chunk, int h, HalfA& a) {
   const int q = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
@@ -126,7 +128,7 @@ __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t 
           const uint32_t low = ii == 0 ? v.x : v.z, high = ii == 0 ? v.y : v.w;
           uint32_t pairs[4] = {e4m3_pair<0>(low, high), e4m3_pair<1>(low, high), e4m3_pair<2>(low, high),
                                e4m3_pair<3>(low, high)};
-          if (e4m3_has_nan(low) || e4m3_has_nan(high)) {  // not in any released checkpoint: slow is fine
+          if (NanCodes && (e4m3_has_nan(low) || e4m3_has_nan(high))) {  // not in any released checkpoint
 #pragma unroll
             for (int n = 0; n < 4; ++n) {
               if (((low >> (8 * n)) & 0x7Fu) == 0x7Fu) pairs[n] = (pairs[n] & 0xFFFF0000u) | 0x7FC0u;
@@ -142,7 +144,7 @@ __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t 
 
 // One warp's 32 rows x the block's tokens over this block's column range, stored to out (the
 // range's partial sums when the call splits columns).
-template <WeightEncoding E, int kGroups>
+template <WeightEncoding E, int kGroups, bool NanCodes>
 __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, int64_t tokens, const WeightMatrix& w,
                                          int64_t range_chunks, float* __restrict__ out, int64_t out_stride) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
@@ -169,13 +171,15 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
       const int64_t row = first_row + (second ? 16 * m : 0) + g + 8 * r;
       rows.data[m][r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     }
-  // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it).
+  // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it). A
+  // column past the tokens reads token t0's instead of zeros (column n of D depends on column n
+  // of B alone, and such columns are never stored): no zeroing or test in the loop.
   const int64_t plane_words = w.cols / 2;
   const uint32_t* x_words[kGroups];
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
     const int64_t t = t0 + kTokensPerGroup * u + g;
-    x_words[u] = t < tokens ? x_split + kPlanes * t * plane_words : nullptr;
+    x_words[u] = x_split + kPlanes * (t < tokens ? t : t0) * plane_words;
   }
 
   float hi[2][kGroups][4] = {};       // rounded adds of each MMA
@@ -195,19 +199,16 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       HalfA a;
-      decode_half<E>(rows, c, h, a);
+      decode_half<E, NanCodes>(rows, c, h, a);
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         if (u >= groups) break;  // warp-uniform
         uint4 b[kPlanes][2];
 #pragma unroll
         for (int p = 0; p < kPlanes; ++p) {
-          b[p][0] = b[p][1] = make_uint4(0, 0, 0, 0);
-          if (x_words[u]) {
-            const auto* at = reinterpret_cast<const uint4*>(x_words[u] + p * plane_words + (4 * c + q) * kSegmentWords);
-            b[p][0] = __ldg(at + 2 * h);
-            b[p][1] = __ldg(at + 2 * h + 1);
-          }
+          const auto* at = reinterpret_cast<const uint4*>(x_words[u] + p * plane_words + (4 * c + q) * kSegmentWords);
+          b[p][0] = __ldg(at + 2 * h);
+          b[p][1] = __ldg(at + 2 * h + 1);
         }
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {  // MMA j = 4 h + jj: words (2 j, 2 j + 1), i = j / 2
@@ -252,13 +253,13 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 // only while a tile's partials are few (kFoldLoadsPerThread, host side); past that the separate
 // launch, which spreads the sum over the whole device, is faster (measured: folding every call
 // cost 0.8-2.7 ms a step at batch 16-256).
-template <WeightEncoding E, int kGroups>
+template <WeightEncoding E, int kGroups, bool NanCodes>
 __global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
     linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, int64_t range_chunks,
                       float* __restrict__ out, int64_t out_stride, float* __restrict__ y, int64_t y_stride,
                       uint32_t* __restrict__ tile_counters) {
   await_previous_grid();
-  mma_tile<E, kGroups>(x_split, tokens, w, range_chunks, out, out_stride);
+  mma_tile<E, kGroups, NanCodes>(x_split, tokens, w, range_chunks, out, out_stride);
   if (!tile_counters) return;
   __shared__ bool last;
   __threadfence();
@@ -384,12 +385,17 @@ void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMa
   const bool fold = p.ranges > 1 && tile_counters && p.token_blocks * p.row_blocks <= kLinearMmaTileCounters &&
                     tile_tokens * kRowsPerBlock * p.ranges <= kFoldLoadsPerThread * kThreads;
   uint32_t* counters = fold ? tile_counters : nullptr;
+  using Kernel = void (*)(const uint32_t*, int64_t, WeightMatrix, int64_t, float*, int64_t, float*, int64_t, uint32_t*);
+  Kernel kernel;
   if (w.encoding == WeightEncoding::BF16)
-    launch((four ? linear_mma_kernel<WeightEncoding::BF16, 4> : linear_mma_kernel<WeightEncoding::BF16, 2>), grid,
-           kThreads, 0, s, x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
+    kernel = four ? linear_mma_kernel<WeightEncoding::BF16, 4, false> : linear_mma_kernel<WeightEncoding::BF16, 2, false>;
+  else if (w.no_nan_codes)
+    kernel = four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4, false>
+                  : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2, false>;
   else
-    launch((four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4> : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2>),
-           grid, kThreads, 0, s, x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
+    kernel = four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4, true>
+                  : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2, true>;
+  launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
   if (p.ranges > 1 && !fold) {
     launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.ranges, y,
            y_stride);

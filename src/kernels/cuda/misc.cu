@@ -1,5 +1,5 @@
 // Row copies: the embedding lookup into every residual stream, gather_rows, and the streams'
-// means (DSpark taps).
+// means (DSpark taps); the e4m3 NaN scan of weights at upload.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,6 +41,21 @@ __global__ void embed_kernel(const uint8_t* table, int64_t vocab, int64_t width,
     float* out = streams + t * copies * width + c;
     for (int64_t copy = 0; copy < copies; ++copy) out[copy * width] = value;
   }
+}
+
+// Sets *found when a byte of codes is an e4m3 NaN; 16 bytes a thread a step where aligned.
+__global__ void e4m3_nan_kernel(const uint8_t* __restrict__ codes, int64_t count, int* __restrict__ found) {
+  await_previous_grid();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t head = reinterpret_cast<uintptr_t>(codes) % 16 == 0 ? count / 16 : 0;
+  bool nan = false;
+  for (int64_t i = first; i < head; i += stride) {
+    const uint4 v = reinterpret_cast<const uint4*>(codes)[i];
+    for (const uint32_t w : {v.x, v.y, v.z, v.w}) nan |= (((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0;
+  }
+  for (int64_t i = head * 16 + first; i < count; i += stride) nan |= (codes[i] & 0x7F) == 0x7F;
+  if (nan) *found = 1;
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* __restrict__ rows, int64_t count,
@@ -168,6 +183,29 @@ void gather_rows(const float* in, const int64_t* rows, int64_t count, int64_t wi
   launch(gather_rows_kernel, grid_for(count * width, kThreads), kThreads, 0, native(stream), in, rows, count, width,
          out);
   check_launch("cuda::gather_rows");
+}
+
+bool has_e4m3_nan(const uint8_t* codes, int64_t count, Stream stream) {
+  if (count < 0) fail("cuda::has_e4m3_nan: negative count ", count);
+  if (count == 0) return false;
+  const auto check = [](cudaError_t status, const char* what) {
+    if (status != cudaSuccess) fail("cuda::has_e4m3_nan: ", what, ": ", cudaGetErrorString(status));
+  };
+  int* found = nullptr;
+  check(cudaMalloc(&found, sizeof(int)), "cudaMalloc");
+  int host = 0;
+  try {
+    check(cudaMemsetAsync(found, 0, sizeof(int), native(stream)), "cudaMemsetAsync");
+    launch(e4m3_nan_kernel, grid_for(count / 16 + 1, kThreads), kThreads, 0, native(stream), codes, count, found);
+    check_launch("cuda::has_e4m3_nan");
+    check(cudaMemcpyAsync(&host, found, sizeof(int), cudaMemcpyDeviceToHost, native(stream)), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(native(stream)), "cudaStreamSynchronize");
+  } catch (...) {
+    cudaFree(found);
+    throw;
+  }
+  check(cudaFree(found), "cudaFree");
+  return host != 0;
 }
 
 }  // namespace deepinfer::kernels::cuda
