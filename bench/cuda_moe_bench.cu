@@ -11,6 +11,10 @@
 //   experts   moe_sort, expert_tiles, split_rows, expert_gate_up, expert_down (the whole chain)
 //   gate_up   expert_gate_up alone (w1 and w3 with the SwiGLU), on the chain's sorted pairs
 //   down      expert_down alone (w2)
+//             (all three on codes in expert tiles, WeightLayout::ExpertTiles, as the CUDA weight
+//             store uploads routed experts; "gate_up r" and "down r" on the same codes row-major)
+//   read rows / read tiled   gate_up's weight codes read with no arithmetic, in gate_up's order and
+//             as contiguous runs (read_codes_kernel): what the access pattern alone reaches
 // Routing: each token's top-k distinct experts drawn uniformly (seeded), the worst case for the
 // number of distinct experts a step touches (real routers are skewed, so they touch fewer).
 //
@@ -72,11 +76,64 @@ __global__ void fill_bytes_kernel(uint8_t* out, int64_t count, uint64_t seed) {
     out[i] = static_cast<uint8_t>(random_bits(seed, static_cast<uint64_t>(i)));
 }
 
+// Reads the weight codes gate_up reads (w1 and w3 rows of each tile's expert: 64 rows a block, 16 of
+// each a warp), with no arithmetic: in gate_up's order (Tiled = false: per 128-column chunk each
+// lane 16 bytes of rows g and g + 8, so a load instruction touches 8 rows) or as if each warp's 16
+// rows of a matrix were one contiguous run (Tiled = true: 512 contiguous bytes a load). What the
+// access pattern alone reaches, against the kernel that also decodes and multiplies.
+constexpr int kReadWarps = 4;
+
+__device__ __forceinline__ uint4 read_streaming(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <bool Tiled>
+__global__ void read_codes_kernel(const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
+                                  const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
+                                  int64_t inner, int64_t cols, uint32_t* __restrict__ sink) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * kReadWarps + static_cast<int>(threadIdx.x) / 32) * 16;
+  if (first_row >= inner) return;
+  const int count = *tile_count;
+  const int64_t row_bytes = cols / 2;
+  uint32_t acc = 0;
+  for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
+    const int4 tile = tiles[index];
+    if (tile.x < 0) continue;
+    const uint8_t* base[2] = {static_cast<const uint8_t*>(w1[tile.x].data), static_cast<const uint8_t*>(w3[tile.x].data)};
+    if (!Tiled) {
+      const uint8_t* p[4];
+      for (int k = 0; k < 4; ++k) p[k] = base[k / 2] + (first_row + g + 8 * (k % 2)) * row_bytes + q * 16;
+#pragma unroll 4
+      for (int64_t c = 0; c < cols / 128; ++c)
+        for (int k = 0; k < 4; ++k) {
+          const uint4 v = read_streaming(p[k] + c * 64);
+          acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+    } else {
+      for (int m = 0; m < 2; ++m) {
+        const uint8_t* run = base[m] + first_row * row_bytes;
+#pragma unroll 4
+        for (int64_t at = lane * 16; at < 16 * row_bytes; at += 512) {
+          const uint4 v = read_streaming(run + at);
+          acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+      }
+    }
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;  // keeps the loads
+}
+
 // One matrix kind (w1, w3 or w2) of every expert of one layer: codes [experts][rows][cols / 2] and
 // scales [experts][rows][cols / 32], and the device array of their descriptors.
 struct ExpertMatrices {
   int64_t rows = 0, cols = 0, experts = 0;
   DeviceBuffer codes, scales, descriptors;
+  DeviceBuffer tiled_codes, tiled_descriptors;  // the same codes in expert tiles (the engine's layout)
 
   ExpertMatrices(int64_t rows_, int64_t cols_, int64_t experts_, uint64_t seed)
       : rows(rows_), cols(cols_), experts(experts_) {
@@ -103,9 +160,23 @@ struct ExpertMatrices {
     descriptors = DeviceBuffer(host.size() * sizeof(WeightMatrix), "expert descriptors");
     check(cudaMemcpy(descriptors.as<void>(), host.data(), host.size() * sizeof(WeightMatrix), cudaMemcpyHostToDevice),
           "cudaMemcpy (descriptors)");
+    tiled_codes = DeviceBuffer(static_cast<std::size_t>(code_bytes), "expert codes in tiles");
+    for (int64_t e = 0; e < experts; ++e) {
+      const auto offset = static_cast<std::size_t>(e * rows * cols / 2);
+      kc::tile_expert_codes(codes.bytes_at(offset), tiled_codes.bytes_at(offset), rows, cols / 2, nullptr);
+      WeightMatrix& m = host[static_cast<std::size_t>(e)];
+      m.data = tiled_codes.bytes_at(offset);
+      m.layout = deepinfer::kernels::WeightLayout::ExpertTiles;
+    }
+    tiled_descriptors = DeviceBuffer(host.size() * sizeof(WeightMatrix), "tiled expert descriptors");
+    check(cudaMemcpy(tiled_descriptors.as<void>(), host.data(), host.size() * sizeof(WeightMatrix),
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy (descriptors)");
   }
 
-  const WeightMatrix* device() const { return descriptors.as<WeightMatrix>(); }
+  const WeightMatrix* device(bool tiled) const {
+    return (tiled ? tiled_descriptors : descriptors).as<WeightMatrix>();
+  }
 
   // Expert e's matrix dequantised to f32 on the host, [rows][cols].
   std::vector<float> host_matrix(int64_t e) const {
@@ -220,11 +291,11 @@ struct Step {
   int64_t tokens = 0, pairs = 0, tile_bound = 0;
   std::size_t scratch_bytes = 0;
   DeviceBuffer x, experts, scratch, sorted_expert, sorted_token, sorted_pair, position_of, tiles, tile_count, x_split,
-      h_split, y;
+      h_split, y, sink;
 };
 
 bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_second) {
-  std::printf("\n== %s: %lld experts top-%lld, hidden %lld, inner %lld; %d layer copies of %.2f GB\n", s.model.c_str(),
+  std::printf("\n== %s: %lld experts top-%lld, hidden %lld, inner %lld; %d layer copies of %.2f GB (each twice: row-major and tiled)\n", s.model.c_str(),
               static_cast<long long>(s.experts), static_cast<long long>(s.top_k), static_cast<long long>(s.hidden),
               static_cast<long long>(s.inner), o.layers,
               static_cast<double>(s.experts * (2 * matrix_bytes(s.inner, s.hidden) + matrix_bytes(s.hidden, s.inner))) /
@@ -236,7 +307,7 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const kc::Stream ks = stream;
-  std::printf("%-7s %-8s %10s %9s %10s %10s %9s %8s\n", "tokens", "variant", "us/call", "experts", "GB read", "GB/s",
+  std::printf("%-7s %-10s %10s %9s %10s %10s %9s %8s\n", "tokens", "variant", "us/call", "experts", "GB read", "GB/s",
               "bound us", "x bound");
   bool ok = true;
   for (const int64_t tokens : o.tokens) {
@@ -258,6 +329,7 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     st.x_split = DeviceBuffer(static_cast<std::size_t>(kc::split_words(tokens, s.hidden)) * 4, "x split");
     st.h_split = DeviceBuffer(static_cast<std::size_t>(kc::split_words(st.pairs, s.inner)) * 4, "h split");
     st.y = DeviceBuffer(p * static_cast<std::size_t>(s.hidden) * 4, "y");
+    st.sink = DeviceBuffer(4, "sink");
     fill_floats_kernel<<<grid_for(tokens * s.hidden), 256, 0, stream>>>(st.x.as<float>(), tokens * s.hidden,
                                                                         o.seed + static_cast<uint64_t>(tokens));
     launched("fill_floats_kernel");
@@ -274,14 +346,26 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
       kc::expert_tiles(st.sorted_expert.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(), ks);
       kc::split_rows(st.x.as<float>(), tokens, s.hidden, s.hidden, st.x_split.as<uint32_t>(), ks);
     };
-    const auto gate_up = [&](const Layer& layer) {
+    const auto gate_up = [&](const Layer& layer, bool tiled = true) {
       kc::expert_gate_up(st.x_split.as<uint32_t>(), st.sorted_token.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(),
-                         st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(), layer.w3.device(), s.inner,
-                         s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks);
+                         st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(tiled), layer.w3.device(tiled),
+                         s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks);
     };
-    const auto down = [&](const Layer& layer) {
+    const auto down = [&](const Layer& layer, bool tiled = true) {
       kc::expert_down(st.h_split.as<uint32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(),
-                      st.tile_bound, layer.w2.device(), s.hidden, s.inner, st.y.as<float>(), ks);
+                      st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks);
+    };
+    const auto read_codes = [&](bool tiled, const Layer& layer) {
+      const dim3 grid(static_cast<unsigned>((s.inner + 16 * kReadWarps - 1) / (16 * kReadWarps)),
+                      static_cast<unsigned>(std::min<int64_t>(st.tile_bound, 65535)));
+      const auto* tiles = reinterpret_cast<const int4*>(st.tiles.as<int32_t>());
+      if (tiled)
+        read_codes_kernel<true><<<grid, 32 * kReadWarps, 0, stream>>>(tiles, st.tile_count.as<int32_t>(), layer.w1.device(false),
+                                                                   layer.w3.device(false), s.inner, s.hidden, st.sink.as<uint32_t>());
+      else
+        read_codes_kernel<false><<<grid, 32 * kReadWarps, 0, stream>>>(tiles, st.tile_count.as<int32_t>(), layer.w1.device(false),
+                                                                    layer.w3.device(false), s.inner, s.hidden, st.sink.as<uint32_t>());
+      launched("read_codes_kernel");
     };
     sort_and_split();
     gate_up(layers[0]);
@@ -306,11 +390,15 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
          }},
         {"gate_up", up_bytes, [&](int call) { gate_up(layer_of(call)); }},
         {"down", down_bytes, [&](int call) { down(layer_of(call)); }},
+        {"gate_up r", up_bytes, [&](int call) { gate_up(layer_of(call), false); }},
+        {"down r", down_bytes, [&](int call) { down(layer_of(call), false); }},
+        {"read rows", up_bytes, [&](int call) { read_codes(false, layer_of(call)); }},
+        {"read tiled", up_bytes, [&](int call) { read_codes(true, layer_of(call)); }},
     };
     for (const Variant& v : variants) {
       const double us = time_graph(stream, calls, o.warmup, o.repeats, v.enqueue);
       const double bound_us = v.bytes / copy_bytes_per_second * 1e6;
-      std::printf("%-7lld %-8s %10.1f %9lld %10.3f %10.0f %9.1f %7.2fx\n", static_cast<long long>(tokens), v.name, us,
+      std::printf("%-7lld %-10s %10.1f %9lld %10.3f %10.0f %9.1f %7.2fx\n", static_cast<long long>(tokens), v.name, us,
                   static_cast<long long>(distinct), v.bytes / 1e9, v.bytes / us / 1e3, bound_us, us / bound_us);
     }
 

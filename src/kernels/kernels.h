@@ -20,7 +20,18 @@ enum class ScaleEncoding {
   F32,
 };
 
-// A [rows, cols] weight matrix (rows = output features), row-major, as stored: non-owning.
+// How a matrix's codes are laid out. Checkpoints, and every CPU kernel, are RowMajor.
+enum class WeightLayout {
+  RowMajor,
+  // FP4 only (device copies of routed experts, backend/cuda): rows in 16-row tiles, and within a
+  // tile each 128-column chunk of its 16 rows contiguous (16 x 64 bytes), so the CUDA expert
+  // kernels read 512 contiguous bytes a load instead of 64 from each of 8 rows. Scales stay
+  // row-major. Byte b of row r sits at (r / 16) * 16 * row_bytes + (b / 64) * 1024 + (r % 16) * 64
+  // + b % 64.
+  ExpertTiles,
+};
+
+// A [rows, cols] weight matrix (rows = output features), as stored (layout): non-owning.
 struct WeightMatrix {
   WeightEncoding encoding = WeightEncoding::F32;
   int64_t rows = 0;
@@ -34,6 +45,7 @@ struct WeightMatrix {
   // codes specially may then skip that work (the CUDA weight store checks at upload; no released
   // checkpoint has one). False means unchecked, never "has NaNs".
   bool no_nan_codes = false;
+  WeightLayout layout = WeightLayout::RowMajor;
 };
 
 const char* encoding_name(WeightEncoding encoding);

@@ -19,6 +19,8 @@ void check_weight(const WeightMatrix& w, const char* who) {
   const char* name = encoding_name(w.encoding);
   if (w.rows < 0 || w.cols < 0) fail(who, ": ", name, " weight has negative shape [", w.rows, ", ", w.cols, "]");
   if (w.rows > 0 && w.cols > 0 && w.data == nullptr) fail(who, ": ", name, " weight has no data");
+  if (w.layout != WeightLayout::RowMajor)
+    fail(who, ": a ", name, " weight in the expert-tile layout (a CUDA expert copy); this kernel reads row-major codes");
   if (w.encoding != WeightEncoding::FP8_E4M3 && w.encoding != WeightEncoding::FP4_E2M1) return;
   if (w.block_rows < 1 || w.block_cols < 1)
     fail(who, ": ", name, " weight has block size ", w.block_rows, "x", w.block_cols, "; both must be at least 1");

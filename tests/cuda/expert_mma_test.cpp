@@ -2,7 +2,8 @@
 // each expert's sorted run into tiles of at most kExpertTilePairs; expert_gate_up gives the
 // clamped SwiGLU of the CPU's w1 x and w3 x within the split's bound; expert_down gives the CPU's
 // w2 h of the h it was given within f32 rounding; a pair's result has the same bits whatever
-// shares its tile; and the descriptors the kernels cannot run are told apart.
+// shares its tile, and in either code layout (row-major, expert tiles: tile_expert_codes); and
+// the descriptors the kernels cannot run are told apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda/cuda_test_support.h"
 #include "cuda/kernel_test_support.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -65,7 +67,22 @@ struct Experts {
   DeviceBytes w1_array, w2_array, w3_array;
 };
 
-Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng) {
+// The device copy in the layout the CUDA weight store gives routed experts (ExpertTiles), or
+// row-major as uploaded.
+DeviceWeight upload_expert(const HostWeight& w, WeightLayout layout) {
+  DeviceWeight d = upload(w);
+  if (layout == WeightLayout::RowMajor) return d;
+  DeviceBytes tiled(w.data.size());
+  tile_expert_codes(d.data.at<uint8_t>(), tiled.at<uint8_t>(), w.matrix.rows, w.matrix.cols / 2, kDefaultStream);
+  synchronize();
+  d.data = std::move(tiled);
+  d.matrix.data = d.data.at<uint8_t>();
+  d.matrix.layout = layout;
+  return d;
+}
+
+Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng,
+                     WeightLayout layout = WeightLayout::ExpertTiles) {
   Experts e;
   std::vector<WeightMatrix> d1, d2, d3;
   for (int i = 0; i < count; ++i) {
@@ -74,11 +91,11 @@ Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng
     e.w3.push_back(make_weight(WeightEncoding::FP4_E2M1, inner, hidden, rng, ScaleEncoding::E8M0, 1, 32));
     e.w1_abs.push_back(absolute(e.w1.back()));
     e.w3_abs.push_back(absolute(e.w3.back()));
-    e.device.push_back(upload(e.w1.back()));
+    e.device.push_back(upload_expert(e.w1.back(), layout));
     d1.push_back(e.device.back().matrix);
-    e.device.push_back(upload(e.w2.back()));
+    e.device.push_back(upload_expert(e.w2.back(), layout));
     d2.push_back(e.device.back().matrix);
-    e.device.push_back(upload(e.w3.back()));
+    e.device.push_back(upload_expert(e.w3.back(), layout));
     d3.push_back(e.device.back().matrix);
   }
   e.w1_array = to_device(d1);
@@ -270,6 +287,46 @@ TEST(CudaExpertMma, BatchInvariantBitForBit) {
   }
 }
 
+// Byte b of row r lands at (r / 16) * 16 * row_bytes + (b / 64) * 1024 + (r % 16) * 64 + b % 64.
+TEST(CudaExpertMma, TileExpertCodesPlacesEveryByte) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  constexpr int64_t kRows = 48, kRowBytes = 192;
+  std::vector<uint8_t> codes(static_cast<std::size_t>(kRows * kRowBytes));
+  std::mt19937 rng(7);
+  for (auto& c : codes) c = static_cast<uint8_t>(rng());
+  const DeviceBytes from = to_device(codes);
+  DeviceBytes to(codes.size());
+  tile_expert_codes(from.at<uint8_t>(), to.at<uint8_t>(), kRows, kRowBytes, kDefaultStream);
+  synchronize();
+  const std::vector<uint8_t> got = from_device(to.at<uint8_t>(), codes.size());
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t b = 0; b < kRowBytes; ++b) {
+      const int64_t at = (r / 16) * 16 * kRowBytes + (b / 64) * 1024 + (r % 16) * 64 + b % 64;
+      ASSERT_EQ(got[static_cast<std::size_t>(at)], codes[static_cast<std::size_t>(r * kRowBytes + b)])
+          << "row " << r << " byte " << b;
+    }
+  EXPECT_THROW(tile_expert_codes(from.at<uint8_t>(), to.at<uint8_t>(), 40, kRowBytes, kDefaultStream), Error);
+}
+
+// The same experts row-major and in expert tiles: h and y with the same bits (a chunk's bytes
+// are the same, only where they are read from moves).
+TEST(CudaExpertMma, ExpertTilesGiveTheRowMajorBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  constexpr int kExperts = 5;
+  constexpr int64_t kTokens = 9, kTopK = 2, kInner = 256, kHidden = 384;
+  std::mt19937 rng_rows(13), rng_tiles(13);
+  const Experts rows = make_experts(kExperts, kInner, kHidden, rng_rows, WeightLayout::RowMajor);
+  const Experts tiles = make_experts(kExperts, kInner, kHidden, rng_tiles, WeightLayout::ExpertTiles);
+  std::mt19937 rng(17);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kHidden), rng);
+  std::vector<int32_t> choice;
+  for (int64_t p = 0; p < kTokens * kTopK; ++p) choice.push_back(static_cast<int32_t>((p * 7 + p / 3) % kExperts));
+  const ExpertRun a = run_experts(rows, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, nullptr);
+  const ExpertRun b = run_experts(tiles, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, nullptr);
+  EXPECT_EQ(a.h, b.h);
+  EXPECT_TRUE(same_bits(a.y, b.y));
+}
+
 TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
   std::mt19937 rng(1);
   const HostWeight fp4 = make_weight(WeightEncoding::FP4_E2M1, 32, 256, rng, ScaleEncoding::E8M0, 1, 32);
@@ -282,7 +339,13 @@ TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
   misaligned.data = reinterpret_cast<const void*>(uintptr_t{4096 + 8});
   EXPECT_TRUE(expert_mma_supports(aligned));
   EXPECT_FALSE(expert_mma_supports(misaligned));
+  EXPECT_TRUE(expert_tiles_fit(fp4.matrix));
+  WeightMatrix tiled = aligned;
+  tiled.layout = WeightLayout::ExpertTiles;
+  EXPECT_TRUE(expert_mma_supports(tiled));
+  EXPECT_FALSE(expert_tiles_fit(tiled));  // already tiled
   for (const HostWeight* w : {&fp8, &wide_groups, &narrow, &short_rows}) {
+    EXPECT_FALSE(expert_tiles_fit(w->matrix));
     WeightMatrix m = w->matrix;
     m.data = aligned.data;
     EXPECT_FALSE(expert_mma_supports(m)) << "encoding " << static_cast<int>(m.encoding) << " " << m.rows << " x "

@@ -379,6 +379,9 @@ TEST(Linear, InconsistentDescriptorsThrow) {
   bad = fp4.matrix;
   bad.data = nullptr;
   expect_error(bad, "no data");
+  bad = fp4.matrix;
+  bad.layout = WeightLayout::ExpertTiles;  // a CUDA device copy's layout
+  expect_error(bad, "expert-tile layout");
 }
 
 }  // namespace

@@ -399,6 +399,10 @@ class CudaBackend final : public model::Backend {
       for (const model::ExpertWeights& expert : moe.experts)
         for (const kernels::WeightMatrix* w : {&expert.w1, &expert.w2, &expert.w3})
           found->second = found->second && k::expert_mma_supports(weights_.matrix(*w));
+    if (!found->second)
+      for (const model::ExpertWeights& expert : moe.experts)
+        if (weights_.matrix(expert.w1).layout != kernels::WeightLayout::RowMajor)
+          fail("CUDA backend: routed experts in expert tiles that the expert kernels do not take");
     return found->second;
   }
   // False under DEEPINFER_CUDA_SIMT=1: every kernel with a tensor-core and a SIMT form runs the SIMT one.
@@ -1268,7 +1272,8 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
 
 // Every tensor the GPU part of the forward pass reads, in one walk over the model, so that what is
 // planned (counted before anything is allocated) and what is uploaded cannot drift apart.
-// visit.matrix(w), visit.floats(values), visit.ints(values), visit.descriptors(key, matrices).
+// visit.matrix(w), visit.expert(w, tiles) (routed experts; tiles: all of the layer's fit expert tiles),
+// visit.floats(values), visit.ints(values), visit.descriptors(key, matrices).
 template <typename Visit>
 void for_each_device_tensor(const model::Model& model, Visit& visit) {
   const model::HeadWeights head = model.head_weights();
@@ -1334,9 +1339,13 @@ void for_each_device_tensor(const model::Model& model, Visit& visit) {
       w2.push_back(expert.w2);
       w3.push_back(expert.w3);
     }
-    for (const kernels::WeightMatrix& w : w1) visit.matrix(w);
-    for (const kernels::WeightMatrix& w : w2) visit.matrix(w);
-    for (const kernels::WeightMatrix& w : w3) visit.matrix(w);
+    // In expert tiles when every routed expert of the layer fits them (the expert kernels' faster
+    // layout; the SIMT fallback reads row-major).
+    bool tiles = true;
+    for (const std::vector<kernels::WeightMatrix>* kind : {&w1, &w2, &w3})
+      for (const kernels::WeightMatrix& w : *kind) tiles = tiles && kernels::cuda::expert_tiles_fit(w);
+    for (const std::vector<kernels::WeightMatrix>* kind : {&w1, &w2, &w3})
+      for (const kernels::WeightMatrix& w : *kind) visit.expert(w, tiles);
     if (!moe.experts.empty()) {
       // The keys moe() looks the arrays up by.
       visit.descriptors(&moe.experts, w1);
@@ -1354,6 +1363,7 @@ void for_each_device_tensor(const model::Model& model, Visit& visit) {
 struct PlanWeights {
   WeightStore& store;
   void matrix(const kernels::WeightMatrix& w) { store.plan_matrix(w); }
+  void expert(const kernels::WeightMatrix& w, bool) { store.plan_matrix(w); }
   void floats(std::span<const float> values) { store.plan_floats(values); }
   void ints(std::span<const int32_t> values) { store.plan_ints(values); }
   void descriptors(const void*, const std::vector<kernels::WeightMatrix>&) {}  // bytes, not megabytes
@@ -1361,7 +1371,9 @@ struct PlanWeights {
 
 struct UploadWeights {
   WeightStore& store;
+  bool tensor_cores;  // false under DEEPINFER_CUDA_SIMT=1: the SIMT kernels read row-major experts
   void matrix(const kernels::WeightMatrix& w) { store.matrix(w); }
+  void expert(const kernels::WeightMatrix& w, bool tiles) { store.expert_matrix(w, tiles && tensor_cores); }
   void floats(std::span<const float> values) { store.floats(values); }
   void ints(std::span<const int32_t> values) { store.ints(values); }
   void descriptors(const void* key, const std::vector<kernels::WeightMatrix>& matrices) {
@@ -1372,6 +1384,7 @@ struct UploadWeights {
 struct WidestMatrix {
   int64_t cols = 0;
   void matrix(const kernels::WeightMatrix& w) { cols = std::max(cols, w.cols); }
+  void expert(const kernels::WeightMatrix& w, bool) { matrix(w); }
   void floats(std::span<const float>) {}
   void ints(std::span<const int32_t>) {}
   void descriptors(const void*, const std::vector<kernels::WeightMatrix>& matrices) {
@@ -1431,7 +1444,7 @@ Attached make_backend(const model::Model& model, int index, int64_t max_rows, co
     fail("the model does not fit on cuda:", index, " (", info.name, "): its weights need ", gib(store.planned_bytes()),
          " plus ", gib(kReserve), " of working memory, and the device has ", gib(static_cast<std::size_t>(info.free_bytes)),
          " free of ", gib(static_cast<std::size_t>(info.total_bytes)));
-  UploadWeights upload{store};
+  UploadWeights upload{store, backend->tensor_cores()};
   for_each_device_tensor(model, upload);
   try {
     backend->reserve(model, max_rows);

@@ -75,6 +75,31 @@ const void* WeightStore::upload(const void* host, std::size_t bytes) {
   return device;
 }
 
+const kernels::WeightMatrix& WeightStore::expert_matrix(const kernels::WeightMatrix& host, bool tiled) {
+  tiled = tiled && kernels::cuda::expert_tiles_fit(host);
+  const auto layout = tiled ? kernels::WeightLayout::ExpertTiles : kernels::WeightLayout::RowMajor;
+  if (auto found = matrices_.find(host.data); found != matrices_.end()) {
+    if (found->second.layout != layout) fail("CUDA weight store: an expert matrix asked for in two layouts");
+    return found->second;
+  }
+  if (!tiled) return matrix(host);
+  // Row-major into a staging buffer, tiled from there into the copy that stays.
+  const std::size_t bytes = matrix_data_bytes(host);
+  DeviceBuffer staging(bytes);
+  check(cudaMemcpy(staging.data(), host.data, bytes, cudaMemcpyHostToDevice), "upload", bytes);
+  DeviceBuffer codes(bytes);
+  kernels::cuda::tile_expert_codes(static_cast<const uint8_t*>(staging.data()), static_cast<uint8_t*>(codes.data()),
+                                   host.rows, host.cols / 2, nullptr);
+  check(cudaDeviceSynchronize(), "tile_expert_codes", bytes);
+  kernels::WeightMatrix device = host;
+  device.data = codes.data();
+  device.layout = layout;
+  buffers_.push_back(std::move(codes));
+  uploaded_bytes_ += bytes;
+  if (host.scales) device.scales = upload(host.scales, matrix_scale_bytes(host));
+  return matrices_.emplace(host.data, device).first->second;
+}
+
 const kernels::WeightMatrix& WeightStore::matrix(const kernels::WeightMatrix& host) {
   if (auto found = matrices_.find(host.data); found != matrices_.end()) return found->second;
   kernels::WeightMatrix device = host;

@@ -49,6 +49,10 @@ class WeightStore {
 
   // The device copy (same descriptor, device pointers); uploaded on first call.
   const kernels::WeightMatrix& matrix(const kernels::WeightMatrix& host);
+  // A routed expert's device copy: with `tiled` and a shape that fits (cuda::expert_tiles_fit),
+  // its codes in WeightLayout::ExpertTiles, else as matrix(). A host matrix has one device copy:
+  // asking for it in the other layout later is an Error.
+  const kernels::WeightMatrix& expert_matrix(const kernels::WeightMatrix& host, bool tiled);
   const float* floats(std::span<const float> host);
   const int32_t* ints(std::span<const int32_t> host);
   // A device array of device descriptors, uploaded once per distinct `key`.

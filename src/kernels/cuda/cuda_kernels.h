@@ -146,8 +146,16 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
 // batch-invariant. Grids are sized by tile_bound (expert_tile_bound), so a CUDA graph
 // replays them whatever the routing.
 inline constexpr int kExpertTilePairs = 4;
+// A row-major FP4 matrix of this shape and encoding can be copied to WeightLayout::ExpertTiles
+// (FP4 e2m1, E8M0 scales per 32 columns, rows a multiple of 16, columns of 128): what the expert
+// kernels take, checked on the host descriptor before upload.
+bool expert_tiles_fit(const WeightMatrix& host_weight);
+// tiled = row_major's codes ([rows][row_bytes], row_bytes = cols / 2) in the ExpertTiles layout
+// (kernels.h); device memory, not overlapping.
+void tile_expert_codes(const uint8_t* row_major, uint8_t* tiled, int64_t rows, int64_t row_bytes, Stream stream);
 // The device descriptor (device pointers) fits these kernels: FP4 e2m1 with E8M0 scales per 32
-// columns, rows a multiple of 16, columns of 128, data 16-byte aligned.
+// columns, rows a multiple of 16, columns of 128, data 16-byte aligned, codes row-major or in
+// expert tiles (the faster: a warp's loads are contiguous).
 bool expert_mma_supports(const WeightMatrix& device_weight);
 int64_t expert_tile_bound(int64_t pairs, int64_t experts);
 void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream);

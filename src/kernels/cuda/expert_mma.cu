@@ -128,17 +128,19 @@ struct Chunk {
 };
 
 struct RowTile {
-  const uint8_t* rows[2];    // rows g and g + 8 of the tile, first byte
+  const uint8_t* rows[2];    // rows g and g + 8 of the tile: chunk 0's bytes of this lane
   const uint8_t* scales[2];  // their first scale byte
+  int64_t chunk_bytes;       // from one chunk of a row to the next: 64 row-major, 1024 in expert tiles
 };
 
-__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t segment, Chunk& chunk) {
+// Chunk c of this lane (segment 4 c + q of its rows).
+__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t c, int q, Chunk& chunk) {
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + segment * 16);
-      chunk.scales[m][h] = __ldg(tiles[m].scales[h] + segment);
+      chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + c * tiles[m].chunk_bytes);
+      chunk.scales[m][h] = __ldg(tiles[m].scales[h] + 4 * c + q);
     }
 }
 
@@ -189,27 +191,31 @@ __device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const u
   const int q = static_cast<int>(threadIdx.x) % 4;
   const int64_t chunks = cols / kChunkColumns;
   Chunk even, odd;
-  load_chunk(tiles, q, even);
+  load_chunk(tiles, 0, q, even);
   int64_t c = 0;
   for (; c + 2 <= chunks; c += 2) {
-    load_chunk(tiles, 4 * (c + 1) + q, odd);
+    load_chunk(tiles, c + 1, q, odd);
     multiply_chunk<G>(even, x_words, 4 * c + q, acc);
-    if (c + 2 < chunks) load_chunk(tiles, 4 * (c + 2) + q, even);
+    if (c + 2 < chunks) load_chunk(tiles, c + 2, q, even);
     multiply_chunk<G>(odd, x_words, 4 * (c + 1) + q, acc);
   }
   if (c < chunks) multiply_chunk<G>(even, x_words, 4 * c + q, acc);
 }
 
+// first_row: a multiple of 16.
 RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first_row) {
-  const int g = static_cast<int>(threadIdx.x) % kWarp / 4;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
   const auto* data = static_cast<const uint8_t*>(w.data);
   const auto* scales = static_cast<const uint8_t*>(w.scales);
   const int64_t row_bytes = w.cols / 2, scale_columns = w.cols / kSegmentColumns;
+  const bool tiled = w.layout == WeightLayout::ExpertTiles;
   RowTile t;
+  t.chunk_bytes = tiled ? int64_t{16} * 64 : 64;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = first_row + g + 8 * h;
-    t.rows[h] = data + row * row_bytes;
+    t.rows[h] = (tiled ? data + first_row * row_bytes + (g + 8 * h) * 64 : data + row * row_bytes) + q * 16;
     t.scales[h] = scales + row * scale_columns;
   }
   return t;
@@ -368,6 +374,42 @@ bool expert_mma_supports(const WeightMatrix& device_weight) {
   return w.encoding == WeightEncoding::FP4_E2M1 && w.scale_encoding == ScaleEncoding::E8M0 && w.block_cols == 32 &&
          w.block_rows == 1 && w.rows % 16 == 0 && w.cols % kChunkColumns == 0 && w.data && w.scales &&
          reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+bool expert_tiles_fit(const WeightMatrix& w) {
+  return w.encoding == WeightEncoding::FP4_E2M1 && w.scale_encoding == ScaleEncoding::E8M0 && w.block_cols == 32 &&
+         w.block_rows == 1 && w.rows % 16 == 0 && w.cols % kChunkColumns == 0 && w.layout == WeightLayout::RowMajor;
+}
+
+namespace {
+
+// One thread per 16 bytes of the tiled copy.
+__global__ void tile_expert_codes_kernel(const uint8_t* __restrict__ row_major, uint8_t* __restrict__ tiled,
+                                         int64_t rows, int64_t row_bytes) {
+  await_previous_grid();
+  const int64_t pieces = rows * row_bytes / 16;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pieces;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t at = i * 16;  // in the tiled copy
+    const int64_t tile = at / (16 * row_bytes), within = at % (16 * row_bytes);
+    const int64_t chunk = within / 1024, row = (within % 1024) / 64, byte = within % 64;
+    const int64_t from = (tile * 16 + row) * row_bytes + chunk * 64 + byte;
+    *reinterpret_cast<uint4*>(tiled + at) = *reinterpret_cast<const uint4*>(row_major + from);
+  }
+}
+
+}  // namespace
+
+void tile_expert_codes(const uint8_t* row_major, uint8_t* tiled, int64_t rows, int64_t row_bytes, Stream stream) {
+  if (launches_skipped()) return;
+  if (rows < 0 || row_bytes < 0 || rows % 16 != 0 || row_bytes % 64 != 0)
+    fail("cuda::tile_expert_codes: ", rows, " rows of ", row_bytes, " bytes (need multiples of 16 rows and 64 bytes)");
+  if (reinterpret_cast<uintptr_t>(row_major) % 16 != 0 || reinterpret_cast<uintptr_t>(tiled) % 16 != 0)
+    fail("cuda::tile_expert_codes: device pointers must be 16-byte aligned");
+  if (rows == 0 || row_bytes == 0) return;
+  launch(tile_expert_codes_kernel, grid_for(rows * row_bytes / 16, 256), 256, 0, native(stream), row_major, tiled,
+         rows, row_bytes);
+  check_launch("cuda::tile_expert_codes");
 }
 
 int64_t expert_tile_bound(int64_t pairs, int64_t experts) {
