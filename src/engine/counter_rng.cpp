@@ -1,5 +1,7 @@
 #include "engine/counter_rng.h"
 
+#include "core/int_math.h"
+
 #include <random>
 
 #include "core/error.h"
@@ -61,10 +63,7 @@ uint64_t draw_engine_seed() {
 }
 
 uint64_t seed_for_request(uint64_t engine_seed, uint64_t request_id) {
-  uint64_t z = engine_seed + (request_id + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return splitmix64_mix(engine_seed + (request_id + 1) * 0x9E3779B97F4A7C15ull);
 }
 
 }  // namespace deepinfer::engine

@@ -4,19 +4,9 @@
 #include <cstddef>
 
 #include "core/error.h"
+#include "core/int_math.h"
 
 namespace deepinfer::parallel {
-namespace {
-
-// SplitMix64's finaliser: a block's hash chains its predecessor's with its tokens.
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 RankRouter::RankRouter(int64_t ranks, RankRouterOptions options)
     : options_(options), last_use_(static_cast<std::size_t>(std::max<int64_t>(ranks, 0))),
       by_age_(static_cast<std::size_t>(std::max<int64_t>(ranks, 0))) {
@@ -28,10 +18,10 @@ RankRouter::RankRouter(int64_t ranks, RankRouterOptions options)
 std::vector<uint64_t> RankRouter::block_chain(std::span<const int32_t> prompt) const {
   std::vector<uint64_t> chain;
   const auto blocks = static_cast<int64_t>(prompt.size()) / options_.block_tokens;
-  uint64_t hash = 0x9E3779B97F4A7C15ull;
+  uint64_t hash = 0x9E3779B97F4A7C15ull;  // a block's hash chains its predecessor's with its tokens
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t i = 0; i < options_.block_tokens; ++i)
-      hash = mix(hash + static_cast<uint32_t>(prompt[static_cast<std::size_t>(b * options_.block_tokens + i)]));
+      hash = splitmix64_mix(hash + static_cast<uint32_t>(prompt[static_cast<std::size_t>(b * options_.block_tokens + i)]));
     chain.push_back(hash);
   }
   return chain;
