@@ -1,10 +1,9 @@
 #include "engine/counter_rng.h"
 
-#include "core/int_math.h"
-
 #include <random>
 
 #include "core/error.h"
+#include "core/int_math.h"
 
 namespace deepinfer::engine {
 namespace {
