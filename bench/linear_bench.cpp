@@ -3,7 +3,9 @@
 // vs all; plus a plain streaming-read loop as the memory-bandwidth reference, in the same binary.
 //
 // Weights rotate through enough copies to exceed 640 MB, more than the last-level cache, so each
-// call reads its weights from DRAM as a real model's decode step does.
+// call reads its weights from DRAM as a real model's decode step does; the `cached` shapes keep one
+// small copy (256 x 2048, at most 1 MB) in cache, which separates a kernel's own arithmetic rate
+// from what the memory system lets it reach.
 //
 //   build/bench/linear_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -46,26 +48,32 @@ uint64_t next_random(uint64_t& state) {  // xorshift64: fast fill, values irrele
 
 struct Copies {
   WeightEncoding encoding;
-  int64_t rows = 0, cols = 0;
+  int64_t rows = 0, cols = 0, block = 0;
+  bool cached = false;
   int64_t data_bytes = 0, scale_bytes = 0;
   std::vector<WeightMatrix> matrices;
   std::unique_ptr<uint8_t[]> storage;
 };
 
 // Builds (once per configuration; the previous one is freed) copies of one random weight matrix.
-const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols) {
+// FP8 tiles are block x block (V4: 128, V4.1: 32); FP4 groups are 32.
+const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols, int64_t block, bool cached) {
   static Copies copies;
-  if (copies.storage && copies.encoding == encoding && copies.rows == rows && copies.cols == cols) return copies;
+  if (copies.storage && copies.encoding == encoding && copies.rows == rows && copies.cols == cols &&
+      copies.block == block && copies.cached == cached)
+    return copies;
   copies = Copies{};
   copies.encoding = encoding;
   copies.rows = rows;
   copies.cols = cols;
+  copies.block = block;
+  copies.cached = cached;
   int64_t scale_count = 0;
   switch (encoding) {
     case WeightEncoding::BF16: copies.data_bytes = rows * cols * 2; break;
     case WeightEncoding::FP8_E4M3:
       copies.data_bytes = rows * cols;
-      scale_count = ((rows + 127) / 128) * ((cols + 127) / 128);
+      scale_count = ((rows + block - 1) / block) * ((cols + block - 1) / block);
       break;
     case WeightEncoding::FP4_E2M1:
       copies.data_bytes = rows * cols / 2;
@@ -75,7 +83,7 @@ const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols)
   }
   copies.scale_bytes = scale_count;  // E8M0: one byte each
   const int64_t one = copies.data_bytes + copies.scale_bytes + 64;
-  const int64_t count = (kColdBytes + one - 1) / one;
+  const int64_t count = cached ? 1 : (kColdBytes + one - 1) / one;
   copies.storage.reset(new uint8_t[static_cast<std::size_t>(one * count)]);
   uint64_t state = 0x9E3779B97F4A7C15ull;
   for (int64_t i = 0; i + 8 <= one * count; i += 8) {
@@ -98,17 +106,17 @@ const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols)
       for (int64_t s = 0; s < scale_count; ++s) scales[s] = static_cast<uint8_t>(120 + s % 8);
       m.scale_encoding = ScaleEncoding::E8M0;
       m.scales = scales;
-      m.block_rows = encoding == WeightEncoding::FP8_E4M3 ? 128 : 1;
-      m.block_cols = encoding == WeightEncoding::FP8_E4M3 ? 128 : 32;
+      m.block_rows = encoding == WeightEncoding::FP8_E4M3 ? block : 1;
+      m.block_cols = encoding == WeightEncoding::FP8_E4M3 ? block : 32;
     }
     copies.matrices.push_back(m);
   }
   return copies;
 }
 
-void bench_linear(benchmark::State& state, WeightEncoding encoding, int64_t rows, int64_t cols, int64_t tokens,
-                  int threads, LinearPath path) {
-  const Copies& copies = weight_copies(encoding, rows, cols);
+void bench_linear(benchmark::State& state, WeightEncoding encoding, int64_t block, int64_t rows, int64_t cols,
+                  int64_t tokens, bool cached, int threads, LinearPath path) {
+  const Copies& copies = weight_copies(encoding, rows, cols, block, cached);
   std::vector<float> x(static_cast<std::size_t>(tokens * cols));
   uint64_t seed = 12345;
   for (auto& value : x) value = static_cast<float>(next_random(seed) % 2001) / 1000.0f - 1.0f;
@@ -140,10 +148,13 @@ void bench_memory_read(benchmark::State& state, int threads) {
 }
 
 void register_all() {
-  struct Shape { int64_t rows, cols, tokens; };
-  const Shape shapes[] = {{4096, 4096, 1}, {2048, 4096, 1}, {4096, 4096, 64}};
-  const std::pair<WeightEncoding, const char*> encodings[] = {
-      {WeightEncoding::BF16, "bf16"}, {WeightEncoding::FP8_E4M3, "fp8_128x128"}, {WeightEncoding::FP4_E2M1, "fp4_g32"}};
+  struct Shape { int64_t rows, cols, tokens; bool cached; };
+  const Shape shapes[] = {{4096, 4096, 1, false}, {2048, 4096, 1, false}, {4096, 4096, 64, false}, {256, 2048, 1, true}};
+  struct Encoding { WeightEncoding encoding; int64_t block; const char* name; };
+  const Encoding encodings[] = {{WeightEncoding::BF16, 0, "bf16"},
+                                {WeightEncoding::FP8_E4M3, 128, "fp8_128x128"},
+                                {WeightEncoding::FP8_E4M3, 32, "fp8_32x32"},
+                                {WeightEncoding::FP4_E2M1, 32, "fp4_g32"}};
   std::vector<std::pair<LinearPath, const char*>> paths;
   for (auto path : {LinearPath::Portable, LinearPath::Avx2, LinearPath::Avx512})
     if (deepinfer::kernels::cpu::linear_path_available(path))
@@ -152,13 +163,15 @@ void register_all() {
     benchmark::RegisterBenchmark(("memory_read/1GiB/threads:" + std::to_string(threads)).c_str(), bench_memory_read, threads)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
-    for (const auto& [encoding, encoding_name] : encodings)
+    for (const Encoding& encoding : encodings)
       for (const Shape& shape : shapes)
         for (const auto& [path, path_name] : paths) {
-          const std::string name = std::string("linear/") + encoding_name + "/" + std::to_string(shape.rows) + "x" +
-                                   std::to_string(shape.cols) + "/tokens:" + std::to_string(shape.tokens) +
-                                   "/threads:" + std::to_string(threads) + "/" + path_name;
-          benchmark::RegisterBenchmark(name.c_str(), bench_linear, encoding, shape.rows, shape.cols, shape.tokens, threads, path)
+          const std::string name = std::string("linear/") + encoding.name + "/" + std::to_string(shape.rows) + "x" +
+                                   std::to_string(shape.cols) + (shape.cached ? "/cached" : "") +
+                                   "/tokens:" + std::to_string(shape.tokens) + "/threads:" + std::to_string(threads) + "/" +
+                                   path_name;
+          benchmark::RegisterBenchmark(name.c_str(), bench_linear, encoding.encoding, encoding.block, shape.rows,
+                                       shape.cols, shape.tokens, shape.cached, threads, path)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }

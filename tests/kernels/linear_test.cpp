@@ -184,6 +184,15 @@ std::vector<float> run_linear(const std::vector<float>& x_storage, int x_offset,
 
 bool bitwise_equal(const float* a, const float* b, std::size_t count) { return std::memcmp(a, b, count * 4) == 0; }
 
+// Bit for bit, except that any NaN equals any NaN: which operand's NaN an addition keeps (its sign
+// and payload) depends on the order of its operands, which the horizontal sums of one row and of
+// 16 rows at once do not share.
+bool same_bits_or_nan(const float* a, const float* b, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i)
+    if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(a + i, b + i, 4) != 0) return false;
+  return true;
+}
+
 std::string describe(const WeightMatrix& m, LinearPath path, int64_t tokens) {
   return str_cat(path_name(path), " enc=", static_cast<int>(m.encoding), " ", m.rows, "x", m.cols, " block ", m.block_rows,
                  "x", m.block_cols, " tokens=", tokens);
@@ -304,6 +313,7 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
     weights.push_back(make_weight(WeightEncoding::F32, rows, cols, rng, 1));
     weights.push_back(make_weight(WeightEncoding::BF16, rows, cols, rng, 1));
     weights.push_back(make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 128, 128));
+    weights.push_back(make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 32, 32));
     weights.push_back(make_weight(WeightEncoding::FP4_E2M1, rows, cols, rng, 1, ScaleEncoding::E8M0, 1, cols == 1000 ? 40 : 32));
   }
   const auto x_1000 = random_activations(tokens, 1000, rng);
@@ -329,6 +339,51 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
         EXPECT_TRUE(bitwise_equal(part.data(), batched.data(), part.size())) << what << " prefix " << prefix;
       }
       expect_matches_reference(x.data(), 3, w.matrix, batched.data(), what);
+    }
+  }
+}
+
+// FP8 with E8M0 scales: a few tokens may take the scale on the activations instead of the weights
+// (the AVX-512 streaming kernel), which must give the bits of the per-weight decode, including
+// where it may not: tile rows whose x * 2^120 * s would overflow or turn subnormal, NaN scales, and
+// groups that hold a NaN code. Each token alone must equal the batch's row bit for bit.
+TEST(Linear, Fp8ScaleOnActivationsGivesTheSameBits) {
+  std::mt19937 rng(8);
+  const int64_t rows = 128, cols = 256, tokens = 5;
+  TestWeight w = make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 32, 32);
+  const int64_t scale_cols = cols / 32;
+  // Tile rows: 0 with a NaN scale in one block; 1 scale 2^8 (2^120 * s overflows); 2 scale 2^-127
+  // (x * 2^-7 subnormal for token 1's tiny activations, harmless); 3 ordinary, where token 2's
+  // large activations overflow x * 2^120 * s.
+  for (int64_t b = 0; b < scale_cols; ++b) {
+    w.scales()[1 * scale_cols + b] = 135;
+    w.scales()[2 * scale_cols + b] = 0;
+  }
+  w.scales()[3] = 255;
+  w.data()[70 * cols + 200] = 0x7F;  // a NaN code in rows 64..71's group (tile row 2)
+  w.data()[40 * cols + 17] = 0xFF;   // and one in tile row 1
+  auto x = random_activations(tokens, cols, rng);
+  for (int64_t c = 0; c < cols; c += 7) x[1 * cols + c] = 1e-37f;  // token 1: underflows in tile row 2
+  for (int64_t c = 0; c < cols; c += 11) x[2 * cols + c] = 1e30f;  // token 2: x * 2^120 * s overflows
+  x[3 * cols + 5] = 0.0f;
+  for (auto path : available_paths()) {
+    const std::string what = describe(w.matrix, path, tokens);
+    const auto batched = run_linear(x, 0, tokens, w.matrix, pool_of(2), path);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> x_alone(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+      x_alone.push_back(0.0f);
+      const auto single = run_linear(x_alone, 0, 1, w.matrix, pool_of(1), path);
+      EXPECT_TRUE(same_bits_or_nan(single.data(), batched.data() + t * rows, rows)) << what << " token " << t;
+      for (int64_t r = 0; r < rows; ++r) {
+        const bool nan_expected = r < 32 || r == 40 || r == 70;  // tile row 0's NaN scale; the NaN codes
+        if (nan_expected) EXPECT_TRUE(std::isnan(single[r])) << what << " token " << t << " row " << r;
+      }
+    }
+    for (int64_t pair = 0; pair + 2 <= tokens; pair += 2) {  // two tokens: the 4-row streaming groups
+      std::vector<float> x_two(x.begin() + pair * cols, x.begin() + (pair + 2) * cols);
+      x_two.push_back(0.0f);
+      const auto two = run_linear(x_two, 0, 2, w.matrix, pool_of(1), path);
+      EXPECT_TRUE(same_bits_or_nan(two.data(), batched.data() + pair * rows, 2 * rows)) << what << " tokens " << pair;
     }
   }
 }

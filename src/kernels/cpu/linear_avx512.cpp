@@ -45,6 +45,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -511,6 +512,139 @@ void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride
     stream_rows_chunked<D, ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
 }
 
+// ---- FP8 with E8M0 scales: the scale moved onto the activations -------------------------------
+//
+// Every row of a group lies in one tile row, so a column block's scale is one power of two for the
+// whole group. Multiplied into the activations once per tile row instead of into every weight, it
+// gives the very same products: this decode's w * 2^-120 times x * (2^120 * s) is exactly w * s * x,
+// which is also what the FMA on round(w * s) = w * s (exact: s is a power of two) forms; so the
+// bits equal stream_rows_chunked's, and a chunk costs a sign-extending load, a shift, a mask and an
+// FMA where the multiply-by-scale decode also spends a multiply and the NaN select (docs/
+// BENCHMARKS.md). Two things this decode does not handle are looked for and sent to that decode:
+// a tile row where some x * 2^120 * s overflows, and
+// NaN codes (S.1111.111), which this decode turns into +-480 * 2^-120: the group keeps the largest
+// 7-bit magnitude it read (one max per 64 bytes), and one that saw 0x7F is computed again.
+
+// x * 2^120 * s for the tile row of the current group, kept while groups stay in that tile row.
+class Fp8ScaledActivations {
+ public:
+  Fp8ScaledActivations(const Matrix& m, const float* x, int tokens) : m_(m), x_(x), tokens_(tokens) {}
+
+  // The scaled activations (tokens rows of cols) for rows [row0, row0 + rows), or null when the
+  // group straddles tile rows or its tile row's products are not all exact.
+  const float* for_rows(int64_t row0, int rows) {
+    const int64_t tile_row = row0 / m_.w->block_rows;
+    if (tile_row != (row0 + rows - 1) / m_.w->block_rows) return nullptr;
+    if (tile_row != tile_row_) {
+      tile_row_ = tile_row;
+      exact_ = scale(tile_row);
+    }
+    return exact_ ? values().data() : nullptr;
+  }
+
+ private:
+  static std::vector<float>& values() {
+    thread_local std::vector<float> storage;  // grows to the largest call; no per-call allocation
+    return storage;
+  }
+
+  bool scale(int64_t tile_row) {
+    const WeightMatrix& w = *m_.w;
+    const int64_t cols = w.cols;
+    std::vector<float>& out = values();
+    if (out.size() < static_cast<std::size_t>(tokens_ * cols)) out.resize(static_cast<std::size_t>(tokens_ * cols));
+    const uint8_t* scale_bytes = static_cast<const uint8_t*>(w.scales) + scale_row_start(w, tile_row * w.block_rows);
+    __mmask16 inexact = 0;
+    for (int64_t k = 0; k < m_.full_chunks; ++k) {
+      const uint8_t byte = scale_bytes[k * kLanes / w.block_cols];
+      // 2^120 * 2^(byte - 127) = 2^(byte - 7): a normal f32 up to byte 134; NaN for byte 255.
+      if (byte > 134 && byte != 255) return false;
+      const __m512 factor = _mm512_set1_ps(byte == 255 ? std::numeric_limits<float>::quiet_NaN()
+                                                       : std::bit_cast<float>(static_cast<uint32_t>(byte + 120) << 23));
+      for (int t = 0; t < tokens_; ++t) {
+        const __m512 x = _mm512_loadu_ps(x_ + t * cols + k * kLanes);
+        const __m512 scaled = _mm512_mul_ps(x, factor);
+        _mm512_storeu_ps(out.data() + t * cols + k * kLanes, scaled);
+        // fpclass 0x18: +-inf. A power-of-two multiple is exact unless it overflowed or fell
+        // below the normal range; the latter cannot change a bit: |x * 2^120 * s| < 2^-126 makes
+        // the product with w * 2^-120 (|w| <= 448) smaller than 2^-237, which rounds to a zero of
+        // the right sign, or vanishes beside the sum, in both decodes.
+        inexact |= _mm512_fpclass_ps_mask(scaled, 0x18) & ~_mm512_fpclass_ps_mask(x, 0x18);
+      }
+    }
+    return inexact == 0;
+  }
+
+  const Matrix& m_;
+  const float* x_;
+  int tokens_;
+  int64_t tile_row_ = -1;
+  bool exact_ = false;
+};
+
+// ROWS rows of whole 64-column quads (fp8_prescaled_fits) against scaled activations; false, with
+// nothing written, when a NaN code was among them.
+template <int ROWS, int TOKENS>
+bool stream_rows_fp8_prescaled(const Matrix& m, int64_t row0, const float* xs, int64_t x_stride, float* y,
+                               int64_t y_stride) {
+  const uint8_t* base = m.bytes + row0 * m.row_bytes;
+  const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
+  const __m512i low7 = _mm512_set1_epi8(0x7F);
+  const __m512i kept_bits = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
+  __m512i largest = _mm512_setzero_si512();
+  __m512 acc[ROWS][TOKENS];
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  const int64_t quads = m.full_chunks / 4;
+  for (int64_t q = 0; q < quads; ++q) {
+    for (int64_t offset = 0; offset < ROWS * 64; offset += 64) prefetch_ahead(next_group + q * ROWS * 64 + offset);
+    for (int i = 0; i < ROWS; ++i)
+      largest = _mm512_max_epu8(largest, _mm512_and_si512(_mm512_loadu_si512(base + i * m.row_bytes + q * 64), low7));
+    for (int64_t k = 4 * q; k < 4 * q + 4; ++k) {
+      __m512 x[TOKENS];
+      for (int t = 0; t < TOKENS; ++t) x[t] = _mm512_loadu_ps(xs + t * x_stride + k * kLanes);
+      for (int i = 0; i < ROWS; ++i) {
+        // decode_chunk's FP8 bits, without its multiply and NaN select: w * 2^-120.
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * m.row_bytes + k * 16));
+        const __m512 w = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(bytes), 20), kept_bits));
+        for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(x[t], w, acc[i][t]);
+      }
+    }
+  }
+  if (_mm512_cmpeq_epi8_mask(largest, low7) != 0) return false;
+  store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
+  return true;
+}
+
+// Matrices the scaled-activation decode takes: E8M0 scales (real checkpoints' only kind), rows of
+// whole 64-column quads, blocks of whole chunks.
+bool fp8_prescaled_fits(const Matrix& m) {
+  return m.w->scale_encoding == ScaleEncoding::E8M0 && m.w->cols % 64 == 0 && m.w->block_cols % kLanes == 0;
+}
+
+// FP8 rows [first_row, end_row): GROUP-row groups by scaled activations where they fit, else (and
+// for groups that hold a NaN code) by the multiply-by-scale decode in groups of at most 8 rows
+// (16 run out of registers for its row pointers and scale broadcasts: 1.68 vs 0.90 ms for
+// 4096 x 4096).
+template <int GROUP, int TOKENS>
+void stream_range_fp8(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
+  const bool fits = fp8_prescaled_fits(m);
+  Fp8ScaledActivations scaled(m, x, TOKENS);
+  auto group = [&]<int ROWS>(int64_t row0) {
+    if (fits)
+      if (const float* xs = scaled.for_rows(row0, ROWS))
+        if (stream_rows_fp8_prescaled<ROWS, TOKENS>(m, row0, xs, cols, y, m.w->rows)) return;
+    constexpr int kExactRows = ROWS > 8 ? 8 : ROWS;
+    for (int i = 0; i < ROWS; i += kExactRows)
+      stream_rows_chunked<Decode::FP8, kExactRows, TOKENS>(m, row0 + i, x, cols, y, m.w->rows);
+  };
+  int64_t row = first_row;
+  for (; row + GROUP <= end_row; row += GROUP) group.template operator()<GROUP>(row);
+  if constexpr (GROUP > 8)
+    for (; row + 8 <= end_row; row += 8) group.template operator()<8>(row);
+  for (; row < end_row; ++row) group.template operator()<1>(row);
+}
+
 template <Decode D, int GROUP, int TOKENS>
 void stream_range(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
   int64_t row = first_row;
@@ -525,15 +659,20 @@ void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t f
   const int64_t cols = m.w->cols;
   switch (tokens) {
     // 16 rows (a narrow model's LM head has rows of 512 bytes, and the transposed sum of 16 rows
-    // is what keeps its horizontal sums cheap), but 8 for FP8, whose 16-row groups run out of
-    // registers for the row pointers and scale broadcasts (1.68 vs 0.90 ms for 4096 x 4096).
+    // is what keeps its horizontal sums cheap); FP8 by stream_range_fp8.
     case 1:
       if constexpr (D == Decode::FP8)
+        return stream_range_fp8<8, 1>(m, x, cols, y, first_row, end_row);
+      else if constexpr (D == Decode::FP4)
         return stream_range<D, 8, 1>(m, x, cols, y, first_row, end_row);
       else
         return stream_range<D, 16, 1>(m, x, cols, y, first_row, end_row);
-    case 2: return stream_range<D, 4, 2>(m, x, cols, y, first_row, end_row);
-    default: return stream_range<D, 4, 3>(m, x, cols, y, first_row, end_row);
+    case 2:
+      if constexpr (D == Decode::FP8) return stream_range_fp8<4, 2>(m, x, cols, y, first_row, end_row);
+      return stream_range<D, 4, 2>(m, x, cols, y, first_row, end_row);
+    default:
+      if constexpr (D == Decode::FP8) return stream_range_fp8<4, 3>(m, x, cols, y, first_row, end_row);
+      return stream_range<D, 4, 3>(m, x, cols, y, first_row, end_row);
   }
 }
 
