@@ -317,12 +317,15 @@ inline __m512 horizontal_sums(const __m512 (&a)[16]) {
 }
 
 // y[t * y_stride + row0 + i] = the sum of acc[i][t].
+// Eight rows go through the 16-row tree with eight zero accumulators: on a narrow matrix (the
+// embedded model's rows are 64 columns) a row's horizontal sum costs as much as its products.
 template <int ROWS, int TOKENS>
 inline void store_sums(const __m512 (&acc)[ROWS][TOKENS], float* y, int64_t y_stride, int64_t row0) {
-  if constexpr (ROWS == 16 && TOKENS == 1) {
+  if constexpr ((ROWS == 16 || ROWS == 8) && TOKENS == 1) {
     __m512 rows[16];
-    for (int i = 0; i < 16; ++i) rows[i] = acc[i][0];
-    _mm512_storeu_ps(y + row0, horizontal_sums(rows));
+    for (int i = 0; i < ROWS; ++i) rows[i] = acc[i][0];
+    for (int i = ROWS; i < 16; ++i) rows[i] = _mm512_setzero_ps();
+    _mm512_mask_storeu_ps(y + row0, static_cast<__mmask16>((1u << ROWS) - 1u), horizontal_sums(rows));
   } else {
     for (int i = 0; i < ROWS; ++i)
       for (int t = 0; t < TOKENS; ++t) y[t * y_stride + row0 + i] = horizontal_sum(acc[i][t]);
@@ -663,8 +666,6 @@ void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t f
     case 1:
       if constexpr (D == Decode::FP8)
         return stream_range_fp8<8, 1>(m, x, cols, y, first_row, end_row);
-      else if constexpr (D == Decode::FP4)
-        return stream_range<D, 8, 1>(m, x, cols, y, first_row, end_row);
       else
         return stream_range<D, 16, 1>(m, x, cols, y, first_row, end_row);
     case 2:
