@@ -180,6 +180,102 @@ TEST(CudaLinearMma, StridedRowsForGroupedProjections) {
   }
 }
 
+// A grouped projection in one launch (linear_mma_grouped): group g's weight (each in its own
+// allocation, as the weight store holds wo_a's groups) through slice g of each row of x, into
+// slice g of each row of y. Against the CPU group by group (the f32 bound of MatchesCpu), a row's
+// bits alone and in a batch (37 and 100 tokens: two and four column groups), NaN codes in one
+// group only, and the shapes it refuses.
+TEST(CudaLinearMma, GroupedProjectionInOneLaunch) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(43);
+  struct Case { WeightEncoding encoding; int64_t groups, rows, cols, block; };
+  for (const Case& c : {Case{WeightEncoding::FP8_E4M3, 8, 64, 256, 32}, Case{WeightEncoding::FP8_E4M3, 3, 128, 512, 128},
+                        Case{WeightEncoding::BF16, 4, 32, 128, 1}}) {
+    std::vector<HostWeight> host;
+    std::vector<DeviceWeight> device;
+    std::vector<WeightMatrix> descriptors;
+    for (int64_t g = 0; g < c.groups; ++g) {
+      host.push_back(make_weight(c.encoding, c.rows, c.cols, rng, ScaleEncoding::E8M0, c.block, c.block));
+      device.push_back(upload(host.back()));
+      descriptors.push_back(device.back().matrix);
+    }
+    const DeviceBytes descriptor_array = to_device(descriptors);
+    const int64_t width = c.groups * c.cols, out = c.groups * c.rows;
+    auto grouped = [&](const std::vector<float>& x, int64_t tokens) {
+      const DeviceBytes dx = to_device(x);
+      DeviceBytes dy(static_cast<std::size_t>(tokens * out) * sizeof(float));
+      DeviceBytes split(static_cast<std::size_t>(linear_mma_grouped_split_words(tokens, descriptors[0], c.groups)) * 4 + 16);
+      DeviceBytes partials(static_cast<std::size_t>(linear_mma_grouped_partial_floats(tokens, descriptors[0], c.groups)) * 4 + 16);
+      linear_mma_grouped(dx.at<float>(), width, tokens, descriptors[0], descriptor_array.at<WeightMatrix>(), c.groups,
+                         dy.at<float>(), out, split.at<uint32_t>(), partials.at<float>(), kDefaultStream);
+      synchronize();
+      return from_device(dy.at<float>(), static_cast<std::size_t>(tokens * out));
+    };
+    const std::string what = "encoding " + std::to_string(static_cast<int>(c.encoding)) + ", " +
+                             std::to_string(c.groups) + " groups of " + std::to_string(c.rows) + " x " + std::to_string(c.cols);
+    ASSERT_TRUE(linear_mma_grouped_supports(descriptors[0])) << what;
+    for (const int64_t tokens : {int64_t{37}, int64_t{100}}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * width), rng);
+      const std::vector<float> batched = grouped(x, tokens);
+      int failures = 0;
+      for (int64_t g = 0; g < c.groups; ++g) {
+        std::vector<float> slice, slice_abs;
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t k = 0; k < c.cols; ++k) {
+            slice.push_back(x[static_cast<std::size_t>(t * width + g * c.cols + k)]);
+            slice_abs.push_back(std::fabs(slice.back()));
+          }
+        const std::vector<float> want = cpu_linear(slice, tokens, host[g].matrix);
+        const std::vector<float> size = cpu_linear(slice_abs, tokens, absolute(host[g]).matrix);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t r = 0; r < c.rows; ++r) {
+            const auto i = static_cast<std::size_t>(t * c.rows + r);
+            const float got = batched[static_cast<std::size_t>(t * out + g * c.rows + r)];
+            const double bound = 1e-5 * static_cast<double>(size[i]) + 1e-30;
+            if (!(std::fabs(got - want[i]) <= bound) && failures++ < 5)
+              ADD_FAILURE() << what << ", group " << g << ", token " << t << ", row " << r << ": " << got << " vs cpu "
+                            << want[i];
+          }
+      }
+      for (const int64_t t : {int64_t{0}, int64_t{17}, tokens - 1}) {
+        const std::vector<float> row(x.begin() + t * width, x.begin() + (t + 1) * width);
+        const std::vector<float> alone = grouped(row, 1);
+        EXPECT_TRUE(same_bits(alone, std::vector<float>(batched.begin() + t * out, batched.begin() + (t + 1) * out)))
+            << what << ": token " << t << " of " << tokens;
+      }
+    }
+  }
+  // NaN codes in one group's weight make that group's outputs NaN, and only them.
+  std::vector<HostWeight> host;
+  std::vector<DeviceWeight> device;
+  std::vector<WeightMatrix> descriptors;
+  for (int64_t g = 0; g < 2; ++g) {
+    host.push_back(make_weight(WeightEncoding::FP8_E4M3, 32, 128, rng, ScaleEncoding::E8M0, 32, 32));
+    if (g == 1) host.back().data[5 * 128 + 9] = 0x7F;
+    host.back().matrix.data = host.back().data.data();
+    device.push_back(upload(host.back()));
+    descriptors.push_back(device.back().matrix);
+  }
+  const DeviceBytes descriptor_array = to_device(descriptors);
+  const std::vector<float> x = random_floats(2 * 256, rng);
+  const DeviceBytes dx = to_device(x);
+  DeviceBytes dy(2 * 64 * sizeof(float));
+  DeviceBytes split(static_cast<std::size_t>(linear_mma_grouped_split_words(2, descriptors[0], 2)) * 4 + 16);
+  DeviceBytes partials(static_cast<std::size_t>(linear_mma_grouped_partial_floats(2, descriptors[0], 2)) * 4 + 16);
+  linear_mma_grouped(dx.at<float>(), 256, 2, descriptors[0], descriptor_array.at<WeightMatrix>(), 2, dy.at<float>(), 64,
+                     split.at<uint32_t>(), partials.at<float>(), kDefaultStream);
+  synchronize();
+  const std::vector<float> y = from_device(dy.at<float>(), 2 * 64);
+  for (int64_t t = 0; t < 2; ++t)
+    for (int64_t r = 0; r < 64; ++r)
+      EXPECT_EQ(std::isnan(y[static_cast<std::size_t>(t * 64 + r)]), r == 32 + 5) << "token " << t << " row " << r;
+  // Groups of 16 rows would split a warp's 32 rows between two groups.
+  EXPECT_FALSE(linear_mma_grouped_supports(make_weight(WeightEncoding::BF16, 16, 128, rng, ScaleEncoding::E8M0, 1, 1).matrix));
+  EXPECT_THROW(linear_mma_grouped(dx.at<float>(), 256, 2, descriptors[0], nullptr, 2, dy.at<float>(), 64,
+                                  split.at<uint32_t>(), partials.at<float>(), kDefaultStream),
+               Error);
+}
+
 TEST(CudaLinearMma, NanCodesGiveNan) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(29);

@@ -50,6 +50,22 @@ class LinearRunner {
     return true;
   }
 
+  // A grouped projection in one launch (kernels::cuda::linear_mma_grouped): `group` is one
+  // group's device descriptor with no_nan_codes set only if every group has it; group_weights the
+  // device array of all of them. False, running nothing, where that kernel does not run them.
+  bool grouped(const float* x, int64_t x_stride, int64_t tokens, const kernels::WeightMatrix& group,
+               const kernels::WeightMatrix* group_weights, int64_t groups, float* y, int64_t y_stride) const {
+    if (!tensor_cores_ || !group_weights || !kernels::cuda::linear_mma_grouped_supports(group)) return false;
+    if (tokens == 0) return true;
+    const int64_t words = kernels::cuda::linear_mma_grouped_split_words(tokens, group, groups);
+    const int64_t partial_floats = kernels::cuda::linear_mma_grouped_partial_floats(tokens, group, groups);
+    auto* x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(words));
+    float* partials = partial_floats > 0 ? arena_.get<float>(kMmaPartials, static_cast<std::size_t>(partial_floats)) : nullptr;
+    kernels::cuda::linear_mma_grouped(x, x_stride, tokens, group, group_weights, groups, y, y_stride, x_split, partials,
+                                      stream_, tile_counters_);
+    return true;
+  }
+
   bool runs_on_tensor_cores(const kernels::WeightMatrix& w) const {
     return tensor_cores_ && kernels::cuda::linear_mma_supports(w);
   }

@@ -64,6 +64,19 @@ inline constexpr int64_t kLinearMmaTileCounters = 16384;
 void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& weight, float* y,
                 int64_t y_stride, uint32_t* x_split, float* partials, Stream stream,
                 uint32_t* tile_counters = nullptr);
+// A grouped projection in one launch (V4's grouped attention output, wo_a): for g < groups,
+// group g's weight (group_weights[g], a device array of descriptors of one shape, `group` being
+// one of them on the host) multiplies columns [g * cols, (g + 1) * cols) of each row of x into
+// columns [g * rows, (g + 1) * rows) of that row of y. The same sums as `groups` linear_mma calls
+// on strided slices, in the column ranges of the groups' rows taken together (so in another
+// order, and batch invariant); one split of x and one launch instead of `groups` of each.
+// `group.no_nan_codes` must hold for every group for the decode to skip its NaN test.
+bool linear_mma_grouped_supports(const WeightMatrix& group);  // and rows a multiple of 32
+int64_t linear_mma_grouped_split_words(int64_t tokens, const WeightMatrix& group, int64_t groups);
+int64_t linear_mma_grouped_partial_floats(int64_t tokens, const WeightMatrix& group, int64_t groups);
+void linear_mma_grouped(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& group,
+                        const WeightMatrix* group_weights, int64_t groups, float* y, int64_t y_stride,
+                        uint32_t* x_split, float* partials, Stream stream, uint32_t* tile_counters = nullptr);
 // Rows of x (x_stride floats apart) as three BF16 planes (hi, mid, lo) in the tensor-core
 // kernels' operand order (mma_common.cuh): out [rows][3][cols / 2] words, split_words of them.
 int64_t split_words(int64_t rows, int64_t cols);

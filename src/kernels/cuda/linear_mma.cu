@@ -142,11 +142,24 @@ __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t 
     }
 }
 
+// A grouped projection's view of one call (linear_mma_grouped): `w` covers every group's rows
+// (group g's are rows [g * group_rows, (g + 1) * group_rows)), each group's codes and scales are
+// in its own descriptor (group_weights, device memory), and group g reads columns [g * w.cols,
+// (g + 1) * w.cols) of the split rows, whose planes are x_columns wide. Not grouped: group_weights
+// null, group_rows = w.rows, x_columns = w.cols.
+struct Groups {
+  const WeightMatrix* group_weights;
+  int64_t group_rows;
+  int64_t x_columns;
+};
+
 // One warp's 32 rows x the block's tokens over this block's column range, stored to out (the
-// range's partial sums when the call splits columns).
+// range's partial sums when the call splits columns). A warp's rows lie in one group
+// (group_rows is a multiple of 32).
 template <WeightEncoding E, int kGroups, bool NanCodes>
 __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, int64_t tokens, const WeightMatrix& w,
-                                         int64_t range_chunks, float* __restrict__ out, int64_t out_stride) {
+                                         const Groups& grouping, int64_t range_chunks, float* __restrict__ out,
+                                         int64_t out_stride) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
@@ -160,6 +173,11 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_chunks;
   const int64_t end = begin + range_chunks < chunks ? begin + range_chunks : chunks;
 
+  // The warp's group: its codes, its scales, and its rows counted from the group's first.
+  const int64_t group = first_row / grouping.group_rows;
+  const void* data = grouping.group_weights ? grouping.group_weights[group].data : w.data;
+  const auto* scales = static_cast<const uint8_t*>(grouping.group_weights ? grouping.group_weights[group].scales : w.scales);
+  const int64_t local_first_row = first_row - group * grouping.group_rows;
   RowPointers<E> rows;
   const int64_t row_bytes = E == WeightEncoding::BF16 ? w.cols * 2 : w.cols;
   const int64_t scale_columns = (w.cols + w.block_cols - 1) / w.block_cols;
@@ -168,31 +186,31 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       // Without a second tile the first is read twice and its copy dropped: one code path.
-      const int64_t row = first_row + (second ? 16 * m : 0) + g + 8 * r;
-      rows.data[m][r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+      const int64_t row = local_first_row + (second ? 16 * m : 0) + g + 8 * r;
+      rows.data[m][r] = static_cast<const uint8_t*>(data) + row * row_bytes;
     }
-  // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it). A
-  // column past the tokens reads token t0's instead of zeros (column n of D depends on column n
-  // of B alone, and such columns are never stored): no zeroing or test in the loop.
-  const int64_t plane_words = w.cols / 2;
+  // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it),
+  // from the warp's group's columns on. A column past the tokens reads token t0's instead of zeros
+  // (column n of D depends on column n of B alone, and such columns are never stored): no zeroing
+  // or test in the loop.
+  const int64_t plane_words = grouping.x_columns / 2;
   const uint32_t* x_words[kGroups];
 #pragma unroll
   for (int u = 0; u < kGroups; ++u) {
     const int64_t t = t0 + kTokensPerGroup * u + g;
-    x_words[u] = x_split + kPlanes * (t < tokens ? t : t0) * plane_words;
+    x_words[u] = x_split + kPlanes * (t < tokens ? t : t0) * plane_words + group * (w.cols / 2);
   }
 
   float hi[2][kGroups][4] = {};       // rounded adds of each MMA
   float mid_lo[2][kGroups][4] = {};   // the tensor cores' accumulation
   for (int64_t c = begin; c < end; ++c) {
     if constexpr (E == WeightEncoding::FP8_E4M3) {
-      const auto* scales = static_cast<const uint8_t*>(w.scales);
       const int64_t scale_column = (c * kChunkColumns + q * kSegmentColumns) / w.block_cols;
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t row = first_row + (second ? 16 * m : 0) + g + 8 * r;
+          const int64_t row = local_first_row + (second ? 16 * m : 0) + g + 8 * r;
           rows.scale[m][r] = e8m0_pair(scales[(row / w.block_rows) * scale_columns + scale_column]);
         }
     }
@@ -255,11 +273,11 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 // cost 0.8-2.7 ms a step at batch 16-256).
 template <WeightEncoding E, int kGroups, bool NanCodes>
 __global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
-    linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, int64_t range_chunks,
-                      float* __restrict__ out, int64_t out_stride, float* __restrict__ y, int64_t y_stride,
-                      uint32_t* __restrict__ tile_counters) {
+    linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, Groups grouping,
+                      int64_t range_chunks, float* __restrict__ out, int64_t out_stride, float* __restrict__ y,
+                      int64_t y_stride, uint32_t* __restrict__ tile_counters) {
   await_previous_grid();
-  mma_tile<E, kGroups, NanCodes>(x_split, tokens, w, range_chunks, out, out_stride);
+  mma_tile<E, kGroups, NanCodes>(x_split, tokens, w, grouping, range_chunks, out, out_stride);
   if (!tile_counters) return;
   __shared__ bool last;
   __threadfence();
@@ -358,22 +376,21 @@ void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, ui
   check_launch("cuda::split_rows");
 }
 
-void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, float* y, int64_t y_stride,
-                uint32_t* x_split, float* partials, Stream stream, uint32_t* tile_counters) {
-  if (launches_skipped()) return;
-  if (!linear_mma_supports(w))
-    fail("cuda::linear_mma: a ", encoding_name(w.encoding), " ", w.rows, " x ", w.cols,
-         " weight this kernel does not run (linear_mma_supports)");
-  if (tokens < 0) fail("cuda::linear_mma: negative token count ", tokens);
-  if (tokens == 0) return;
+namespace {
+
+// One launch of the MMA kernel (and, when its ranges are not folded, the range sum) over `w`,
+// grouped or not (Groups).
+void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, const Groups& grouping,
+                    float* y, int64_t y_stride, uint32_t* x_split, float* partials, Stream stream,
+                    uint32_t* tile_counters) {
   const Plan p = plan_of(tokens, w);
   if (p.token_blocks > kMaxGrid || p.row_blocks > kMaxGrid)
     fail("cuda::linear_mma: ", tokens, " tokens x ", w.rows, " rows is past the grid's limits");
   const cudaStream_t s = native(stream);
-  if (x_stride < w.cols || y_stride < w.rows)
-    fail("cuda::linear_mma: row strides ", x_stride, " (x) and ", y_stride, " (y) under a ", w.rows, " x ", w.cols,
-         " weight");
-  split_rows(x, tokens, w.cols, x_stride, x_split, stream);
+  if (x_stride < grouping.x_columns || y_stride < w.rows)
+    fail("cuda::linear_mma: row strides ", x_stride, " (x) and ", y_stride, " (y) under a ", w.rows, " x ",
+         grouping.x_columns, " product");
+  split_rows(x, tokens, grouping.x_columns, x_stride, x_split, stream);
   float* out = p.ranges > 1 ? partials : y;
   const int64_t out_stride = p.ranges > 1 ? w.rows : y_stride;
   const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
@@ -385,7 +402,8 @@ void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMa
   const bool fold = p.ranges > 1 && tile_counters && p.token_blocks * p.row_blocks <= kLinearMmaTileCounters &&
                     tile_tokens * kRowsPerBlock * p.ranges <= kFoldLoadsPerThread * kThreads;
   uint32_t* counters = fold ? tile_counters : nullptr;
-  using Kernel = void (*)(const uint32_t*, int64_t, WeightMatrix, int64_t, float*, int64_t, float*, int64_t, uint32_t*);
+  using Kernel = void (*)(const uint32_t*, int64_t, WeightMatrix, Groups, int64_t, float*, int64_t, float*, int64_t,
+                          uint32_t*);
   Kernel kernel;
   if (w.encoding == WeightEncoding::BF16)
     kernel = four ? linear_mma_kernel<WeightEncoding::BF16, 4, false> : linear_mma_kernel<WeightEncoding::BF16, 2, false>;
@@ -395,12 +413,60 @@ void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMa
   else
     kernel = four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4, true>
                   : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2, true>;
-  launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, p.range_chunks, out, out_stride, y, y_stride, counters);
+  launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, grouping, p.range_chunks, out, out_stride, y, y_stride,
+         counters);
   if (p.ranges > 1 && !fold) {
     launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.ranges, y,
            y_stride);
   }
   check_launch("cuda::linear_mma");
+}
+
+// The descriptor of a grouped call's rows taken together: `groups` times group 0's rows.
+WeightMatrix grouped_shape(const WeightMatrix& group, int64_t groups) {
+  WeightMatrix all = group;
+  all.rows = group.rows * groups;
+  return all;
+}
+
+}  // namespace
+
+void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, float* y, int64_t y_stride,
+                uint32_t* x_split, float* partials, Stream stream, uint32_t* tile_counters) {
+  if (launches_skipped()) return;
+  if (!linear_mma_supports(w))
+    fail("cuda::linear_mma: a ", encoding_name(w.encoding), " ", w.rows, " x ", w.cols,
+         " weight this kernel does not run (linear_mma_supports)");
+  if (tokens < 0) fail("cuda::linear_mma: negative token count ", tokens);
+  if (tokens == 0) return;
+  run_linear_mma(x, x_stride, tokens, w, Groups{nullptr, w.rows, w.cols}, y, y_stride, x_split, partials, stream,
+                 tile_counters);
+}
+
+bool linear_mma_grouped_supports(const WeightMatrix& group) {
+  return linear_mma_supports(group) && group.rows % kRowsPerWarp == 0;
+}
+
+int64_t linear_mma_grouped_split_words(int64_t tokens, const WeightMatrix& group, int64_t groups) {
+  return split_words(tokens, group.cols * groups);
+}
+
+int64_t linear_mma_grouped_partial_floats(int64_t tokens, const WeightMatrix& group, int64_t groups) {
+  return linear_mma_partial_floats(tokens, grouped_shape(group, groups));
+}
+
+void linear_mma_grouped(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& group,
+                        const WeightMatrix* group_weights, int64_t groups, float* y, int64_t y_stride,
+                        uint32_t* x_split, float* partials, Stream stream, uint32_t* tile_counters) {
+  if (launches_skipped()) return;
+  if (!linear_mma_grouped_supports(group))
+    fail("cuda::linear_mma_grouped: a ", encoding_name(group.encoding), " ", group.rows, " x ", group.cols,
+         " group this kernel does not run (rows a multiple of ", kRowsPerWarp, ", linear_mma_supports)");
+  if (groups < 1 || !group_weights) fail("cuda::linear_mma_grouped: ", groups, " groups, descriptors ", group_weights);
+  if (tokens < 0) fail("cuda::linear_mma_grouped: negative token count ", tokens);
+  if (tokens == 0) return;
+  run_linear_mma(x, x_stride, tokens, grouped_shape(group, groups), Groups{group_weights, group.rows, group.cols * groups},
+                 y, y_stride, x_split, partials, stream, tile_counters);
 }
 
 }  // namespace deepinfer::kernels::cuda
