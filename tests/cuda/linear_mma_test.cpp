@@ -180,6 +180,23 @@ TEST(CudaLinearMma, StridedRowsForGroupedProjections) {
   }
 }
 
+// linear_mma_grouped over the groups `descriptors` (device weights of one shape): x rows of all
+// groups' columns in, y rows of all groups' outputs back.
+std::vector<float> gpu_linear_mma_grouped(const std::vector<float>& x, int64_t tokens,
+                                          const std::vector<WeightMatrix>& descriptors) {
+  const auto groups = static_cast<int64_t>(descriptors.size());
+  const WeightMatrix& group = descriptors.front();
+  const DeviceBytes descriptor_array = to_device(descriptors);
+  const DeviceBytes dx = to_device(x);
+  DeviceBytes dy(static_cast<std::size_t>(tokens * groups * group.rows) * sizeof(float));
+  DeviceBytes split(static_cast<std::size_t>(linear_mma_grouped_split_words(tokens, group, groups)) * 4 + 16);
+  DeviceBytes partials(static_cast<std::size_t>(linear_mma_grouped_partial_floats(tokens, group, groups)) * 4 + 16);
+  linear_mma_grouped(dx.at<float>(), groups * group.cols, tokens, group, descriptor_array.at<WeightMatrix>(), groups,
+                     dy.at<float>(), groups * group.rows, split.at<uint32_t>(), partials.at<float>(), kDefaultStream);
+  synchronize();
+  return from_device(dy.at<float>(), static_cast<std::size_t>(tokens * groups * group.rows));
+}
+
 // A grouped projection in one launch (linear_mma_grouped): group g's weight (each in its own
 // allocation, as the weight store holds wo_a's groups) through slice g of each row of x, into
 // slice g of each row of y. Against the CPU group by group (the f32 bound of MatchesCpu), a row's
@@ -199,24 +216,13 @@ TEST(CudaLinearMma, GroupedProjectionInOneLaunch) {
       device.push_back(upload(host.back()));
       descriptors.push_back(device.back().matrix);
     }
-    const DeviceBytes descriptor_array = to_device(descriptors);
     const int64_t width = c.groups * c.cols, out = c.groups * c.rows;
-    auto grouped = [&](const std::vector<float>& x, int64_t tokens) {
-      const DeviceBytes dx = to_device(x);
-      DeviceBytes dy(static_cast<std::size_t>(tokens * out) * sizeof(float));
-      DeviceBytes split(static_cast<std::size_t>(linear_mma_grouped_split_words(tokens, descriptors[0], c.groups)) * 4 + 16);
-      DeviceBytes partials(static_cast<std::size_t>(linear_mma_grouped_partial_floats(tokens, descriptors[0], c.groups)) * 4 + 16);
-      linear_mma_grouped(dx.at<float>(), width, tokens, descriptors[0], descriptor_array.at<WeightMatrix>(), c.groups,
-                         dy.at<float>(), out, split.at<uint32_t>(), partials.at<float>(), kDefaultStream);
-      synchronize();
-      return from_device(dy.at<float>(), static_cast<std::size_t>(tokens * out));
-    };
     const std::string what = "encoding " + std::to_string(static_cast<int>(c.encoding)) + ", " +
                              std::to_string(c.groups) + " groups of " + std::to_string(c.rows) + " x " + std::to_string(c.cols);
     ASSERT_TRUE(linear_mma_grouped_supports(descriptors[0])) << what;
     for (const int64_t tokens : {int64_t{37}, int64_t{100}}) {
       const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * width), rng);
-      const std::vector<float> batched = grouped(x, tokens);
+      const std::vector<float> batched = gpu_linear_mma_grouped(x, tokens, descriptors);
       int failures = 0;
       for (int64_t g = 0; g < c.groups; ++g) {
         std::vector<float> slice, slice_abs;
@@ -239,7 +245,7 @@ TEST(CudaLinearMma, GroupedProjectionInOneLaunch) {
       }
       for (const int64_t t : {int64_t{0}, int64_t{17}, tokens - 1}) {
         const std::vector<float> row(x.begin() + t * width, x.begin() + (t + 1) * width);
-        const std::vector<float> alone = grouped(row, 1);
+        const std::vector<float> alone = gpu_linear_mma_grouped(row, 1, descriptors);
         EXPECT_TRUE(same_bits(alone, std::vector<float>(batched.begin() + t * out, batched.begin() + (t + 1) * out)))
             << what << ": token " << t << " of " << tokens;
       }
@@ -256,23 +262,14 @@ TEST(CudaLinearMma, GroupedProjectionInOneLaunch) {
     device.push_back(upload(host.back()));
     descriptors.push_back(device.back().matrix);
   }
-  const DeviceBytes descriptor_array = to_device(descriptors);
-  const std::vector<float> x = random_floats(2 * 256, rng);
-  const DeviceBytes dx = to_device(x);
-  DeviceBytes dy(2 * 64 * sizeof(float));
-  DeviceBytes split(static_cast<std::size_t>(linear_mma_grouped_split_words(2, descriptors[0], 2)) * 4 + 16);
-  DeviceBytes partials(static_cast<std::size_t>(linear_mma_grouped_partial_floats(2, descriptors[0], 2)) * 4 + 16);
-  linear_mma_grouped(dx.at<float>(), 256, 2, descriptors[0], descriptor_array.at<WeightMatrix>(), 2, dy.at<float>(), 64,
-                     split.at<uint32_t>(), partials.at<float>(), kDefaultStream);
-  synchronize();
-  const std::vector<float> y = from_device(dy.at<float>(), 2 * 64);
+  const std::vector<float> y = gpu_linear_mma_grouped(random_floats(2 * 256, rng), 2, descriptors);
   for (int64_t t = 0; t < 2; ++t)
     for (int64_t r = 0; r < 64; ++r)
       EXPECT_EQ(std::isnan(y[static_cast<std::size_t>(t * 64 + r)]), r == 32 + 5) << "token " << t << " row " << r;
   // Groups of 16 rows would split a warp's 32 rows between two groups.
   EXPECT_FALSE(linear_mma_grouped_supports(make_weight(WeightEncoding::BF16, 16, 128, rng, ScaleEncoding::E8M0, 1, 1).matrix));
-  EXPECT_THROW(linear_mma_grouped(dx.at<float>(), 256, 2, descriptors[0], nullptr, 2, dy.at<float>(), 64,
-                                  split.at<uint32_t>(), partials.at<float>(), kDefaultStream),
+  EXPECT_THROW(linear_mma_grouped(nullptr, 256, 2, descriptors[0], nullptr, 2, nullptr, 64, nullptr, nullptr,
+                                  kDefaultStream),
                Error);
 }
 

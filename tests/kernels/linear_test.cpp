@@ -182,6 +182,14 @@ std::vector<float> run_linear(const std::vector<float>& x_storage, int x_offset,
   return y;
 }
 
+// Tokens [first, first + count) of x (rows of w.cols) run alone, from a buffer of their own.
+std::vector<float> run_tokens(const std::vector<float>& x, int64_t first, int64_t count, const WeightMatrix& m,
+                              ThreadPool& pool, LinearPath path) {
+  std::vector<float> part(x.begin() + first * m.cols, x.begin() + (first + count) * m.cols);
+  part.push_back(0.0f);
+  return run_linear(part, 0, count, m, pool, path);
+}
+
 bool bitwise_equal(const float* a, const float* b, std::size_t count) { return std::memcmp(a, b, count * 4) == 0; }
 
 // Bit for bit, except that any NaN equals any NaN: which operand's NaN an addition keeps (its sign
@@ -325,9 +333,7 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
       const std::string what = describe(w.matrix, path, tokens);
       const auto batched = run_linear(x, 0, tokens, w.matrix, pool_of(3), path);
       for (int64_t t = 0; t < tokens; ++t) {
-        std::vector<float> x_alone(x.begin() + t * cols, x.begin() + (t + 1) * cols);
-        x_alone.push_back(0.0f);
-        const auto single = run_linear(x_alone, 0, 1, w.matrix, pool_of(1 + t % 3), path);
+        const auto single = run_tokens(x, t, 1, w.matrix, pool_of(1 + t % 3), path);
         ASSERT_TRUE(bitwise_equal(single.data(), batched.data() + t * rows, rows)) << what << " token " << t;
       }
       for (int threads : {1, 2}) {
@@ -370,19 +376,17 @@ TEST(Linear, Fp8ScaleOnActivationsGivesTheSameBits) {
     const std::string what = describe(w.matrix, path, tokens);
     const auto batched = run_linear(x, 0, tokens, w.matrix, pool_of(2), path);
     for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<float> x_alone(x.begin() + t * cols, x.begin() + (t + 1) * cols);
-      x_alone.push_back(0.0f);
-      const auto single = run_linear(x_alone, 0, 1, w.matrix, pool_of(1), path);
+      const auto single = run_tokens(x, t, 1, w.matrix, pool_of(1), path);
       EXPECT_TRUE(same_bits_or_nan(single.data(), batched.data() + t * rows, rows)) << what << " token " << t;
       for (int64_t r = 0; r < rows; ++r) {
         const bool nan_expected = r < 32 || r == 40 || r == 70;  // tile row 0's NaN scale; the NaN codes
-        if (nan_expected) EXPECT_TRUE(std::isnan(single[r])) << what << " token " << t << " row " << r;
+        if (nan_expected) {
+          EXPECT_TRUE(std::isnan(single[static_cast<std::size_t>(r)])) << what << " token " << t << " row " << r;
+        }
       }
     }
     for (int64_t pair = 0; pair + 2 <= tokens; pair += 2) {  // two tokens: the 4-row streaming groups
-      std::vector<float> x_two(x.begin() + pair * cols, x.begin() + (pair + 2) * cols);
-      x_two.push_back(0.0f);
-      const auto two = run_linear(x_two, 0, 2, w.matrix, pool_of(1), path);
+      const auto two = run_tokens(x, pair, 2, w.matrix, pool_of(1), path);
       EXPECT_TRUE(same_bits_or_nan(two.data(), batched.data() + pair * rows, 2 * rows)) << what << " tokens " << pair;
     }
   }

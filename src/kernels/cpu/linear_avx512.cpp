@@ -317,6 +317,12 @@ inline __m512 horizontal_sums(const __m512 (&a)[16]) {
 }
 
 // y[t * y_stride + row0 + i] = the sum of acc[i][t].
+template <int ROWS, int TOKENS>
+__attribute__((always_inline)) inline void zero_accumulators(__m512 (&acc)[ROWS][TOKENS]) {
+  for (int i = 0; i < ROWS; ++i)
+    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+}
+
 // Eight rows go through the 16-row tree with eight zero accumulators: on a narrow matrix (the
 // embedded model's rows are 64 columns) a row's horizontal sum costs as much as its products.
 template <int ROWS, int TOKENS>
@@ -400,8 +406,7 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
   const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
   __m512 acc[ROWS][TOKENS];
-  for (int i = 0; i < ROWS; ++i)
-    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t pairs = m.full_chunks / 2;  // FP4 rows hold whole pairs (decode_of)
   const int64_t pairs_per_block = m.chunks_per_block / 2;
   const int64_t blocks = pairs / pairs_per_block;
@@ -436,8 +441,7 @@ void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
   const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
   __m512 acc[ROWS][TOKENS];
-  for (int i = 0; i < ROWS; ++i)
-    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t pairs = m.full_chunks / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     for (int64_t offset = 0; offset < ROWS * 64; offset += 64) prefetch_ahead(next_group + p * ROWS * 64 + offset);
@@ -456,8 +460,7 @@ void stream_rows_chunked(const Matrix& m, int64_t row0, const float* x, int64_t 
   constexpr bool kScaled = D == Decode::FP8;
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
   __m512 acc[ROWS][TOKENS];
-  for (int i = 0; i < ROWS; ++i)
-    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t chunks = m.full_chunks + (m.tail ? 1 : 0);
   if constexpr (!kScaled) {
     stream_chunks<D, ROWS, TOKENS, false>(base, m.row_bytes, 0, m.full_chunks, 0xFFFF, nullptr, 0, x, x_stride, acc);
@@ -596,8 +599,7 @@ bool stream_rows_fp8_prescaled(const Matrix& m, int64_t row0, const float* xs, i
   const __m512i kept_bits = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
   __m512i largest = _mm512_setzero_si512();
   __m512 acc[ROWS][TOKENS];
-  for (int i = 0; i < ROWS; ++i)
-    for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t quads = m.full_chunks / 4;
   for (int64_t q = 0; q < quads; ++q) {
     for (int64_t offset = 0; offset < ROWS * 64; offset += 64) prefetch_ahead(next_group + q * ROWS * 64 + offset);
@@ -625,22 +627,10 @@ bool fp8_prescaled_fits(const Matrix& m) {
   return m.w->scale_encoding == ScaleEncoding::E8M0 && m.w->cols % 64 == 0 && m.w->block_cols % kLanes == 0;
 }
 
-// FP8 rows [first_row, end_row): GROUP-row groups by scaled activations where they fit, else (and
-// for groups that hold a NaN code) by the multiply-by-scale decode in groups of at most 8 rows
-// (16 run out of registers for its row pointers and scale broadcasts: 1.68 vs 0.90 ms for
-// 4096 x 4096).
-template <int GROUP, int TOKENS>
-void stream_range_fp8(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
-  const bool fits = fp8_prescaled_fits(m);
-  Fp8ScaledActivations scaled(m, x, TOKENS);
-  auto group = [&]<int ROWS>(int64_t row0) {
-    if (fits)
-      if (const float* xs = scaled.for_rows(row0, ROWS))
-        if (stream_rows_fp8_prescaled<ROWS, TOKENS>(m, row0, xs, cols, y, m.w->rows)) return;
-    constexpr int kExactRows = ROWS > 8 ? 8 : ROWS;
-    for (int i = 0; i < ROWS; i += kExactRows)
-      stream_rows_chunked<Decode::FP8, kExactRows, TOKENS>(m, row0 + i, x, cols, y, m.w->rows);
-  };
+// Rows [first_row, end_row) as GROUP-row groups, then 8-row ones (GROUP > 8), then single rows:
+// group.template operator()<ROWS>(row0) computes one.
+template <int GROUP, typename RowGroup>
+__attribute__((always_inline)) inline void for_each_row_group(int64_t first_row, int64_t end_row, RowGroup&& group) {
   int64_t row = first_row;
   for (; row + GROUP <= end_row; row += GROUP) group.template operator()<GROUP>(row);
   if constexpr (GROUP > 8)
@@ -648,13 +638,27 @@ void stream_range_fp8(const Matrix& m, const float* x, int64_t cols, float* y, i
   for (; row < end_row; ++row) group.template operator()<1>(row);
 }
 
+// FP8 rows: by scaled activations where they fit, else (and for groups that hold a NaN code) by
+// the multiply-by-scale decode. Groups of at most 8 rows: that decode's 16-row groups run out of
+// registers for the row pointers and scale broadcasts (1.68 vs 0.90 ms for 4096 x 4096), and the
+// scaled one's run at 8 GB/s where 8 rows run at 20 (docs/BENCHMARKS.md).
+template <int GROUP, int TOKENS>
+void stream_range_fp8(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
+  static_assert(GROUP <= 8);
+  const bool fits = fp8_prescaled_fits(m);
+  Fp8ScaledActivations scaled(m, x, TOKENS);
+  for_each_row_group<GROUP>(first_row, end_row, [&]<int ROWS>(int64_t row0) {
+    if (fits)
+      if (const float* xs = scaled.for_rows(row0, ROWS))
+        if (stream_rows_fp8_prescaled<ROWS, TOKENS>(m, row0, xs, cols, y, m.w->rows)) return;
+    stream_rows_chunked<Decode::FP8, ROWS, TOKENS>(m, row0, x, cols, y, m.w->rows);
+  });
+}
+
 template <Decode D, int GROUP, int TOKENS>
 void stream_range(const Matrix& m, const float* x, int64_t cols, float* y, int64_t first_row, int64_t end_row) {
-  int64_t row = first_row;
-  for (; row + GROUP <= end_row; row += GROUP) stream_rows<D, GROUP, TOKENS>(m, row, x, cols, y, m.w->rows);
-  if constexpr (GROUP > 8)
-    for (; row + 8 <= end_row; row += 8) stream_rows<D, 8, TOKENS>(m, row, x, cols, y, m.w->rows);
-  for (; row < end_row; ++row) stream_rows<D, 1, TOKENS>(m, row, x, cols, y, m.w->rows);
+  for_each_row_group<GROUP>(first_row, end_row,
+                            [&]<int ROWS>(int64_t row0) { stream_rows<D, ROWS, TOKENS>(m, row0, x, cols, y, m.w->rows); });
 }
 
 template <Decode D>
