@@ -21,13 +21,15 @@ namespace {
 
 }  // namespace
 
-bool cuda_device_present() {
+int cuda_device_count() {
 #ifdef DEEPINFER_HAVE_CUDA
-  return cuda::device_count() > 0;
+  return cuda::device_count();
 #else
-  return false;
+  return 0;
 #endif
 }
+
+bool cuda_device_present() { return cuda_device_count() > 0; }
 
 DeviceSpec parse_device(const std::string& text) {
   if (text.empty() || text == "auto") {

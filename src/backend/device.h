@@ -22,6 +22,8 @@ DeviceSpec parse_device(const std::string& text);
 
 // Whether this build has the CUDA backend and at least one CUDA device answers.
 bool cuda_device_present();
+// How many CUDA devices answer (0 in a build without the CUDA backend).
+int cuda_device_count();
 
 // Attaches the backend `spec` names to `model` (uploading its weights for a GPU). Returns the
 // line a command prints at start: the device, its memory and the model's footprint there.

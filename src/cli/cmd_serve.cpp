@@ -1,6 +1,7 @@
 // `deepinfer serve`: the HTTP server (OpenAI Chat Completions / Completions, Anthropic Messages)
 // over one model. SIGTERM or Ctrl-C lets running requests finish (for --shutdown-timeout, then
 // cancels them) and exits 0; a second one exits 0 at once.
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,13 +10,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "backend/device.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_option.h"
+#include "cli/serve_data_parallel.h"
 #include "core/error.h"
+#include "server/data_parallel_front.h"
 #include "server/server.h"
 
 namespace deepinfer::cli {
@@ -44,6 +49,13 @@ constexpr const char* kServeUsage =
     "  --batch-invariant        CUDA: a request's logits have the same bits alone or in any\n"
     "                           batch and chunking (fixed reduction orders; slower at small\n"
     "                           batches)\n"
+    "  --data-parallel N        N engine ranks behind this endpoint, each a process with its own\n"
+    "                           copy of the model, cache and prefix cache: one per GPU with\n"
+    "                           --device cuda (rank i on cuda:i), all on GPU K with --device cuda:K,\n"
+    "                           the compute threads split among them on the CPU. A request goes\n"
+    "                           to the rank that holds its prompt's prefix while loads are\n"
+    "                           balanced, else to the least loaded; a rank that dies is\n"
+    "                           restarted (default 1: one engine in this process)\n"
     "  --threads N              compute threads (default: all cores; also DEEPINFER_THREADS)\n"
     "                           (the CPU kernels: the widest the CPU has; DEEPINFER_CPU_ISA=\n"
     "                           portable, avx2 or avx512 picks one)\n"
@@ -105,6 +117,69 @@ constexpr const char* kServeUsage =
     "\n"
     "exit codes: 0 stopped by a signal, 1 the model could not be loaded or the port bound, 2 bad command line\n";
 
+const std::set<std::string> kServeOptions = {
+    "--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
+    "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
+    "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
+    "--grammar-compile-timeout", "--grammar-compile-slots", "--grammar-max-memory", "--max-connections",
+    "--header-timeout", "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
+    "--default-max-tokens", "--speculative", "--confidence-log", "--seed", "--data-parallel",
+    // An engine rank of --data-parallel writes its port to this inherited descriptor once it listens.
+    "--ready-fd"};
+
+// Runs `serving` (a Server or a DataParallelFront) until SIGTERM / SIGINT, then drains it; a
+// second signal exits at once. `signals` were blocked before any thread was created.
+template <typename Serving>
+void serve_until_signalled(Serving& serving, const sigset_t& signals, std::chrono::milliseconds shutdown_timeout) {
+  std::thread signal_waiter([&serving, signals, shutdown_timeout] {
+    int received = 0;
+    sigwait(&signals, &received);
+    std::fprintf(stderr, "deepinfer serve: %s received, finishing running requests (for up to %.0f s; again to stop at once)\n",
+                 received == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<double>(shutdown_timeout.count()) / 1000.0);
+    // A second signal ends the process at once, whatever the drain is doing.
+    std::thread([signals] {
+      int again = 0;
+      sigwait(&signals, &again);
+      std::fprintf(stderr, "deepinfer serve: second %s, stopping now\n", again == SIGTERM ? "SIGTERM" : "SIGINT");
+      std::fflush(stderr);
+      std::_Exit(kExitOk);
+    }).detach();
+    serving.shutdown();
+  });
+  serving.serve();
+  signal_waiter.join();
+  std::fprintf(stderr, "deepinfer serve: stopped\n");
+}
+
+// The front of --data-parallel: starts the ranks, then serves until a signal.
+int run_data_parallel_front(const std::vector<std::string>& argv, const Args& args, server::ServerOptions options,
+                            int ranks, const sigset_t& signals) {
+  const backend::DeviceSpec spec = cli::device_spec(args);
+  int threads = 0;
+  if (const char* env = std::getenv("DEEPINFER_THREADS"); env != nullptr) threads = std::atoi(env);
+  server::FrontOptions front;
+  front.block_tokens = options.engine.block_tokens;
+  front.launch.executable = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string placed;
+  for (const RankPlacement& placement : place_ranks(ranks, device_option(args), spec, threads)) {
+    front.launch.args.push_back(rank_arguments(argv, kServeOptions, placement));
+    placed += (placed.empty() ? "" : ", ") + placement.device +
+              (placement.device == "cpu" ? " (" + std::to_string(placement.threads) + " threads)" : "");
+  }
+  // The key reaches the ranks in their environment, not on a command line `ps` shows.
+  if (!options.api_key.empty()) front.launch.env.emplace_back("DEEPINFER_API_KEY", options.api_key);
+  const std::chrono::milliseconds shutdown_timeout = options.shutdown_timeout;
+  front.server = std::move(options);
+  std::fprintf(stderr, "deepinfer serve: starting %d engine ranks: %s\n", ranks, placed.c_str());
+  server::DataParallelFront serving(std::move(front));
+  const int port = serving.bind();
+  std::printf("deepinfer serve: listening on http://%s:%d  model \"%s\", data parallel over %d engine ranks (%s)\n",
+              args.get("--host").value_or("127.0.0.1").c_str(), port, serving.model_name().c_str(), ranks, placed.c_str());
+  std::fflush(stdout);
+  serve_until_signalled(serving, signals, shutdown_timeout);
+  return kExitOk;
+}
+
 // Model::load reports no progress, so on a terminal an elapsed-time line shows it is working.
 class LoadingIndicator {
  public:
@@ -139,12 +214,7 @@ int run_serve(const std::vector<std::string>& argv) {
   try {
     Args args(argv, with_device_flags({"--help", "--cors", "--no-prefix-caching", "--no-jump-forward",
                                                  "--disable-overlap-schedule", "--no-speculation-governor"}),
-              {"--model", "--tokenizer", "--served-model-name", "--host", "--port", "--threads", "--http-threads",
-               "--cache-memory", "--max-batch-tokens", "--max-running", "--max-waiting", "--max-model-len",
-               "--max-body-bytes", "--api-key", "--max-prompt-logits-memory", "--device",
-               "--grammar-compile-timeout", "--grammar-compile-slots", "--grammar-max-memory", "--max-connections", "--header-timeout",
-               "--keep-alive-timeout", "--shutdown-timeout", "--max-header-bytes", "--max-header-count",
-               "--default-max-tokens", "--speculative", "--confidence-log", "--seed"});
+              kServeOptions);
     if (args.has("--help")) {
       std::fputs(kServeUsage, stdout);
       return kExitOk;
@@ -224,6 +294,19 @@ int run_serve(const std::vector<std::string>& argv) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
+    const auto data_parallel = static_cast<int>(args.count("--data-parallel", 1, 1));
+    if (data_parallel > 1024) throw UsageError{"--data-parallel: at most 1024 ranks"};
+    std::optional<int> ready_fd;
+    if (args.get("--ready-fd")) {
+      if (data_parallel > 1) throw UsageError{"--ready-fd is for an engine rank, which has no --data-parallel"};
+      ready_fd = static_cast<int>(args.count("--ready-fd", 3, 3));
+      // A rank lives no longer than its front, even one killed outright.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (const char* front = std::getenv("DEEPINFER_FRONT_PID"); front != nullptr && std::atoi(front) != ::getppid())
+        return kExitFailure;  // the front was already gone
+    }
+    if (data_parallel > 1) return run_data_parallel_front(argv, args, std::move(options), data_parallel, signals);
+
     // Resolved before loading, so a device that is not there fails at once; attached by the
     // server's hook between loading the model and starting its engine. After the mask: the CUDA
     // driver starts threads of its own when first asked, and they must not take SIGTERM either.
@@ -242,6 +325,11 @@ int run_serve(const std::vector<std::string>& argv) {
     }
     std::fprintf(stderr, "deepinfer serve: %s\n", device_line.c_str());
     const int port = server->bind();
+    if (ready_fd) {  // the front waits for this line before it sends the rank anything
+      const std::string line = std::to_string(port) + "\n";
+      [[maybe_unused]] const ssize_t written = ::write(*ready_fd, line.data(), line.size());
+      ::close(*ready_fd);
+    }
     server::ServedModel& model = server->model();
     std::printf("deepinfer serve: listening on http://%s:%d  model \"%s\" from %s (%s, vocab %lld, context %lld tokens, "
                 "cache %lld blocks of %lld tokens, tokenizer %s, speculative decoding %s)%s\n",
@@ -253,25 +341,7 @@ int run_serve(const std::vector<std::string>& argv) {
                 options.api_key.empty() ? "" : ", API key required");
     std::fflush(stdout);
 
-    std::thread signal_waiter([&server, signals] {
-      int received = 0;
-      sigwait(&signals, &received);
-      std::fprintf(stderr, "deepinfer serve: %s received, finishing running requests (for up to %.0f s; again to stop at once)\n",
-                   received == SIGTERM ? "SIGTERM" : "SIGINT",
-                   static_cast<double>(server->options().shutdown_timeout.count()) / 1000.0);
-      // A second signal ends the process at once, whatever the drain is doing.
-      std::thread([signals] {
-        int again = 0;
-        sigwait(&signals, &again);
-        std::fprintf(stderr, "deepinfer serve: second %s, stopping now\n", again == SIGTERM ? "SIGTERM" : "SIGINT");
-        std::fflush(stderr);
-        std::_Exit(kExitOk);
-      }).detach();
-      server->shutdown();
-    });
-    server->serve();
-    signal_waiter.join();
-    std::fprintf(stderr, "deepinfer serve: stopped\n");
+    serve_until_signalled(*server, signals, server->options().shutdown_timeout);
     return kExitOk;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "deepinfer serve: %s\n\n%s", e.message.c_str(), kServeUsage);

@@ -54,16 +54,22 @@ void RankRouter::record(int64_t rank, const std::vector<uint64_t>& chain) {
   }
 }
 
-int64_t RankRouter::route(std::span<const int32_t> prompt, std::span<const int64_t> loads) {
+int64_t RankRouter::route(std::span<const int32_t> prompt, std::span<const int64_t> loads,
+                          const std::vector<bool>& up) {
   const auto ranks = static_cast<int64_t>(last_use_.size());
   if (static_cast<int64_t>(loads.size()) != ranks) fail("rank router: ", loads.size(), " loads for ", ranks, " ranks");
-  int64_t least = 0, most = 0;
-  for (int64_t r = 1; r < ranks; ++r) {
-    if (loads[static_cast<std::size_t>(r)] < loads[static_cast<std::size_t>(least)]) least = r;
-    if (loads[static_cast<std::size_t>(r)] > loads[static_cast<std::size_t>(most)]) most = r;
+  if (!up.empty() && static_cast<int64_t>(up.size()) != ranks) fail("rank router: ", up.size(), " states for ", ranks, " ranks");
+  auto taking = [&up](int64_t r) { return up.empty() || up[static_cast<std::size_t>(r)]; };
+  auto load = [&loads](int64_t r) { return loads[static_cast<std::size_t>(r)]; };
+  int64_t least = -1, most = -1;
+  for (int64_t r = 0; r < ranks; ++r) {
+    if (!taking(r)) continue;
+    if (least < 0 || load(r) < load(least)) least = r;
+    if (most < 0 || load(r) > load(most)) most = r;
   }
-  const auto low = static_cast<double>(loads[static_cast<std::size_t>(least)]);
-  const auto high = static_cast<double>(loads[static_cast<std::size_t>(most)]);
+  if (least < 0) fail("rank router: no rank takes requests");
+  const auto low = static_cast<double>(load(least));
+  const auto high = static_cast<double>(load(most));
   const bool imbalanced =
       high - low > static_cast<double>(options_.balance_margin) && high > options_.balance_ratio * low;
   const std::vector<uint64_t> chain = block_chain(prompt);
@@ -71,10 +77,9 @@ int64_t RankRouter::route(std::span<const int32_t> prompt, std::span<const int64
   if (!imbalanced && !chain.empty()) {
     int64_t best = -1, best_matched = 0;
     for (int64_t r = 0; r < ranks; ++r) {
+      if (!taking(r)) continue;
       const int64_t matched = matched_blocks(r, chain);
-      if (matched > best_matched ||
-          (matched == best_matched && best >= 0 &&
-           loads[static_cast<std::size_t>(r)] < loads[static_cast<std::size_t>(best)])) {
+      if (matched > best_matched || (matched == best_matched && best >= 0 && load(r) < load(best))) {
         best = r;
         best_matched = matched;
       }
@@ -85,6 +90,12 @@ int64_t RankRouter::route(std::span<const int32_t> prompt, std::span<const int64
   }
   record(chosen, chain);
   return chosen;
+}
+
+void RankRouter::forget(int64_t rank) {
+  if (rank < 0 || rank >= static_cast<int64_t>(last_use_.size())) fail("rank router: no rank ", rank);
+  last_use_[static_cast<std::size_t>(rank)].clear();
+  by_age_[static_cast<std::size_t>(rank)].clear();
 }
 
 int64_t RankRouter::recorded_prefix_blocks(int64_t rank, std::span<const int32_t> prompt) const {

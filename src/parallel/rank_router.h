@@ -32,9 +32,13 @@ class RankRouter {
  public:
   explicit RankRouter(int64_t ranks, RankRouterOptions options = {});
 
-  // loads[r]: rank r's load now (running + queued requests, as it reports them). Returns the
-  // rank for `prompt` and records its full blocks there.
-  int64_t route(std::span<const int32_t> prompt, std::span<const int64_t> loads);
+  // loads[r]: rank r's load now (running + queued requests, as it reports them); up[r]: whether
+  // rank r takes requests now (empty: every rank does; at least one must). Returns the rank for
+  // `prompt` and records its full blocks there.
+  int64_t route(std::span<const int32_t> prompt, std::span<const int64_t> loads, const std::vector<bool>& up = {});
+
+  // Rank `rank` restarted with an empty cache: nothing is recorded there any more.
+  void forget(int64_t rank);
 
   // The prompt's leading full blocks the router has recorded on `rank`.
   int64_t recorded_prefix_blocks(int64_t rank, std::span<const int32_t> prompt) const;

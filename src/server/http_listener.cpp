@@ -362,6 +362,16 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
       }
     } unlink{link};
 
+    while (!producer->head_ready()) {
+      if (peer_gone_ || write_failed_ || closed_) {
+        owner_.gone.fetch_add(1);
+        producer->abandon();
+        keep_alive = false;
+        close();
+        co_return;
+      }
+      co_await wait_wake(kNever);
+    }
     const bool streaming = producer->streaming();
     const bool chunked = streaming && request.version >= 11;
     if (streaming) {

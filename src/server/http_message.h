@@ -51,6 +51,10 @@ struct HttpResponse {
 class ResponseProducer {
  public:
   virtual ~ResponseProducer() = default;
+  // Whether streaming() can be answered yet. A proxied answer (the data-parallel front) knows it
+  // only once its engine rank's status line came back; until then the connection holds its own
+  // status line and waits for a wake-up. Every other producer knows at once.
+  virtual bool head_ready() const { return true; }
   // Server-sent events: the status line and headers go out at once (200, text/event-stream),
   // then pump()'s bytes as they come. Otherwise the whole response goes out when pump() is done.
   virtual bool streaming() const = 0;

@@ -76,6 +76,22 @@ TEST(RankRouter, ForgetsTheLeastRecentlyRoutedPastItsCapacity) {
   EXPECT_EQ(router.recorded_prefix_blocks(0, c), 2);
 }
 
+TEST(RankRouter, ARankThatIsDownTakesNothingAndARestartedOneIsForgotten) {
+  RankRouter router(3, small_blocks());
+  const std::vector<int32_t> shared = prompt_of(40, 4);
+  EXPECT_EQ(router.route(shared, std::vector<int64_t>{0, 1, 1}), 0);
+  // Rank 0 holds the prefix and is the least loaded, but it is down: the least loaded of the rest.
+  EXPECT_EQ(router.route(shared, std::vector<int64_t>{0, 2, 1}, {false, true, true}), 2);
+  // Back up: the prefix is on 0 and 2; 0 is lighter.
+  EXPECT_EQ(router.route(shared, std::vector<int64_t>{1, 0, 2}), 0);
+  router.forget(0);  // restarted with an empty cache
+  EXPECT_EQ(router.recorded_prefix_blocks(0, shared), 0);
+  EXPECT_EQ(router.route(shared, std::vector<int64_t>{1, 0, 2}), 2);  // only rank 2's record is left
+  EXPECT_THROW(router.route(shared, std::vector<int64_t>{0, 0, 0}, {false, false, false}), Error);
+  EXPECT_THROW(router.route(shared, std::vector<int64_t>{0, 0, 0}, {true, true}), Error);
+  EXPECT_THROW(router.forget(3), Error);
+}
+
 TEST(RankRouter, SameInputsSameRoutes) {
   const auto run = [] {
     RankRouter router(4, small_blocks());
