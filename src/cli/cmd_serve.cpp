@@ -164,7 +164,9 @@ int run_data_parallel_front(const std::vector<std::string>& argv, const Args& ar
   for (const RankPlacement& placement : place_ranks(ranks, device_option(args), spec, threads)) {
     front.launch.args.push_back(rank_arguments(argv, kServeOptions, placement));
     placed += (placed.empty() ? "" : ", ") + placement.device +
-              (placement.device == "cpu" ? " (" + std::to_string(placement.threads) + " threads)" : "");
+              (placement.device == "cpu" ? " (" + std::to_string(placement.threads) +
+                                                   (placement.threads == 1 ? " thread)" : " threads)")
+                                             : "");
   }
   // The key reaches the ranks in their environment, not on a command line `ps` shows.
   if (!options.api_key.empty()) front.launch.env.emplace_back("DEEPINFER_API_KEY", options.api_key);

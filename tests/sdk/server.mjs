@@ -27,8 +27,10 @@ export async function requirePackages(...names) {
 // `model` and `name` default to the random-weights test model; the embedded-model test passes its own.
 export async function startServer(extraArgs = [], extraEnv = {}, { model = modelDir, name = modelName } = {}) {
   const binary = process.env.DEEPINFER ?? path.join(repoRoot, 'build/deepinfer');
+  // DEEPINFER_SERVE_ARGS (e.g. "--data-parallel 2") runs a test against another server set-up.
+  const setup = (process.env.DEEPINFER_SERVE_ARGS ?? '').split(/\s+/).filter(Boolean);
   const args = ['serve', '--model', model, '--served-model-name', name, '--port', '0',
-                '--cache-memory', '64M', '--threads', '2', ...extraArgs];
+                '--cache-memory', '64M', '--threads', '2', ...setup, ...extraArgs];
   const child = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...extraEnv } });
   let stderr = '';
   child.stderr.on('data', (data) => { stderr += data; });
@@ -69,12 +71,14 @@ export async function startServer(extraArgs = [], extraEnv = {}, { model = model
   };
 }
 
-// The unlabelled value of a gauge or counter ({model_name="tiny"} only).
+// The value of a gauge or counter with no label but the model's; summed over the engine ranks
+// (engine="i") of a data-parallel server.
 export async function metric(baseUrl, name) {
   const text = await (await fetch(`${baseUrl}/metrics`)).text();
-  const match = text.match(new RegExp(`^${name}\\{model_name="${modelName}"\\} (\\S+)$`, 'm'));
-  if (!match) throw new Error(`/metrics has no ${name}`);
-  return Number(match[1]);
+  const pattern = new RegExp(`^${name}\\{model_name="${modelName}"(?:,engine="\\d+")?\\} (\\S+)$`, 'gm');
+  const values = [...text.matchAll(pattern)].map((match) => Number(match[1]));
+  if (values.length === 0) throw new Error(`/metrics has no ${name}`);
+  return values.reduce((a, b) => a + b, 0);
 }
 
 // Polls until every gauge in `expected` has its value; returns the last values read.
