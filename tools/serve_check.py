@@ -322,12 +322,33 @@ def idle_gauges(client, timeout=10.0):
         time.sleep(0.1)
 
 
+def process_tree(pid):
+    """pid and its descendants (a `--data-parallel` front's engine ranks are its children)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    pending.extend(int(child) for child in f.read().split())
+        except OSError:
+            pass
+    return found
+
+
 def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return None
+    """VmRSS of the server: its process and its children together."""
+    total = None
+    for member in process_tree(pid):
+        try:
+            with open(f"/proc/{member}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total = (total or 0) + int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
 
 
 def nvidia_smi(*query):
@@ -349,10 +370,14 @@ def gpu_memory_mib(pid, device):
     apps = nvidia_smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
     if apps is None:
         return None
+    members = {str(member) for member in process_tree(pid)}
+    listed = []
     for line in apps.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
-            return int(fields[1]), "process"
+        if len(fields) == 2 and fields[0] in members and fields[1].isdigit():
+            listed.append(int(fields[1]))
+    if listed:
+        return sum(listed), "process" if len(listed) == 1 else f"{len(listed)} processes"
     index = device.partition(":")[2] or "0"
     visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if visible and int(index) < len(visible):
@@ -773,7 +798,7 @@ def counted_detail(client, path="/v1/chat/completions", timeout=10.0):
         for key, value in values.items():
             status = re.search(r'status="(\d+)"', key)
             if key.startswith("deepinfer:requests_total{") and f'endpoint="{path}"' in key and status:
-                counted[status.group(1)] = int(value)
+                counted[status.group(1)] = counted.get(status.group(1), 0) + int(value)  # summed over engine ranks
         if counted == want or time.monotonic() > deadline:
             break
         time.sleep(0.1)
