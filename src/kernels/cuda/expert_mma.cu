@@ -20,7 +20,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -185,25 +184,22 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 }
 
 // acc[m][u] += the two row tiles times the lane's activation columns, over all chunks in order,
-// with the next Depth - 1 chunks' loads in flight while one is multiplied (a ring of Depth chunks
-// in registers; the order of the sums, and so the bits, do not depend on Depth).
-template <int G, int Depth>
+// with the next chunk's loads in flight while one is multiplied.
+template <int G>
 __device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
                                               int64_t cols, float (&acc)[2][G][4]) {
   const int q = static_cast<int>(threadIdx.x) % 4;
   const int64_t chunks = cols / kChunkColumns;
-  Chunk ring[Depth];
-#pragma unroll
-  for (int d = 0; d < Depth; ++d)
-    if (d < chunks) load_chunk(tiles, d, q, ring[d]);
-  for (int64_t c = 0; c < chunks; c += Depth) {
-#pragma unroll
-    for (int d = 0; d < Depth; ++d) {
-      if (c + d >= chunks) break;
-      multiply_chunk<G>(ring[d], x_words, 4 * (c + d) + q, acc);
-      if (c + d + Depth < chunks) load_chunk(tiles, c + d + Depth, q, ring[d]);
-    }
+  Chunk even, odd;
+  load_chunk(tiles, 0, q, even);
+  int64_t c = 0;
+  for (; c + 2 <= chunks; c += 2) {
+    load_chunk(tiles, c + 1, q, odd);
+    multiply_chunk<G>(even, x_words, 4 * c + q, acc);
+    if (c + 2 < chunks) load_chunk(tiles, c + 2, q, even);
+    multiply_chunk<G>(odd, x_words, 4 * (c + 1) + q, acc);
   }
+  if (c < chunks) multiply_chunk<G>(even, x_words, 4 * c + q, acc);
 }
 
 // first_row: a multiple of 16.
@@ -252,7 +248,7 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
 }
 
 // One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
-template <int G, int Depth>
+template <int G>
 __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kGroups],
                                              const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
                                              int64_t first_row, int64_t inner, int64_t cols, float limit,
@@ -262,7 +258,7 @@ __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&
   float acc[2][G][4] = {};
   if (tile.x >= 0) {
     const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
-    multiply_rows<G, Depth>(rows, words, cols, acc);
+    multiply_rows(rows, words, cols, acc);
   }
   const int64_t plane_halves = inner;  // a split plane of an inner-wide row, in u16
 #pragma unroll
@@ -288,7 +284,6 @@ __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&
 }
 
 // grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
-template <int Depth>
 __global__ void __launch_bounds__(kMmaThreads, 3)
     gate_up_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
@@ -304,14 +299,14 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     const int4 tile = tiles[index];
     const uint32_t* words[kGroups];
     if (column_words(x_split, x_row, tile, cols, words) == 1)  // warp-uniform
-      gate_up_tile<1, Depth>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+      gate_up_tile<1>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
     else
-      gate_up_tile<2, Depth>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+      gate_up_tile<2>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
   }
 }
 
 // One tile of down_kernel with G live groups: y[pair, r] = (w2 h)[r].
-template <int G, int Depth>
+template <int G>
 __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&words)[kGroups],
                                           const WeightMatrix* __restrict__ w2, int64_t first_row, int64_t rows,
                                           int64_t inner, float* __restrict__ y) {
@@ -323,7 +318,7 @@ __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&wor
     const WeightMatrix& w = w2[tile.x];
     // Without a second tile the first is loaded twice and its copy dropped: one code path.
     const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
-    multiply_rows<G, Depth>(tiles2, words, inner, acc);
+    multiply_rows(tiles2, words, inner, acc);
   }
 #pragma unroll
   for (int u = 0; u < G; ++u) {
@@ -342,7 +337,6 @@ __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&wor
 }
 
 // grid: (row blocks of 128 output rows, tiles). y[pair, r] = (w2 h)[r].
-template <int Depth>
 __global__ void __launch_bounds__(kMmaThreads, 3)
     down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
@@ -356,20 +350,10 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     const int4 tile = tiles[index];
     const uint32_t* words[kGroups];
     if (column_words(h_split, nullptr, tile, inner, words) == 1)  // warp-uniform
-      down_tile<1, Depth>(tile, words, w2, first_row, rows, inner, y);
+      down_tile<1>(tile, words, w2, first_row, rows, inner, y);
     else
-      down_tile<2, Depth>(tile, words, w2, first_row, rows, inner, y);
+      down_tile<2>(tile, words, w2, first_row, rows, inner, y);
   }
-}
-
-// Chunks in flight per warp: with few pairs a layer's experts run as few warps (at one token, six
-// experts' gate_up is 192 blocks of 4 warps), each streaming its rows through the whole width, so
-// the loads in flight per warp set the rate; with many the kernels are bound by instruction issue
-// (docs/BENCHMARKS.md) and a deeper ring only costs registers. A pair's bits do not depend on it.
-constexpr int64_t kDeepRingPairs = 16;
-int ring_depth(int64_t pairs) {
-  if (const char* forced = std::getenv("DEEPINFER_EXPERT_RING"); forced != nullptr) return std::atoi(forced) >= 4 ? 4 : 2;
-  return pairs <= kDeepRingPairs ? 4 : 2;
 }
 
 unsigned grid_y(int64_t tile_bound) { return static_cast<unsigned>(tile_bound < kMaxGridY ? tile_bound : kMaxGridY); }
@@ -453,8 +437,8 @@ void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs
   if (pairs == 0 || inner == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
   const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(ring_depth(pairs) == 4 ? gate_up_kernel<4> : gate_up_kernel<2>, grid, kMmaThreads, 0, native(stream), x_split,
-         x_row, reinterpret_cast<const int4*>(tiles), tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
+  launch(gate_up_kernel, grid, kMmaThreads, 0, native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles),
+         tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
   check_launch("cuda::expert_gate_up");
 }
 
@@ -465,8 +449,8 @@ void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, c
   if (pairs == 0 || rows == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(ring_depth(pairs) == 4 ? down_kernel<4> : down_kernel<2>, grid, kMmaThreads, 0, native(stream), h_split,
-         reinterpret_cast<const int4*>(tiles), tile_count, w2, rows, inner, y);
+  launch(down_kernel, grid, kMmaThreads, 0, native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count,
+         w2, rows, inner, y);
   check_launch("cuda::expert_down");
 }
 
