@@ -85,9 +85,12 @@ __global__ void fill_floats_kernel(float* out, int64_t count, uint64_t seed) {
 }
 
 // E8M0 exponents 119..123: scales 2^-8 .. 2^-4, around the 2^-6 of the released checkpoints.
+// The largest byte fill_e8m0_kernel writes (WeightMatrix::max_e8m0 of its matrices).
+constexpr int kMaxFilledE8m0 = 123;
+
 __global__ void fill_e8m0_kernel(uint8_t* out, int64_t count, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = static_cast<uint8_t>(119 + random_bits(seed, static_cast<uint64_t>(i)) % 5);
+    out[i] = static_cast<uint8_t>(kMaxFilledE8m0 - 4 + random_bits(seed, static_cast<uint64_t>(i)) % 5);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -349,11 +349,11 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     const auto gate_up = [&](const Layer& layer, bool tiled = true) {
       kc::expert_gate_up(st.x_split.as<uint32_t>(), st.sorted_token.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(),
                          st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(tiled), layer.w3.device(tiled),
-                         s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks);
+                         s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks, kMaxFilledE8m0);
     };
     const auto down = [&](const Layer& layer, bool tiled = true) {
       kc::expert_down(st.h_split.as<uint32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(),
-                      st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks);
+                      st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0);
     };
     const auto read_codes = [&](bool tiled, const Layer& layer) {
       const dim3 grid(static_cast<unsigned>((s.inner + 16 * kReadWarps - 1) / (16 * kReadWarps)),

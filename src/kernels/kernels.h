@@ -45,6 +45,10 @@ struct WeightMatrix {
   // codes specially may then skip that work (the CUDA weight store checks at upload; no released
   // checkpoint has one). False means unchecked, never "has NaNs".
   bool no_nan_codes = false;
+  // E8M0 scales: the largest scale byte, where the backend checked them at upload (255, the NaN
+  // code, when unchecked). The CUDA FP4 decode folds its code unit and the scale into one exact
+  // multiply when every scale is small enough (mma_common.cuh); no released checkpoint is past it.
+  uint8_t max_e8m0 = 255;
   WeightLayout layout = WeightLayout::RowMajor;
 };
 

@@ -61,10 +61,14 @@ int64_t RankRouter::route(std::span<const int32_t> prompt, std::span<const int64
   if (!up.empty() && static_cast<int64_t>(up.size()) != ranks) fail("rank router: ", up.size(), " states for ", ranks, " ranks");
   auto taking = [&up](int64_t r) { return up.empty() || up[static_cast<std::size_t>(r)]; };
   auto load = [&loads](int64_t r) { return loads[static_cast<std::size_t>(r)]; };
+  // Among the least loaded, the rank with the smallest record: at low load (every rank idle
+  // between requests) new prefixes then spread over the ranks' caches instead of all filling the
+  // first one.
+  auto recorded = [this](int64_t r) { return static_cast<int64_t>(last_use_[static_cast<std::size_t>(r)].size()); };
   int64_t least = -1, most = -1;
   for (int64_t r = 0; r < ranks; ++r) {
     if (!taking(r)) continue;
-    if (least < 0 || load(r) < load(least)) least = r;
+    if (least < 0 || load(r) < load(least) || (load(r) == load(least) && recorded(r) < recorded(least))) least = r;
     if (most < 0 || load(r) > load(most)) most = r;
   }
   if (least < 0) fail("rank router: no rank takes requests");

@@ -5,8 +5,9 @@
 // most likely to hold the longest prefix of its prompt (by the router's own record of what it
 // sent where), when that prefix covers at least `affinity_fraction` of the prompt's full blocks;
 // otherwise, and whenever the loads are out of balance (max - min > balance_margin and
-// max > balance_ratio * min), to the least-loaded rank. Ties go to the lower load, then the lower
-// rank, so the same requests and loads always give the same routes.
+// max > balance_ratio * min), to the least-loaded rank. Ties go to the lower load, then to the
+// rank with fewer recorded blocks (so idle ranks' caches fill evenly), then to the lower rank, so
+// the same requests and loads always give the same routes.
 //
 // The record is approximate by design: a rank's prefix cache evicts on its own, and the router
 // forgets each rank's least recently routed blocks past `blocks_per_rank`. A wrong guess costs a

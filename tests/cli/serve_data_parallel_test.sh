@@ -63,42 +63,49 @@ for body in '{"model":"tiny","prompt":[0,5,17,9],"max_tokens":8,"temperature":0}
 done
 kill -TERM "$single_pid" 2>/dev/null
 
-# 3. Placement: A holds rank 0 (a stream that does not end); B goes to the idle rank 1; the
-# follow-ups of A and B go where their three blocks are cached, though rank 1 is the less loaded.
+# 3. Placement: A holds one rank (a stream that does not end); B goes to the other, idle rank; the
+# follow-ups of A and B go where their three blocks are cached, though B's rank is the less loaded.
 a=$(ids 1000 200)
 b=$(ids 3000 200)
 curl -sN --max-time 120 -H 'Content-Type: application/json' \
   -d "{\"model\":\"tiny\",\"prompt\":[$a],\"stream\":true,\"ignore_eos\":true}" \
   "http://127.0.0.1:$front_port/v1/completions" >"$tmp/held.sse" 2>/dev/null &
 held=$!
-wait_metric "$front_port" deepinfer:data_parallel_requests_in_flight 0 1
-before0=$(metric "$front_port" deepinfer:data_parallel_requests_routed_total 0)
-before1=$(metric "$front_port" deepinfer:data_parallel_requests_routed_total 1)
+for _ in $(seq 1 400); do
+  a_rank=
+  for r in 0 1; do [ "$(metric "$front_port" deepinfer:data_parallel_requests_in_flight $r)" = "1" ] && a_rank=$r; done
+  [ -n "$a_rank" ] && break
+  sleep 0.05
+done
+expect_eq "A's stream is running on a rank" "$([ -n "$a_rank" ] && echo yes)" "yes"
+b_rank=$((1 - a_rank))
+before_a=$(metric "$front_port" deepinfer:data_parallel_requests_routed_total "$a_rank")
+before_b=$(metric "$front_port" deepinfer:data_parallel_requests_routed_total "$b_rank")
 post "$front_port" /v1/completions "{\"model\":\"tiny\",\"prompt\":[$b],\"max_tokens\":2}" >/dev/null
 expect_eq "a new prompt goes to the idle rank" \
-  "$(metric "$front_port" deepinfer:data_parallel_requests_routed_total 1)" "$((before1 + 1))"
+  "$(metric "$front_port" deepinfer:data_parallel_requests_routed_total "$b_rank")" "$((before_b + 1))"
 cached_a=$(post "$front_port" /v1/completions "{\"model\":\"tiny\",\"prompt\":[$a,7,8,9],\"max_tokens\":2}" |
            json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
 cached_b=$(post "$front_port" /v1/completions "{\"model\":\"tiny\",\"prompt\":[$b,7,8,9],\"max_tokens\":2}" |
            json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
 expect_eq "A's follow-up went to A's rank (busier) and hit its cache" "$([ "$cached_a" -ge 192 ] && echo yes)" "yes"
 expect_eq "B's follow-up went to B's rank and hit its cache" "$([ "$cached_b" -ge 192 ] && echo yes)" "yes"
-expect_eq "rank 0 took A and its follow-up" \
-  "$(metric "$front_port" deepinfer:data_parallel_requests_routed_total 0)" "$((before0 + 1))"
+expect_eq "A's rank took A's follow-up" \
+  "$(metric "$front_port" deepinfer:data_parallel_requests_routed_total "$a_rank")" "$((before_a + 1))"
 
-# 4. Rank 0 killed while it streams: that stream ends with an error event, rank 1 serves, rank 0
-# comes back.
-rank0=$(sed -n 's/.*engine rank 0 (pid \([0-9]*\)) listening.*/\1/p' "$tmp/front.err" | head -1)
-kill -9 "$rank0"
+# 4. A's rank killed while it streams: that stream ends with an error event, the other rank
+# serves, the killed one comes back.
+victim=$(sed -n "s/.*engine rank $a_rank (pid \([0-9]*\)) listening.*/\1/p" "$tmp/front.err" | head -1)
+kill -9 "$victim"
 wait "$held"
 expect_eq "the killed rank's stream ended with an error event" \
-  "$(grep -c 'engine rank 0 failed mid-answer' "$tmp/held.sse")" "1"
-expect_eq "a request while rank 0 is down is served" \
+  "$(grep -c "engine rank $a_rank failed mid-answer" "$tmp/held.sse")" "1"
+expect_eq "a request while that rank is down is served" \
   "$(post "$front_port" /v1/completions '{"model":"tiny","prompt":[0,5],"max_tokens":2}' | json 'd["usage"]["completion_tokens"]')" "2"
-wait_metric "$front_port" deepinfer:data_parallel_engine_restarts_total 0 1
-wait_metric "$front_port" deepinfer:data_parallel_engine_up 0 1
-expect_eq "rank 0 was restarted" "$(curl -s "http://127.0.0.1:$front_port/health" | json 'd["engines"][0]')" \
-  "{'rank': 0, 'up': True, 'restarts': 1}"
+wait_metric "$front_port" deepinfer:data_parallel_engine_restarts_total "$a_rank" 1
+wait_metric "$front_port" deepinfer:data_parallel_engine_up "$a_rank" 1
+expect_eq "the killed rank was restarted" "$(curl -s "http://127.0.0.1:$front_port/health" | json "d['engines'][$a_rank]")" \
+  "{'rank': $a_rank, 'up': True, 'restarts': 1}"
 expect_eq "in-flight counts went back to zero" \
   "$(metric "$front_port" deepinfer:data_parallel_requests_in_flight 0)/$(metric "$front_port" deepinfer:data_parallel_requests_in_flight 1)" "0/0"
 

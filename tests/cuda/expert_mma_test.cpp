@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -81,14 +82,21 @@ DeviceWeight upload_expert(const HostWeight& w, WeightLayout layout) {
   return d;
 }
 
+// `adjust` (when given) changes each host weight before its upload (its scales, say).
 Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng,
-                     WeightLayout layout = WeightLayout::ExpertTiles) {
+                     WeightLayout layout = WeightLayout::ExpertTiles,
+                     const std::function<void(HostWeight&)>& adjust = {}) {
   Experts e;
   std::vector<WeightMatrix> d1, d2, d3;
+  const auto made = [&](int64_t rows, int64_t cols) {
+    HostWeight w = make_weight(WeightEncoding::FP4_E2M1, rows, cols, rng, ScaleEncoding::E8M0, 1, 32);
+    if (adjust) adjust(w);
+    return w;
+  };
   for (int i = 0; i < count; ++i) {
-    e.w1.push_back(make_weight(WeightEncoding::FP4_E2M1, inner, hidden, rng, ScaleEncoding::E8M0, 1, 32));
-    e.w2.push_back(make_weight(WeightEncoding::FP4_E2M1, hidden, inner, rng, ScaleEncoding::E8M0, 1, 32));
-    e.w3.push_back(make_weight(WeightEncoding::FP4_E2M1, inner, hidden, rng, ScaleEncoding::E8M0, 1, 32));
+    e.w1.push_back(made(inner, hidden));
+    e.w2.push_back(made(hidden, inner));
+    e.w3.push_back(made(inner, hidden));
     e.w1_abs.push_back(absolute(e.w1.back()));
     e.w3_abs.push_back(absolute(e.w3.back()));
     e.device.push_back(upload_expert(e.w1.back(), layout));
@@ -113,7 +121,7 @@ struct ExpertRun {
 
 ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x, int64_t tokens, int64_t top_k,
                 const std::vector<int32_t>& choice, int64_t inner, int64_t hidden, float limit,
-                const std::vector<float>* pair_scale) {
+                const std::vector<float>* pair_scale, int max_e8m0 = 255) {
   const auto pairs = static_cast<int64_t>(choice.size());
   const DeviceBytes dchoice = to_device(choice), dx = to_device(x);
   DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
@@ -137,14 +145,43 @@ ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x
   split_rows(dx.at<float>(), tokens, hidden, hidden, x_split.at<uint32_t>(), kDefaultStream);
   expert_gate_up(x_split.at<uint32_t>(), sorted_token.at<int32_t>(), pairs, tiles.at<int32_t>(),
                  tile_count.at<int32_t>(), bound, e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner,
-                 hidden, limit, pair_scale ? dscale.at<float>() : nullptr, h_split.at<uint32_t>(), kDefaultStream);
+                 hidden, limit, pair_scale ? dscale.at<float>() : nullptr, h_split.at<uint32_t>(), kDefaultStream,
+                 max_e8m0);
   expert_down(h_split.at<uint32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), bound,
-              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream);
+              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream, max_e8m0);
   synchronize();
   run.h = from_device(reinterpret_cast<const uint16_t*>(h_split.at<uint32_t>()),
                       static_cast<std::size_t>(2 * split_words(pairs, inner)));
   run.y = from_device(y.at<float>(), static_cast<std::size_t>(pairs * hidden));
   return run;
+}
+
+// Scales no larger than 2^1 (every released checkpoint's): the decode folds its unit and the
+// scale into one multiply, and h and y keep their bits, the smallest and largest such scale
+// included.
+TEST(CudaExpertMma, FoldedScalesGiveTheSameBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(29);
+  constexpr int kExperts = 4;
+  constexpr int64_t kTokens = 9, kTopK = 2, kInner = 256, kHidden = 384;
+  int which = 0;
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng, WeightLayout::ExpertTiles, [&](HostWeight& w) {
+    for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
+    w.scales[0] = 0;
+    w.scales[static_cast<std::size_t>(1 + which++ % 7)] = 128;
+  });
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kHidden), rng);
+  std::vector<int32_t> choice;
+  for (int64_t t = 0; t < kTokens; ++t) choice.insert(choice.end(), {static_cast<int32_t>(t % kExperts), static_cast<int32_t>((t + 1) % kExperts)});
+  const ExpertRun two_steps = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, nullptr, 255);
+  const ExpertRun folded = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, nullptr, 128);
+  ASSERT_EQ(folded.h.size(), two_steps.h.size());
+  EXPECT_EQ(std::memcmp(folded.h.data(), two_steps.h.data(), folded.h.size() * 2), 0);
+  ASSERT_EQ(folded.y.size(), two_steps.y.size());
+  EXPECT_EQ(std::memcmp(folded.y.data(), two_steps.y.data(), folded.y.size() * 4), 0);
+  bool nonzero = false;
+  for (const float v : folded.y) nonzero |= v != 0.0f;
+  EXPECT_TRUE(nonzero);
 }
 
 TEST(CudaExpertMma, TilesCutEachExpertsRun) {

@@ -311,6 +311,30 @@ TEST(CudaLinearMma, NanFreeDecodeGivesTheSameBits) {
   }
 }
 
+// Scales at most 2^7 (kMaxFoldedE4m3Scale = 134, every released checkpoint's): the decode folds
+// its unit and the scale into one multiply, with the same bits, the smallest and largest such
+// scale and the e4m3 subnormal codes included.
+TEST(CudaLinearMma, FoldedScalesGiveTheSameBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(43);
+  for (const int64_t block : {32, 128}) {
+    HostWeight w = make_weight(WeightEncoding::FP8_E4M3, 256, 512, rng, ScaleEncoding::E8M0, block, block);
+    w.scales[0] = 0;
+    w.scales[1] = 134;
+    w.data[3] = 0x01;  // the smallest subnormal code, in the tile of scale 0
+    w.data[5] = 0x86;
+    DeviceWeight d = upload(w);
+    d.matrix.no_nan_codes = true;
+    for (const int64_t tokens : {1, 9, 70}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * 512), rng);
+      d.matrix.max_e8m0 = 255;
+      const std::vector<float> two_steps = gpu_linear_mma(x, tokens, d.matrix);
+      d.matrix.max_e8m0 = 134;
+      EXPECT_TRUE(same_bits(two_steps, gpu_linear_mma(x, tokens, d.matrix))) << "block " << block << ", " << tokens << " tokens";
+    }
+  }
+}
+
 TEST(CudaHasE4m3Nan, FindsOneCodeAnywhere) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(43);

@@ -92,6 +92,17 @@ TEST(RankRouter, ARankThatIsDownTakesNothingAndARestartedOneIsForgotten) {
   EXPECT_THROW(router.forget(3), Error);
 }
 
+TEST(RankRouter, IdleRanksFillTheirRecordsEvenly) {
+  RankRouter router(3, small_blocks());
+  const std::vector<int64_t> idle = {0, 0, 0};
+  EXPECT_EQ(router.route(prompt_of(100, 3), idle), 0);
+  EXPECT_EQ(router.route(prompt_of(200, 3), idle), 1);  // rank 0 has three blocks, 1 and 2 none
+  EXPECT_EQ(router.route(prompt_of(300, 2), idle), 2);
+  EXPECT_EQ(router.route(prompt_of(400, 2), idle), 2);  // 3, 3 and 2 blocks: the smallest record
+  EXPECT_EQ(router.route(prompt_of(200, 3, 1), idle), 1);  // a prefix still goes where it is
+  EXPECT_EQ(router.route(prompt_of(500, 1), std::vector<int64_t>{1, 0, 0}), 1);  // load first: 1 (3) beats 2 (4)
+}
+
 TEST(RankRouter, SameInputsSameRoutes) {
   const auto run = [] {
     RankRouter router(4, small_blocks());

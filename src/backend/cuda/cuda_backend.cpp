@@ -753,8 +753,10 @@ void CudaForwardPass::output_attention(const model::AttentionWeights& weights, c
     // Every group in one launch where that kernel takes them (one split of the rows, one launch
     // instead of `groups` of each: 8 a layer in V4.1-Flash), else group by group.
     kernels::WeightMatrix first = store.matrix(weights.wo_a_groups.front());
-    for (const kernels::WeightMatrix& group : weights.wo_a_groups)
+    for (const kernels::WeightMatrix& group : weights.wo_a_groups) {
       first.no_nan_codes = first.no_nan_codes && store.matrix(group).no_nan_codes;
+      first.max_e8m0 = std::max(first.max_e8m0, store.matrix(group).max_e8m0);
+    }
     if (!linear_.grouped(attended, heads * d, rows_, first, store.find_descriptor_array(&weights.wo_a_groups), groups,
                          low_rank, groups * group_out))
       for (int64_t g = 0; g < groups; ++g)
@@ -870,9 +872,12 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     auto* h_split = arena.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(pairs, inner)));
     k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream);
     k::split_rows(sublayer_in_, rows_, d, d, x_split, stream);
+    const int gate_up_scales = std::max(store.descriptor_array_max_e8m0(&weights.experts),
+                                        store.descriptor_array_max_e8m0(&weights.experts.front().w3));
     k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
-                      weights.swiglu_limit, sorted_scale, h_split, stream);
-    k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream);
+                      weights.swiglu_limit, sorted_scale, h_split, stream, gate_up_scales);
+    k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream,
+                   store.descriptor_array_max_e8m0(&weights.experts.front().w2));
   } else {
     float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
     k::linear_gathered(sublayer_in_, sorted_token, pairs, w1_device, sorted_expert, inner, d, gate, stream);

@@ -1,5 +1,7 @@
 #include "backend/cuda/device_memory.h"
 
+#include <algorithm>
+
 #include <cuda_runtime.h>
 
 #include "core/error.h"
@@ -58,6 +60,15 @@ std::size_t matrix_scale_bytes(const kernels::WeightMatrix& w) {
   return static_cast<std::size_t>(scale_rows * scale_cols) * width;
 }
 
+// The largest E8M0 scale byte of a host matrix (255 when its scales are not E8M0), for
+// WeightMatrix::max_e8m0: a pass over bytes the upload copies anyway, 1/16 of an FP4 matrix's.
+uint8_t max_e8m0_of(const kernels::WeightMatrix& host) {
+  if (host.scale_encoding != kernels::ScaleEncoding::E8M0 || !host.scales) return 255;
+  const auto* bytes = static_cast<const uint8_t*>(host.scales);
+  const std::size_t count = matrix_scale_bytes(host);
+  return count == 0 ? 255 : *std::max_element(bytes, bytes + count);
+}
+
 void WeightStore::plan_matrix(const kernels::WeightMatrix& w) {
   planned_bytes_ += matrix_data_bytes(w) + matrix_scale_bytes(w);
 }
@@ -97,6 +108,7 @@ const kernels::WeightMatrix& WeightStore::expert_matrix(const kernels::WeightMat
   buffers_.push_back(std::move(codes));
   uploaded_bytes_ += bytes;
   if (host.scales) device.scales = upload(host.scales, matrix_scale_bytes(host));
+  device.max_e8m0 = max_e8m0_of(host);
   return matrices_.emplace(host.data, device).first->second;
 }
 
@@ -105,6 +117,7 @@ const kernels::WeightMatrix& WeightStore::matrix(const kernels::WeightMatrix& ho
   kernels::WeightMatrix device = host;
   device.data = upload(host.data, matrix_data_bytes(host));
   if (host.scales) device.scales = upload(host.scales, matrix_scale_bytes(host));
+  device.max_e8m0 = max_e8m0_of(host);
   // The FP8 kernels skip their NaN decode where a matrix has no NaN code (released checkpoints).
   if (host.encoding == kernels::WeightEncoding::FP8_E4M3)
     device.no_nan_codes = !kernels::cuda::has_e4m3_nan(static_cast<const uint8_t*>(device.data),
@@ -127,7 +140,12 @@ const kernels::WeightMatrix* WeightStore::descriptor_array(const void* key,
   if (auto found = copies_.find(key); found != copies_.end()) return static_cast<const kernels::WeightMatrix*>(found->second);
   std::vector<kernels::WeightMatrix> device;
   device.reserve(host.size());
-  for (const kernels::WeightMatrix& w : host) device.push_back(matrix(w));
+  uint8_t max_e8m0 = 0;
+  for (const kernels::WeightMatrix& w : host) {
+    device.push_back(matrix(w));
+    max_e8m0 = std::max(max_e8m0, device.back().max_e8m0);
+  }
+  array_max_e8m0_[key] = device.empty() ? uint8_t{255} : max_e8m0;
   const std::size_t bytes = device.size() * sizeof(kernels::WeightMatrix);
   DeviceBuffer buffer(bytes);
   if (bytes > 0) check(cudaMemcpy(buffer.data(), device.data(), bytes, cudaMemcpyHostToDevice), "upload", bytes);
@@ -135,6 +153,11 @@ const kernels::WeightMatrix* WeightStore::descriptor_array(const void* key,
   buffers_.push_back(std::move(buffer));
   copies_.emplace(key, address);
   return static_cast<const kernels::WeightMatrix*>(address);
+}
+
+uint8_t WeightStore::descriptor_array_max_e8m0(const void* key) const {
+  const auto found = array_max_e8m0_.find(key);
+  return found == array_max_e8m0_.end() ? uint8_t{255} : found->second;
 }
 
 const kernels::WeightMatrix* WeightStore::find_descriptor_array(const void* key) const {

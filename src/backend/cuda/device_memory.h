@@ -59,6 +59,8 @@ class WeightStore {
   const kernels::WeightMatrix* descriptor_array(const void* key, const std::vector<kernels::WeightMatrix>& host);
   // The array uploaded under `key`, or null (so a step need not rebuild its host side).
   const kernels::WeightMatrix* find_descriptor_array(const void* key) const;
+  // The largest WeightMatrix::max_e8m0 of the array uploaded under `key` (255 when none is).
+  uint8_t descriptor_array_max_e8m0(const void* key) const;
 
   std::size_t uploaded_bytes() const { return uploaded_bytes_; }
 
@@ -67,6 +69,7 @@ class WeightStore {
 
   std::unordered_map<const void*, kernels::WeightMatrix> matrices_;
   std::unordered_map<const void*, const void*> copies_;  // host address -> device address
+  std::unordered_map<const void*, uint8_t> array_max_e8m0_;  // descriptor array key -> its largest scale byte
   std::vector<DeviceBuffer> buffers_;
   std::size_t planned_bytes_ = 0;
   std::size_t uploaded_bytes_ = 0;

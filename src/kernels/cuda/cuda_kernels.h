@@ -70,7 +70,8 @@ void linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMa
 // columns [g * rows, (g + 1) * rows) of that row of y. The same sums as `groups` linear_mma calls
 // on strided slices, in the column ranges of the groups' rows taken together (so in another
 // order, and batch invariant); one split of x and one launch instead of `groups` of each.
-// `group.no_nan_codes` must hold for every group for the decode to skip its NaN test.
+// `group.no_nan_codes` must hold for every group for the decode to skip its NaN test, and
+// `group.max_e8m0` be the largest of every group's.
 bool linear_mma_grouped_supports(const WeightMatrix& group);  // and rows a multiple of 32
 int64_t linear_mma_grouped_split_words(int64_t tokens, const WeightMatrix& group, int64_t groups);
 int64_t linear_mma_grouped_partial_floats(int64_t tokens, const WeightMatrix& group, int64_t groups);
@@ -172,12 +173,15 @@ void tile_expert_codes(const uint8_t* row_major, uint8_t* tiled, int64_t rows, i
 bool expert_mma_supports(const WeightMatrix& device_weight);
 int64_t expert_tile_bound(int64_t pairs, int64_t experts);
 void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream);
+// max_e8m0: the largest scale byte of the call's matrices where known (WeightMatrix::max_e8m0);
+// at most 128 the decode takes one multiply a word instead of two (the same bits).
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
-                    Stream stream);
+                    Stream stream, int max_e8m0 = 255);
 void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
-                 int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream);
+                 int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
+                 int max_e8m0 = 255);
 
 // Clamped SwiGLU in place: gate[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp
 // when limit <= 0), times row_scale[r] when row_scale is non-null. gate and up [rows, inner].

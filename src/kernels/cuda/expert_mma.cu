@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -111,10 +112,21 @@ __global__ void __launch_bounds__(kTileThreads)
 
 constexpr int kGroups = kExpertTilePairs / kTokensPerMma;
 
-// The decoded pair times 2^126 times the E8M0 scale, in two exact steps (one factor 2^(s - 1)
-// would overflow BF16 for s > 128).
+// The decoded pair times 2^126 times the E8M0 scale. Folded (every scale of the call's matrices at
+// most kMaxFoldedE2m1Scale, known at upload): one multiply by 2^(s - 1), chunk.scales holding that
+// factor; else two exact steps, by the unit and then by the scale (2^(s - 1) would overflow BF16
+// for s > 128). The same bits either way; the fold takes one of the inner loop's ~6 instructions
+// a weight word.
+template <bool Folded>
 __device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t scale) {
-  return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), scale);
+  if constexpr (Folded) return bf16x2_mul(pair, scale);
+  else return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), scale);
+}
+
+template <bool Folded>
+__device__ __forceinline__ uint32_t scale_pair(uint32_t s) {
+  if constexpr (Folded) return e2m1_unit_times_scale_pair(s);
+  else return e8m0_pair(s);
 }
 
 // One 128-column chunk of weights as a lane holds it: 16 bytes of rows g and g + 8 of each of the
@@ -144,7 +156,7 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t c,
     }
 }
 
-template <int G>
+template <int G, bool Folded>
 __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_t* const (&x_words)[kGroups],
                                                int64_t segment, float (&acc)[2][G][4]) {
   uint4 x[G][4];
@@ -156,7 +168,7 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) scale[m][h] = e8m0_pair(chunk.scales[m][h]);
+    for (int h = 0; h < 2; ++h) scale[m][h] = scale_pair<Folded>(chunk.scales[m][h]);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int i = j / 2;
@@ -166,15 +178,15 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
       const uint32_t high = word_of(chunk.weights[m][1], i);
       uint32_t a0, a1, a2, a3;
       if (j % 2 == 0) {
-        a0 = scaled(e2m1_pair<0>(low), scale[m][0]);
-        a1 = scaled(e2m1_pair<0>(high), scale[m][1]);
-        a2 = scaled(e2m1_pair<1>(low), scale[m][0]);
-        a3 = scaled(e2m1_pair<1>(high), scale[m][1]);
+        a0 = scaled<Folded>(e2m1_pair<0>(low), scale[m][0]);
+        a1 = scaled<Folded>(e2m1_pair<0>(high), scale[m][1]);
+        a2 = scaled<Folded>(e2m1_pair<1>(low), scale[m][0]);
+        a3 = scaled<Folded>(e2m1_pair<1>(high), scale[m][1]);
       } else {
-        a0 = scaled(e2m1_pair<2>(low), scale[m][0]);
-        a1 = scaled(e2m1_pair<2>(high), scale[m][1]);
-        a2 = scaled(e2m1_pair<3>(low), scale[m][0]);
-        a3 = scaled(e2m1_pair<3>(high), scale[m][1]);
+        a0 = scaled<Folded>(e2m1_pair<2>(low), scale[m][0]);
+        a1 = scaled<Folded>(e2m1_pair<2>(high), scale[m][1]);
+        a2 = scaled<Folded>(e2m1_pair<3>(low), scale[m][0]);
+        a3 = scaled<Folded>(e2m1_pair<3>(high), scale[m][1]);
       }
 #pragma unroll
       for (int u = 0; u < G; ++u)
@@ -185,7 +197,7 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 
 // acc[m][u] += the two row tiles times the lane's activation columns, over all chunks in order,
 // with the next chunk's loads in flight while one is multiplied.
-template <int G>
+template <int G, bool Folded>
 __device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
                                               int64_t cols, float (&acc)[2][G][4]) {
   const int q = static_cast<int>(threadIdx.x) % 4;
@@ -195,11 +207,11 @@ __device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const u
   int64_t c = 0;
   for (; c + 2 <= chunks; c += 2) {
     load_chunk(tiles, c + 1, q, odd);
-    multiply_chunk<G>(even, x_words, 4 * c + q, acc);
+    multiply_chunk<G, Folded>(even, x_words, 4 * c + q, acc);
     if (c + 2 < chunks) load_chunk(tiles, c + 2, q, even);
-    multiply_chunk<G>(odd, x_words, 4 * (c + 1) + q, acc);
+    multiply_chunk<G, Folded>(odd, x_words, 4 * (c + 1) + q, acc);
   }
-  if (c < chunks) multiply_chunk<G>(even, x_words, 4 * c + q, acc);
+  if (c < chunks) multiply_chunk<G, Folded>(even, x_words, 4 * c + q, acc);
 }
 
 // first_row: a multiple of 16.
@@ -248,7 +260,7 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
 }
 
 // One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
-template <int G>
+template <int G, bool Folded>
 __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kGroups],
                                              const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
                                              int64_t first_row, int64_t inner, int64_t cols, float limit,
@@ -258,7 +270,7 @@ __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&
   float acc[2][G][4] = {};
   if (tile.x >= 0) {
     const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
-    multiply_rows(rows, words, cols, acc);
+    multiply_rows<G, Folded>(rows, words, cols, acc);
   }
   const int64_t plane_halves = inner;  // a split plane of an inner-wide row, in u16
 #pragma unroll
@@ -284,6 +296,7 @@ __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&
 }
 
 // grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
+template <bool Folded>
 __global__ void __launch_bounds__(kMmaThreads, 3)
     gate_up_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
@@ -299,14 +312,14 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     const int4 tile = tiles[index];
     const uint32_t* words[kGroups];
     if (column_words(x_split, x_row, tile, cols, words) == 1)  // warp-uniform
-      gate_up_tile<1>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+      gate_up_tile<1, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
     else
-      gate_up_tile<2>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+      gate_up_tile<2, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
   }
 }
 
 // One tile of down_kernel with G live groups: y[pair, r] = (w2 h)[r].
-template <int G>
+template <int G, bool Folded>
 __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&words)[kGroups],
                                           const WeightMatrix* __restrict__ w2, int64_t first_row, int64_t rows,
                                           int64_t inner, float* __restrict__ y) {
@@ -318,7 +331,7 @@ __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&wor
     const WeightMatrix& w = w2[tile.x];
     // Without a second tile the first is loaded twice and its copy dropped: one code path.
     const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
-    multiply_rows(tiles2, words, inner, acc);
+    multiply_rows<G, Folded>(tiles2, words, inner, acc);
   }
 #pragma unroll
   for (int u = 0; u < G; ++u) {
@@ -337,6 +350,7 @@ __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&wor
 }
 
 // grid: (row blocks of 128 output rows, tiles). y[pair, r] = (w2 h)[r].
+template <bool Folded>
 __global__ void __launch_bounds__(kMmaThreads, 3)
     down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
@@ -350,10 +364,16 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     const int4 tile = tiles[index];
     const uint32_t* words[kGroups];
     if (column_words(h_split, nullptr, tile, inner, words) == 1)  // warp-uniform
-      down_tile<1>(tile, words, w2, first_row, rows, inner, y);
+      down_tile<1, Folded>(tile, words, w2, first_row, rows, inner, y);
     else
-      down_tile<2>(tile, words, w2, first_row, rows, inner, y);
+      down_tile<2, Folded>(tile, words, w2, first_row, rows, inner, y);
   }
+}
+
+// TEMPORARY (A/B measurement): DEEPINFER_EXPERT_FOLD=0 forces the two-step decode.
+int fold_limit(int max_e8m0) {
+  const char* forced = std::getenv("DEEPINFER_EXPERT_FOLD");
+  return forced != nullptr && forced[0] == '0' ? 255 : max_e8m0;
 }
 
 unsigned grid_y(int64_t tile_bound) { return static_cast<unsigned>(tile_bound < kMaxGridY ? tile_bound : kMaxGridY); }
@@ -431,26 +451,28 @@ void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, i
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
-                    Stream stream) {
+                    Stream stream, int max_e8m0) {
   if (launches_skipped()) return;
   check_sizes("cuda::expert_gate_up", pairs, inner, cols, tile_bound);
   if (pairs == 0 || inner == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
   const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(gate_up_kernel, grid, kMmaThreads, 0, native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles),
-         tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
+  launch(fold_limit(max_e8m0) <= kMaxFoldedE2m1Scale ? gate_up_kernel<true> : gate_up_kernel<false>, grid, kMmaThreads, 0,
+         native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles), tile_count, w1, w3, inner, cols, limit,
+         pair_scale, h_split);
   check_launch("cuda::expert_gate_up");
 }
 
 void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
-                 int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream) {
+                 int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
+                 int max_e8m0) {
   if (launches_skipped()) return;
   check_sizes("cuda::expert_down", pairs, rows, inner, tile_bound);
   if (pairs == 0 || rows == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(down_kernel, grid, kMmaThreads, 0, native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count,
-         w2, rows, inner, y);
+  launch(fold_limit(max_e8m0) <= kMaxFoldedE2m1Scale ? down_kernel<true> : down_kernel<false>, grid, kMmaThreads, 0,
+         native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count, w2, rows, inner, y);
   check_launch("cuda::expert_down");
 }
 

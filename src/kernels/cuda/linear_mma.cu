@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -63,6 +64,12 @@ constexpr int64_t kFoldLoadsPerThread = 32;
 // MMA column, reduced in the same order either way.
 constexpr int64_t kTwoGroupTokens = 64;
 int groups_for(int64_t tokens) { return tokens <= kTwoGroupTokens ? 2 : 4; }
+
+// TEMPORARY (A/B measurement): DEEPINFER_EXPERT_FOLD=0 forces the two-step decode.
+int fold_scales(int max_e8m0) {
+  const char* forced = std::getenv("DEEPINFER_EXPERT_FOLD");
+  return forced != nullptr && forced[0] == '0' ? 255 : max_e8m0;
+}
 
 struct Plan {
   int64_t row_blocks = 0, token_blocks = 0, chunks = 0, ranges = 1, range_chunks = 0;
@@ -100,8 +107,10 @@ template <WeightEncoding E>
 constexpr int kChunkBytes = E == WeightEncoding::BF16 ? 256 : 128;
 
 // NanCodes: FP8 codes may hold e4m3 NaNs, which decode to NaN (else the decode skips that check:
-// WeightMatrix::no_nan_codes, set at upload).
-template <WeightEncoding E, bool NanCodes>
+// WeightMatrix::no_nan_codes, set at upload). Folded: every scale byte of the call's weights is at
+// most kMaxFoldedE4m3Scale (WeightMatrix::max_e8m0), and rows.scale holds 2^120 times the scale,
+// so one exact multiply decodes a pair (else two: by the unit, then by the scale; the same bits).
+template <WeightEncoding E, bool NanCodes, bool Folded>
 __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t chunk, int h, HalfA& a) {
   const int q = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
@@ -136,7 +145,8 @@ __device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t 
             }
           }
 #pragma unroll
-          for (int n = 0; n < 4; ++n) a.words[m][r][ii][n] = bf16x2_mul(bf16x2_mul(pairs[n], kE4m3Unit), scale);
+          for (int n = 0; n < 4; ++n)
+            a.words[m][r][ii][n] = Folded ? bf16x2_mul(pairs[n], scale) : bf16x2_mul(bf16x2_mul(pairs[n], kE4m3Unit), scale);
         }
       }
     }
@@ -156,7 +166,7 @@ struct Groups {
 // One warp's 32 rows x the block's tokens over this block's column range, stored to out (the
 // range's partial sums when the call splits columns). A warp's rows lie in one group
 // (group_rows is a multiple of 32).
-template <WeightEncoding E, int kGroups, bool NanCodes>
+template <WeightEncoding E, int kGroups, bool NanCodes, bool Folded>
 __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, int64_t tokens, const WeightMatrix& w,
                                          const Groups& grouping, int64_t range_chunks, float* __restrict__ out,
                                          int64_t out_stride) {
@@ -211,13 +221,14 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int64_t row = local_first_row + (second ? 16 * m : 0) + g + 8 * r;
-          rows.scale[m][r] = e8m0_pair(scales[(row / w.block_rows) * scale_columns + scale_column]);
+          const uint32_t byte = scales[(row / w.block_rows) * scale_columns + scale_column];
+          rows.scale[m][r] = Folded ? e4m3_unit_times_scale_pair(byte) : e8m0_pair(byte);
         }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       HalfA a;
-      decode_half<E, NanCodes>(rows, c, h, a);
+      decode_half<E, NanCodes, Folded>(rows, c, h, a);
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
         if (u >= groups) break;  // warp-uniform
@@ -271,13 +282,13 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 // only while a tile's partials are few (kFoldLoadsPerThread, host side); past that the separate
 // launch, which spreads the sum over the whole device, is faster (measured: folding every call
 // cost 0.8-2.7 ms a step at batch 16-256).
-template <WeightEncoding E, int kGroups, bool NanCodes>
+template <WeightEncoding E, int kGroups, bool NanCodes, bool Folded>
 __global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
     linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, Groups grouping,
                       int64_t range_chunks, float* __restrict__ out, int64_t out_stride, float* __restrict__ y,
                       int64_t y_stride, uint32_t* __restrict__ tile_counters) {
   await_previous_grid();
-  mma_tile<E, kGroups, NanCodes>(x_split, tokens, w, grouping, range_chunks, out, out_stride);
+  mma_tile<E, kGroups, NanCodes, Folded>(x_split, tokens, w, grouping, range_chunks, out, out_stride);
   if (!tile_counters) return;
   __shared__ bool last;
   __threadfence();
@@ -405,14 +416,16 @@ void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const Weig
   using Kernel = void (*)(const uint32_t*, int64_t, WeightMatrix, Groups, int64_t, float*, int64_t, float*, int64_t,
                           uint32_t*);
   Kernel kernel;
+  constexpr auto kFp8 = WeightEncoding::FP8_E4M3;
   if (w.encoding == WeightEncoding::BF16)
-    kernel = four ? linear_mma_kernel<WeightEncoding::BF16, 4, false> : linear_mma_kernel<WeightEncoding::BF16, 2, false>;
-  else if (w.no_nan_codes)
-    kernel = four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4, false>
-                  : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2, false>;
+    kernel = four ? linear_mma_kernel<WeightEncoding::BF16, 4, false, false>
+                  : linear_mma_kernel<WeightEncoding::BF16, 2, false, false>;
+  else if (!w.no_nan_codes)  // never a released checkpoint: the NaN decode, unfolded
+    kernel = four ? linear_mma_kernel<kFp8, 4, true, false> : linear_mma_kernel<kFp8, 2, true, false>;
+  else if (fold_scales(w.max_e8m0) <= kMaxFoldedE4m3Scale)
+    kernel = four ? linear_mma_kernel<kFp8, 4, false, true> : linear_mma_kernel<kFp8, 2, false, true>;
   else
-    kernel = four ? linear_mma_kernel<WeightEncoding::FP8_E4M3, 4, true>
-                  : linear_mma_kernel<WeightEncoding::FP8_E4M3, 2, true>;
+    kernel = four ? linear_mma_kernel<kFp8, 4, false, false> : linear_mma_kernel<kFp8, 2, false, false>;
   launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, grouping, p.range_chunks, out, out_stride, y, y_stride,
          counters);
   if (p.ranges > 1 && !fold) {

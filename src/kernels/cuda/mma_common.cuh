@@ -132,6 +132,16 @@ __device__ __forceinline__ uint32_t e8m0_pair(uint32_t s) {
   return bits | (bits << 16);
 }
 
+// The E8M0 scale times 2^126 (kE2m1Unit), 2^(s - 1), as a bf16x2: for s <= 128, where it is a
+// normal BF16, one multiply by it decodes an e2m1 pair to its scaled value, the same bits as
+// multiplying by the unit and then by the scale (both exact).
+__device__ __forceinline__ uint32_t e2m1_unit_times_scale_pair(uint32_t s) {
+  const uint32_t bits = (s + 126u) << 7;
+  return bits | (bits << 16);
+}
+// The largest E8M0 byte for which e2m1_unit_times_scale_pair is exact.
+constexpr int kMaxFoldedE2m1Scale = 128;
+
 // Nibbles n and n + 4 of `word` as a bf16x2 (low half: nibble n) of value e2m1 x 2^-126: the sign
 // to bit 15, the three magnitude bits to bits 8..6, where exponent 0 makes the code 1 (0.5) a
 // BF16 subnormal of the right value. Times 2^126 (kE2m1Unit) it is the code's value.
@@ -154,6 +164,15 @@ __device__ __forceinline__ uint32_t e4m3_pair(uint32_t low, uint32_t high) {
   return ((t << 4) & 0x07F007F0u) | ((t << 8) & 0x80008000u);
 }
 constexpr uint32_t kE4m3Unit = 0x7B807B80u;  // 2^120, twice
+
+// The E8M0 scale times 2^120 (kE4m3Unit), 2^(s - 7), as a bf16x2: a normal BF16 for s <= 134,
+// where one multiply by it decodes an e4m3 pair to its scaled value with the bits of the two
+// exact multiplies by the unit and by the scale.
+__device__ __forceinline__ uint32_t e4m3_unit_times_scale_pair(uint32_t s) {
+  const uint32_t bits = (s + 120u) << 7;
+  return bits | (bits << 16);
+}
+constexpr int kMaxFoldedE4m3Scale = 134;
 
 // Any byte of the word is an e4m3 NaN code.
 __device__ __forceinline__ bool e4m3_has_nan(uint32_t word) {
