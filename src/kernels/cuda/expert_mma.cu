@@ -20,7 +20,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -370,12 +369,6 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   }
 }
 
-// TEMPORARY (A/B measurement): DEEPINFER_EXPERT_FOLD=0 forces the two-step decode.
-int fold_limit(int max_e8m0) {
-  const char* forced = std::getenv("DEEPINFER_EXPERT_FOLD");
-  return forced != nullptr && forced[0] == '0' ? 255 : max_e8m0;
-}
-
 unsigned grid_y(int64_t tile_bound) { return static_cast<unsigned>(tile_bound < kMaxGridY ? tile_bound : kMaxGridY); }
 
 void check_sizes(const char* who, int64_t pairs, int64_t rows, int64_t cols, int64_t tile_bound) {
@@ -457,7 +450,7 @@ void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs
   if (pairs == 0 || inner == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
   const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(fold_limit(max_e8m0) <= kMaxFoldedE2m1Scale ? gate_up_kernel<true> : gate_up_kernel<false>, grid, kMmaThreads, 0,
+  launch(max_e8m0 <= kMaxFoldedE2m1Scale ? gate_up_kernel<true> : gate_up_kernel<false>, grid, kMmaThreads, 0,
          native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles), tile_count, w1, w3, inner, cols, limit,
          pair_scale, h_split);
   check_launch("cuda::expert_gate_up");
@@ -471,7 +464,7 @@ void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, c
   if (pairs == 0 || rows == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(fold_limit(max_e8m0) <= kMaxFoldedE2m1Scale ? down_kernel<true> : down_kernel<false>, grid, kMmaThreads, 0,
+  launch(max_e8m0 <= kMaxFoldedE2m1Scale ? down_kernel<true> : down_kernel<false>, grid, kMmaThreads, 0,
          native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count, w2, rows, inner, y);
   check_launch("cuda::expert_down");
 }

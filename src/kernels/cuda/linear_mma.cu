@@ -30,7 +30,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -64,12 +63,6 @@ constexpr int64_t kFoldLoadsPerThread = 32;
 // MMA column, reduced in the same order either way.
 constexpr int64_t kTwoGroupTokens = 64;
 int groups_for(int64_t tokens) { return tokens <= kTwoGroupTokens ? 2 : 4; }
-
-// TEMPORARY (A/B measurement): DEEPINFER_EXPERT_FOLD=0 forces the two-step decode.
-int fold_scales(int max_e8m0) {
-  const char* forced = std::getenv("DEEPINFER_EXPERT_FOLD");
-  return forced != nullptr && forced[0] == '0' ? 255 : max_e8m0;
-}
 
 struct Plan {
   int64_t row_blocks = 0, token_blocks = 0, chunks = 0, ranges = 1, range_chunks = 0;
@@ -422,7 +415,7 @@ void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const Weig
                   : linear_mma_kernel<WeightEncoding::BF16, 2, false, false>;
   else if (!w.no_nan_codes)  // never a released checkpoint: the NaN decode, unfolded
     kernel = four ? linear_mma_kernel<kFp8, 4, true, false> : linear_mma_kernel<kFp8, 2, true, false>;
-  else if (fold_scales(w.max_e8m0) <= kMaxFoldedE4m3Scale)
+  else if (w.max_e8m0 <= kMaxFoldedE4m3Scale)
     kernel = four ? linear_mma_kernel<kFp8, 4, false, true> : linear_mma_kernel<kFp8, 2, false, true>;
   else
     kernel = four ? linear_mma_kernel<kFp8, 4, false, false> : linear_mma_kernel<kFp8, 2, false, false>;
