@@ -289,6 +289,7 @@ Options parse(int argc, char** argv) {
 // The device buffers of one token count: routing, sort, tiles, split activations, h and y.
 struct Step {
   int64_t tokens = 0, pairs = 0, tile_bound = 0;
+  int tile_pairs = 0;  // as the backend picks them (expert_tile_pairs); DEEPINFER_BENCH_TILE_PAIRS overrides
   std::size_t scratch_bytes = 0;
   DeviceBuffer x, experts, scratch, sorted_expert, sorted_token, sorted_pair, position_of, tiles, tile_count, x_split,
       h_split, y, sink;
@@ -314,7 +315,9 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     Step st;
     st.tokens = tokens;
     st.pairs = tokens * s.top_k;
-    st.tile_bound = kc::expert_tile_bound(st.pairs, s.experts);
+    st.tile_pairs = kc::expert_tile_pairs(st.pairs, s.experts);
+    if (const char* forced = std::getenv("DEEPINFER_BENCH_TILE_PAIRS"); forced != nullptr) st.tile_pairs = std::atoi(forced);
+    st.tile_bound = kc::expert_tile_bound(st.pairs, s.experts, st.tile_pairs);
     st.scratch_bytes = kc::moe_sort_scratch_bytes(st.pairs);
     const auto p = static_cast<std::size_t>(st.pairs);
     st.x = DeviceBuffer(static_cast<std::size_t>(tokens * s.hidden) * 4, "x");
@@ -343,17 +346,20 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
       kc::moe_sort(st.experts.as<int32_t>(), st.pairs, s.top_k, st.scratch.as<void>(), st.scratch_bytes,
                    st.sorted_expert.as<int32_t>(), st.sorted_token.as<int32_t>(), st.sorted_pair.as<int64_t>(),
                    st.position_of.as<int64_t>(), ks);
-      kc::expert_tiles(st.sorted_expert.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(), ks);
+      kc::expert_tiles(st.sorted_expert.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(), ks,
+                       st.tile_pairs);
       kc::split_rows(st.x.as<float>(), tokens, s.hidden, s.hidden, st.x_split.as<uint32_t>(), ks);
     };
     const auto gate_up = [&](const Layer& layer, bool tiled = true) {
       kc::expert_gate_up(st.x_split.as<uint32_t>(), st.sorted_token.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(),
                          st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(tiled), layer.w3.device(tiled),
-                         s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks, kMaxFilledE8m0);
+                         s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks, kMaxFilledE8m0,
+                         st.tile_pairs);
     };
     const auto down = [&](const Layer& layer, bool tiled = true) {
       kc::expert_down(st.h_split.as<uint32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(),
-                      st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0);
+                      st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0,
+                      st.tile_pairs);
     };
     const auto read_codes = [&](bool tiled, const Layer& layer) {
       const dim3 grid(static_cast<unsigned>((s.inner + 16 * kReadWarps - 1) / (16 * kReadWarps)),

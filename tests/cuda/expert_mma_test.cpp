@@ -121,7 +121,7 @@ struct ExpertRun {
 
 ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x, int64_t tokens, int64_t top_k,
                 const std::vector<int32_t>& choice, int64_t inner, int64_t hidden, float limit,
-                const std::vector<float>* pair_scale, int max_e8m0 = 255) {
+                const std::vector<float>* pair_scale, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs) {
   const auto pairs = static_cast<int64_t>(choice.size());
   const DeviceBytes dchoice = to_device(choice), dx = to_device(x);
   DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
@@ -129,7 +129,7 @@ ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x
   moe_sort(dchoice.at<int32_t>(), pairs, top_k, scratch.get(), moe_sort_scratch_bytes(pairs),
            sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(), position_of.at<int64_t>(),
            kDefaultStream);
-  const int64_t bound = expert_tile_bound(pairs, experts);
+  const int64_t bound = expert_tile_bound(pairs, experts, tile_pairs);
   DeviceBytes tiles(static_cast<std::size_t>(bound) * 16 + 16), tile_count(4);
   DeviceBytes x_split(static_cast<std::size_t>(split_words(tokens, hidden)) * 4),
       h_split(static_cast<std::size_t>(split_words(pairs, inner)) * 4), y(static_cast<std::size_t>(pairs * hidden) * 4);
@@ -141,14 +141,15 @@ ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x
     for (const int64_t p : run.sorted_pair) sorted_scale.push_back((*pair_scale)[static_cast<std::size_t>(p)]);
     dscale = to_device(sorted_scale);
   }
-  expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream);
+  expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream,
+               tile_pairs);
   split_rows(dx.at<float>(), tokens, hidden, hidden, x_split.at<uint32_t>(), kDefaultStream);
   expert_gate_up(x_split.at<uint32_t>(), sorted_token.at<int32_t>(), pairs, tiles.at<int32_t>(),
                  tile_count.at<int32_t>(), bound, e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner,
                  hidden, limit, pair_scale ? dscale.at<float>() : nullptr, h_split.at<uint32_t>(), kDefaultStream,
-                 max_e8m0);
+                 max_e8m0, tile_pairs);
   expert_down(h_split.at<uint32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), bound,
-              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream, max_e8m0);
+              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
   synchronize();
   run.h = from_device(reinterpret_cast<const uint16_t*>(h_split.at<uint32_t>()),
                       static_cast<std::size_t>(2 * split_words(pairs, inner)));
@@ -187,6 +188,7 @@ TEST(CudaExpertMma, FoldedScalesGiveTheSameBits) {
 TEST(CudaExpertMma, TilesCutEachExpertsRun) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(3);
+  for (const int capacity : {kExpertTilePairs, kExpertWideTilePairs})
   for (const int64_t pairs : {int64_t{1}, int64_t{6}, int64_t{37}, int64_t{1500}, int64_t{3072}}) {
     std::uniform_int_distribution<int32_t> pick(-1, 40);
     std::vector<int32_t> sorted(static_cast<std::size_t>(pairs));
@@ -196,22 +198,56 @@ TEST(CudaExpertMma, TilesCutEachExpertsRun) {
     for (int64_t i = 0; i < pairs;) {
       int64_t end = i;
       while (end < pairs && sorted[end] == sorted[i]) ++end;
-      for (int64_t first = i; first < end; first += kExpertTilePairs)
+      for (int64_t first = i; first < end; first += capacity)
         want.insert(want.end(), {sorted[i], static_cast<int32_t>(first),
-                                 static_cast<int32_t>(std::min<int64_t>(kExpertTilePairs, end - first)), 0});
+                                 static_cast<int32_t>(std::min<int64_t>(capacity, end - first)), 0});
       i = end;
     }
-    const int64_t bound = expert_tile_bound(pairs, 41);
+    const int64_t bound = expert_tile_bound(pairs, 41, capacity);
     ASSERT_LE(static_cast<int64_t>(want.size() / 4), bound) << pairs << " pairs";
     const DeviceBytes dsorted = to_device(sorted);
     DeviceBytes tiles(static_cast<std::size_t>(bound) * 16), count(4);
-    expert_tiles(dsorted.at<int32_t>(), pairs, tiles.at<int32_t>(), count.at<int32_t>(), kDefaultStream);
+    expert_tiles(dsorted.at<int32_t>(), pairs, tiles.at<int32_t>(), count.at<int32_t>(), kDefaultStream, capacity);
     synchronize();
     const int32_t got_count = from_device(count.at<int32_t>(), 1)[0];
-    ASSERT_EQ(got_count, static_cast<int32_t>(want.size() / 4)) << pairs << " pairs";
+    ASSERT_EQ(got_count, static_cast<int32_t>(want.size() / 4)) << pairs << " pairs, capacity " << capacity;
     std::vector<int32_t> got = from_device(tiles.at<int32_t>(), want.size());
     for (std::size_t i = 3; i < got.size(); i += 4) got[i] = 0;  // the unused word
-    EXPECT_EQ(got, want) << pairs << " pairs";
+    EXPECT_EQ(got, want) << pairs << " pairs, capacity " << capacity;
+  }
+  EXPECT_EQ(expert_tile_pairs(64 * 6, 384), kExpertTilePairs);
+  EXPECT_EQ(expert_tile_pairs(256 * 6, 384), kExpertWideTilePairs);
+  EXPECT_THROW(expert_tile_bound(10, 4, 5), Error);
+}
+
+// Wide tiles (up to 8 pairs, one to four MMA groups) give every pair the bits 4-pair tiles give
+// it: experts with 1 to 11 pairs, so tiles of every group count, with and without pair scales.
+TEST(CudaExpertMma, WideTilesGiveTheSameBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(31);
+  constexpr int kExperts = 8;
+  constexpr int64_t kTokens = 33, kTopK = 2, kInner = 256, kHidden = 384;
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kHidden), rng);
+  // Expert e takes about e + 1 pairs (expert 7 the rest), one slot skipped.
+  std::vector<int32_t> choice;
+  for (int32_t expert = 0; expert < kExperts; ++expert)
+    for (int32_t n = 0; n <= expert && static_cast<int64_t>(choice.size()) < kTokens * kTopK; ++n) choice.push_back(expert);
+  while (static_cast<int64_t>(choice.size()) < kTokens * kTopK) choice.push_back(7);
+  choice[5] = -1;
+  std::shuffle(choice.begin(), choice.end(), rng);
+  std::vector<float> pair_scale(choice.size());
+  std::uniform_real_distribution<float> weight(0.1f, 1.5f);
+  for (auto& s : pair_scale) s = weight(rng);
+  const std::vector<float>* const no_scales = nullptr;
+  for (const std::vector<float>* scales : {no_scales, static_cast<const std::vector<float>*>(&pair_scale)}) {
+    const ExpertRun narrow = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, scales, 255,
+                                         kExpertTilePairs);
+    const ExpertRun wide = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, scales, 255,
+                                       kExpertWideTilePairs);
+    ASSERT_EQ(narrow.sorted_pair, wide.sorted_pair);
+    EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0);
   }
 }
 

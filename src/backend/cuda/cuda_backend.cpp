@@ -865,19 +865,20 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   }
   if (backend_.experts_on_tensor_cores(weights)) {
     // Tiles of an expert's sorted pairs; h (split, in gate's buffer) between the two kernels.
-    const int64_t bound = k::expert_tile_bound(pairs, experts);
+    const int tile_pairs = k::expert_tile_pairs(pairs, experts);
+    const int64_t bound = k::expert_tile_bound(pairs, experts, tile_pairs);
     auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
     auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
     auto* x_split = arena.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::split_words(rows_, d)));
     auto* h_split = arena.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(pairs, inner)));
-    k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream);
+    k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, tile_pairs);
     k::split_rows(sublayer_in_, rows_, d, d, x_split, stream);
     const int gate_up_scales = std::max(store.descriptor_array_max_e8m0(&weights.experts),
                                         store.descriptor_array_max_e8m0(&weights.experts.front().w3));
     k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
-                      weights.swiglu_limit, sorted_scale, h_split, stream, gate_up_scales);
+                      weights.swiglu_limit, sorted_scale, h_split, stream, gate_up_scales, tile_pairs);
     k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream,
-                   store.descriptor_array_max_e8m0(&weights.experts.front().w2));
+                   store.descriptor_array_max_e8m0(&weights.experts.front().w2), tile_pairs);
   } else {
     float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
     k::linear_gathered(sublayer_in_, sorted_token, pairs, w1_device, sorted_expert, inner, d, gate, stream);

@@ -160,6 +160,11 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
 // batch-invariant. Grids are sized by tile_bound (expert_tile_bound), so a CUDA graph
 // replays them whatever the routing.
 inline constexpr int kExpertTilePairs = 4;
+// Wide tiles, for steps whose pairs average 3 or more an expert (hundreds of tokens): an expert's
+// weights are read once for up to 8 pairs. expert_tile_pairs picks; a pair's bits do not depend
+// on it (each pair is its own MMA columns, reduced in one fixed order).
+inline constexpr int kExpertWideTilePairs = 8;
+int expert_tile_pairs(int64_t pairs, int64_t experts);
 // A row-major FP4 matrix of this shape and encoding can be copied to WeightLayout::ExpertTiles
 // (FP4 e2m1, E8M0 scales per 32 columns, rows a multiple of 16, columns of 128): what the expert
 // kernels take, checked on the host descriptor before upload.
@@ -171,17 +176,19 @@ void tile_expert_codes(const uint8_t* row_major, uint8_t* tiled, int64_t rows, i
 // columns, rows a multiple of 16, columns of 128, data 16-byte aligned, codes row-major or in
 // expert tiles (the faster: a warp's loads are contiguous).
 bool expert_mma_supports(const WeightMatrix& device_weight);
-int64_t expert_tile_bound(int64_t pairs, int64_t experts);
-void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream);
+// tile_pairs: kExpertTilePairs or kExpertWideTilePairs, the same in every call of one MoE layer.
+int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs = kExpertTilePairs);
+void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream,
+                  int tile_pairs = kExpertTilePairs);
 // max_e8m0: the largest scale byte of the call's matrices where known (WeightMatrix::max_e8m0);
 // at most 128 the decode takes one multiply a word instead of two (the same bits).
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
-                    Stream stream, int max_e8m0 = 255);
+                    Stream stream, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs);
 void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
                  int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
-                 int max_e8m0 = 255);
+                 int max_e8m0 = 255, int tile_pairs = kExpertTilePairs);
 
 // Clamped SwiGLU in place: gate[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp
 // when limit <= 0), times row_scale[r] when row_scale is non-null. gate and up [rows, inner].

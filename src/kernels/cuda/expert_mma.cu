@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -41,7 +42,8 @@ constexpr int kTileThreads = 1024;
 constexpr int64_t kMaxGridY = 65535;
 
 // ---------------------------------------------------------------------------------------------
-// Tiles: runs of at most kExpertTilePairs consecutive sorted pairs of one expert.
+// Tiles: runs of at most kExpertTilePairs (or kExpertWideTilePairs) consecutive sorted pairs of one
+// expert.
 
 __device__ int first_of(const int32_t* sorted, int end, int32_t value) {  // lower bound in [0, end)
   int lo = 0, hi = end;
@@ -66,7 +68,7 @@ __device__ int past_of(const int32_t* sorted, int begin, int end, int32_t value)
 // One block: each pair whose place in its expert's run is a multiple of the capacity starts a
 // tile; a block scan numbers the starts in pair order.
 __global__ void __launch_bounds__(kTileThreads)
-    expert_tiles_kernel(const int32_t* __restrict__ sorted_expert, int pairs, int4* __restrict__ tiles,
+    expert_tiles_kernel(const int32_t* __restrict__ sorted_expert, int pairs, int capacity, int4* __restrict__ tiles,
                         int32_t* __restrict__ tile_count) {
   await_previous_grid();
   using Scan = cub::BlockScan<int, kTileThreads>;
@@ -81,13 +83,13 @@ __global__ void __launch_bounds__(kTileThreads)
     int32_t expert = 0;
     if (i < pairs) {
       expert = sorted_expert[i];
-      starts = (i - first_of(sorted_expert, i, expert)) % kExpertTilePairs == 0;
+      starts = (i - first_of(sorted_expert, i, expert)) % capacity == 0;
     }
     int offset = 0, total = 0;
     Scan(temp).ExclusiveSum(starts, offset, total);
     if (starts) {
       const int run_end = past_of(sorted_expert, i, pairs, expert);
-      const int count = run_end - i < kExpertTilePairs ? run_end - i : kExpertTilePairs;
+      const int count = run_end - i < capacity ? run_end - i : capacity;
       tiles[carry + offset] = make_int4(expert, i, count, 0);
     }
     __syncthreads();
@@ -98,9 +100,12 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The MMA kernels. A tile's up to 4 pairs are one or two MMA column groups of 2 (mma_common.cuh).
-// __launch_bounds__(.., 3): three blocks (12 warps) per SM, what the registers allow; the loads of
-// the next chunk in flight per warp keep the copy engine busy at that occupancy.
+// The MMA kernels. A tile's up to 4 pairs are one or two MMA column groups of 2 (mma_common.cuh),
+// a wide tile's up to 8 one to four. __launch_bounds__(.., 3): three blocks (12 warps) per SM,
+// what the registers allow; the loads of the next chunk in flight per warp keep the copy engine
+// busy at that occupancy. Wide tiles (many pairs per expert: a step of hundreds of tokens) read
+// an expert's weights once for up to 8 pairs where 4-pair tiles read them twice; their kernels
+// hold four groups' accumulators and run at two blocks per SM.
 //
 // The kernels are bound by instruction issue, not by bytes (ncu at 64 tokens: 78% of issue slots
 // busy, DRAM 44%; docs/BENCHMARKS.md), so the inner loop carries nothing a tile does not need:
@@ -109,7 +114,7 @@ __global__ void __launch_bounds__(kTileThreads)
 // and a column without a pair reads some live pair's words instead of zeros: an MMA's column n of
 // D depends on column n of B alone, and such columns are never read back.
 
-constexpr int kGroups = kExpertTilePairs / kTokensPerMma;
+constexpr int kMaxGroups = kExpertWideTilePairs / kTokensPerMma;
 
 // The decoded pair times 2^126 times the E8M0 scale. Folded (every scale of the call's matrices at
 // most kMaxFoldedE2m1Scale, known at upload): one multiply by 2^(s - 1), chunk.scales holding that
@@ -156,40 +161,56 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t c,
 }
 
 template <int G, bool Folded>
-__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_t* const (&x_words)[kGroups],
+__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_t* const (&x_words)[kMaxGroups],
                                                int64_t segment, float (&acc)[2][G][4]) {
-  uint4 x[G][4];
+  // Up to two groups every activation word of the chunk is loaded first (their latency hidden by
+  // the decode); three or four groups' would take 64 registers, so those load a quarter at a time.
+  constexpr bool kPreload = G <= 2;
+  const auto x_at = [&](int u, int i) {
+    return __ldg(reinterpret_cast<const uint4*>(x_words[u] + segment * kSegmentWords) + i);
+  };
+  uint4 preloaded[G][kPreload ? 4 : 1];
+  if constexpr (kPreload) {
 #pragma unroll
-  for (int u = 0; u < G; ++u)
+    for (int u = 0; u < G; ++u)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) x[u][i] = __ldg(reinterpret_cast<const uint4*>(x_words[u] + segment * kSegmentWords) + i);
+      for (int i = 0; i < 4; ++i) preloaded[u][i] = x_at(u, i);
+  }
   uint32_t scale[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) scale[m][h] = scale_pair<Folded>(chunk.scales[m][h]);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int i = j / 2;
+  for (int i = 0; i < 4; ++i) {
+    uint4 x[G];
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      const uint32_t low = word_of(chunk.weights[m][0], i);
-      const uint32_t high = word_of(chunk.weights[m][1], i);
-      uint32_t a0, a1, a2, a3;
-      if (j % 2 == 0) {
-        a0 = scaled<Folded>(e2m1_pair<0>(low), scale[m][0]);
-        a1 = scaled<Folded>(e2m1_pair<0>(high), scale[m][1]);
-        a2 = scaled<Folded>(e2m1_pair<1>(low), scale[m][0]);
-        a3 = scaled<Folded>(e2m1_pair<1>(high), scale[m][1]);
-      } else {
-        a0 = scaled<Folded>(e2m1_pair<2>(low), scale[m][0]);
-        a1 = scaled<Folded>(e2m1_pair<2>(high), scale[m][1]);
-        a2 = scaled<Folded>(e2m1_pair<3>(low), scale[m][0]);
-        a3 = scaled<Folded>(e2m1_pair<3>(high), scale[m][1]);
+    for (int u = 0; u < G; ++u) {
+      if constexpr (kPreload) x[u] = preloaded[u][i];
+      else x[u] = x_at(u, i);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // MMA j = 2 i + half
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const uint32_t low = word_of(chunk.weights[m][0], i);
+        const uint32_t high = word_of(chunk.weights[m][1], i);
+        uint32_t a0, a1, a2, a3;
+        if (half == 0) {
+          a0 = scaled<Folded>(e2m1_pair<0>(low), scale[m][0]);
+          a1 = scaled<Folded>(e2m1_pair<0>(high), scale[m][1]);
+          a2 = scaled<Folded>(e2m1_pair<1>(low), scale[m][0]);
+          a3 = scaled<Folded>(e2m1_pair<1>(high), scale[m][1]);
+        } else {
+          a0 = scaled<Folded>(e2m1_pair<2>(low), scale[m][0]);
+          a1 = scaled<Folded>(e2m1_pair<2>(high), scale[m][1]);
+          a2 = scaled<Folded>(e2m1_pair<3>(low), scale[m][0]);
+          a3 = scaled<Folded>(e2m1_pair<3>(high), scale[m][1]);
+        }
+#pragma unroll
+        for (int u = 0; u < G; ++u)
+          mma_bf16_add(acc[m][u], a0, a1, a2, a3, word_of(x[u], half * 2), word_of(x[u], half * 2 + 1));
       }
-#pragma unroll
-      for (int u = 0; u < G; ++u)
-        mma_bf16_add(acc[m][u], a0, a1, a2, a3, word_of(x[u][i], (j % 2) * 2), word_of(x[u][i], (j % 2) * 2 + 1));
     }
   }
 }
@@ -197,7 +218,7 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 // acc[m][u] += the two row tiles times the lane's activation columns, over all chunks in order,
 // with the next chunk's loads in flight while one is multiplied.
 template <int G, bool Folded>
-__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kGroups],
+__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kMaxGroups],
                                               int64_t cols, float (&acc)[2][G][4]) {
   const int q = static_cast<int>(threadIdx.x) % 4;
   const int64_t chunks = cols / kChunkColumns;
@@ -236,14 +257,14 @@ RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first
 // 2 u + slot, one plane); a column without a pair (g = 6, 7, or past the tile's pairs) reads the
 // tile's first pair's hi plane, whose results are never read. Returns the tile's live groups.
 __device__ __forceinline__ int column_words(const uint32_t* x_split, const int32_t* x_row, int4 tile, int64_t cols,
-                                            const uint32_t* (&words)[kGroups]) {
+                                            const uint32_t* (&words)[kMaxGroups]) {
   const int g = static_cast<int>(threadIdx.x) % kWarp / 4;
   int slot, plane;
   column_of(g, slot, plane);
   const auto row_of = [&](int64_t pair) -> int64_t { return x_row ? x_row[pair] : pair; };
   const uint32_t* spare = x_split + kPlanes * row_of(tile.y) * (cols / 2);
 #pragma unroll
-  for (int u = 0; u < kGroups; ++u) {
+  for (int u = 0; u < kMaxGroups; ++u) {
     const int index = kTokensPerMma * u + slot;
     words[u] = slot < 0 || index >= tile.z ? spare : x_split + (kPlanes * row_of(tile.y + index) + plane) * (cols / 2);
   }
@@ -260,7 +281,7 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
 
 // One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
 template <int G, bool Folded>
-__device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kGroups],
+__device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kMaxGroups],
                                              const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
                                              int64_t first_row, int64_t inner, int64_t cols, float limit,
                                              const float* __restrict__ pair_scale_of, uint16_t* halves) {
@@ -295,8 +316,8 @@ __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&
 }
 
 // grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
-template <bool Folded>
-__global__ void __launch_bounds__(kMmaThreads, 3)
+template <bool Folded, int MaxGroups>
+__global__ void __launch_bounds__(kMmaThreads, MaxGroups > 2 ? 2 : 3)
     gate_up_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
                    const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3, int64_t inner,
@@ -309,17 +330,24 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   auto* halves = reinterpret_cast<uint16_t*>(h_split);
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
-    const uint32_t* words[kGroups];
-    if (column_words(x_split, x_row, tile, cols, words) == 1)  // warp-uniform
-      gate_up_tile<1, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
-    else
-      gate_up_tile<2, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+    const uint32_t* words[kMaxGroups];
+    switch (column_words(x_split, x_row, tile, cols, words)) {  // warp-uniform
+      case 1: gate_up_tile<1, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves); break;
+      case 2: gate_up_tile<2, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves); break;
+      default:
+        if constexpr (MaxGroups > 2) {
+          if (tile.z <= 3 * kTokensPerMma)
+            gate_up_tile<3, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+          else
+            gate_up_tile<4, Folded>(tile, words, w1, w3, first_row, inner, cols, limit, pair_scale_of, halves);
+        }
+    }
   }
 }
 
 // One tile of down_kernel with G live groups: y[pair, r] = (w2 h)[r].
 template <int G, bool Folded>
-__device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&words)[kGroups],
+__device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&words)[kMaxGroups],
                                           const WeightMatrix* __restrict__ w2, int64_t first_row, int64_t rows,
                                           int64_t inner, float* __restrict__ y) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
@@ -349,8 +377,8 @@ __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&wor
 }
 
 // grid: (row blocks of 128 output rows, tiles). y[pair, r] = (w2 h)[r].
-template <bool Folded>
-__global__ void __launch_bounds__(kMmaThreads, 3)
+template <bool Folded, int MaxGroups>
+__global__ void __launch_bounds__(kMmaThreads, MaxGroups > 2 ? 2 : 3)
     down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
                 int64_t inner, float* __restrict__ y) {
@@ -361,11 +389,16 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   const int count = *tile_count;
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
-    const uint32_t* words[kGroups];
-    if (column_words(h_split, nullptr, tile, inner, words) == 1)  // warp-uniform
-      down_tile<1, Folded>(tile, words, w2, first_row, rows, inner, y);
-    else
-      down_tile<2, Folded>(tile, words, w2, first_row, rows, inner, y);
+    const uint32_t* words[kMaxGroups];
+    switch (column_words(h_split, nullptr, tile, inner, words)) {  // warp-uniform
+      case 1: down_tile<1, Folded>(tile, words, w2, first_row, rows, inner, y); break;
+      case 2: down_tile<2, Folded>(tile, words, w2, first_row, rows, inner, y); break;
+      default:
+        if constexpr (MaxGroups > 2) {
+          if (tile.z <= 3 * kTokensPerMma) down_tile<3, Folded>(tile, words, w2, first_row, rows, inner, y);
+          else down_tile<4, Folded>(tile, words, w2, first_row, rows, inner, y);
+        }
+    }
   }
 }
 
@@ -425,18 +458,36 @@ void tile_expert_codes(const uint8_t* row_major, uint8_t* tiled, int64_t rows, i
   check_launch("cuda::tile_expert_codes");
 }
 
-int64_t expert_tile_bound(int64_t pairs, int64_t experts) {
+namespace {
+
+void check_tile_pairs(const char* who, int tile_pairs) {
+  if (tile_pairs != kExpertTilePairs && tile_pairs != kExpertWideTilePairs)
+    fail(who, ": tiles of ", tile_pairs, " pairs (", kExpertTilePairs, " or ", kExpertWideTilePairs, ")");
+}
+
+}  // namespace
+
+int expert_tile_pairs(int64_t pairs, int64_t experts) {
+  // TEMPORARY (A/B measurement)
+  if (const char* forced = std::getenv("DEEPINFER_EXPERT_TILE_PAIRS"); forced != nullptr) return std::atoi(forced);
+  return pairs >= 3 * experts ? kExpertWideTilePairs : kExpertTilePairs;
+}
+
+int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs) {
+  check_tile_pairs("cuda::expert_tile_bound", tile_pairs);
   if (pairs <= 0) return 0;
   // Each expert's run (the negative "no expert" id included) ends at most one partial tile.
-  const int64_t bound = (pairs + kExpertTilePairs - 1) / kExpertTilePairs + experts + 1;
+  const int64_t bound = (pairs + tile_pairs - 1) / tile_pairs + experts + 1;
   return bound < pairs ? bound : pairs;
 }
 
-void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream) {
+void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream,
+                  int tile_pairs) {
   if (launches_skipped()) return;
+  check_tile_pairs("cuda::expert_tiles", tile_pairs);
   if (pairs < 0) fail("cuda::expert_tiles: negative pair count ", pairs);
   if (pairs >= (int64_t{1} << 31)) fail("cuda::expert_tiles: ", pairs, " pairs, over 2^31");
-  launch(expert_tiles_kernel, 1, kTileThreads, 0, native(stream), sorted_expert, static_cast<int>(pairs),
+  launch(expert_tiles_kernel, 1, kTileThreads, 0, native(stream), sorted_expert, static_cast<int>(pairs), tile_pairs,
          reinterpret_cast<int4*>(tiles), tile_count);
   check_launch("cuda::expert_tiles");
 }
@@ -444,28 +495,35 @@ void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, i
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
-                    Stream stream, int max_e8m0) {
+                    Stream stream, int max_e8m0, int tile_pairs) {
   if (launches_skipped()) return;
   check_sizes("cuda::expert_gate_up", pairs, inner, cols, tile_bound);
+  check_tile_pairs("cuda::expert_gate_up", tile_pairs);
   if (pairs == 0 || inner == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
   const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(max_e8m0 <= kMaxFoldedE2m1Scale ? gate_up_kernel<true> : gate_up_kernel<false>, grid, kMmaThreads, 0,
-         native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles), tile_count, w1, w3, inner, cols, limit,
-         pair_scale, h_split);
+  const bool folded = max_e8m0 <= kMaxFoldedE2m1Scale, wide = tile_pairs == kExpertWideTilePairs;
+  const auto kernel = folded ? (wide ? gate_up_kernel<true, 4> : gate_up_kernel<true, 2>)
+                             : (wide ? gate_up_kernel<false, 4> : gate_up_kernel<false, 2>);
+  launch(kernel, grid, kMmaThreads, 0, native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles), tile_count,
+         w1, w3, inner, cols, limit, pair_scale, h_split);
   check_launch("cuda::expert_gate_up");
 }
 
 void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
                  int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
-                 int max_e8m0) {
+                 int max_e8m0, int tile_pairs) {
   if (launches_skipped()) return;
   check_sizes("cuda::expert_down", pairs, rows, inner, tile_bound);
+  check_tile_pairs("cuda::expert_down", tile_pairs);
   if (pairs == 0 || rows == 0 || tile_bound == 0) return;
   const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
-  launch(max_e8m0 <= kMaxFoldedE2m1Scale ? down_kernel<true> : down_kernel<false>, grid, kMmaThreads, 0,
-         native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count, w2, rows, inner, y);
+  const bool folded = max_e8m0 <= kMaxFoldedE2m1Scale, wide = tile_pairs == kExpertWideTilePairs;
+  const auto kernel = folded ? (wide ? down_kernel<true, 4> : down_kernel<true, 2>)
+                             : (wide ? down_kernel<false, 4> : down_kernel<false, 2>);
+  launch(kernel, grid, kMmaThreads, 0, native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count, w2,
+         rows, inner, y);
   check_launch("cuda::expert_down");
 }
 
