@@ -5,6 +5,9 @@
 //   cuda_moe_bench [--model v41,v4] [--tokens 1,16,64,256] [--repeats 20] [--warmup 3] [--layers 2]
 //                  [--copy-gb 4] [--device N] [--seed S]
 //
+// Tiles: as the backend cuts them (kernels::cuda::expert_tile_pairs: 8 pairs where a call's pairs
+// average 6 an expert, else 4); DEEPINFER_BENCH_TILE_PAIRS=4 or 8 forces one size.
+//
 // What a decode step's MoE layer runs for its routed experts, each variant one CUDA graph of
 // back-to-back calls (each call on the next layer's weights, --layers sets of all experts, so the
 // weights come from HBM), replayed --repeats times after --warmup; the median per call:

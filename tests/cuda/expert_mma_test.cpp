@@ -215,8 +215,8 @@ TEST(CudaExpertMma, TilesCutEachExpertsRun) {
     for (std::size_t i = 3; i < got.size(); i += 4) got[i] = 0;  // the unused word
     EXPECT_EQ(got, want) << pairs << " pairs, capacity " << capacity;
   }
-  EXPECT_EQ(expert_tile_pairs(64 * 6, 384), kExpertTilePairs);
-  EXPECT_EQ(expert_tile_pairs(256 * 6, 384), kExpertWideTilePairs);
+  EXPECT_EQ(expert_tile_pairs(256 * 6, 384), kExpertTilePairs);
+  EXPECT_EQ(expert_tile_pairs(512 * 6, 384), kExpertWideTilePairs);
   EXPECT_THROW(expert_tile_bound(10, 4, 5), Error);
 }
 

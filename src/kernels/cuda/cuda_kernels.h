@@ -160,9 +160,9 @@ void moe_sort(const int32_t* experts, int64_t pairs, int64_t top_k, void* scratc
 // batch-invariant. Grids are sized by tile_bound (expert_tile_bound), so a CUDA graph
 // replays them whatever the routing.
 inline constexpr int kExpertTilePairs = 4;
-// Wide tiles, for steps whose pairs average 3 or more an expert (hundreds of tokens): an expert's
-// weights are read once for up to 8 pairs. expert_tile_pairs picks; a pair's bits do not depend
-// on it (each pair is its own MMA columns, reduced in one fixed order).
+// Wide tiles, for steps whose pairs average 6 or more an expert (prefill chunks of hundreds of
+// tokens): an expert's weights are decoded once for up to 8 pairs. expert_tile_pairs picks; a
+// pair's bits do not depend on it (each pair is its own MMA columns, reduced in one fixed order).
 inline constexpr int kExpertWideTilePairs = 8;
 int expert_tile_pairs(int64_t pairs, int64_t experts);
 // A row-major FP4 matrix of this shape and encoding can be copied to WeightLayout::ExpertTiles

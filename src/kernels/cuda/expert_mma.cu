@@ -20,7 +20,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -103,9 +102,9 @@ __global__ void __launch_bounds__(kTileThreads)
 // The MMA kernels. A tile's up to 4 pairs are one or two MMA column groups of 2 (mma_common.cuh),
 // a wide tile's up to 8 one to four. __launch_bounds__(.., 3): three blocks (12 warps) per SM,
 // what the registers allow; the loads of the next chunk in flight per warp keep the copy engine
-// busy at that occupancy. Wide tiles (many pairs per expert: a step of hundreds of tokens) read
-// an expert's weights once for up to 8 pairs where 4-pair tiles read them twice; their kernels
-// hold four groups' accumulators and run at two blocks per SM.
+// busy at that occupancy. Wide tiles (many pairs per expert: a prefill chunk of hundreds of
+// tokens) decode an expert's weights once for up to 8 pairs where 4-pair tiles decode them twice;
+// their kernels hold four groups' accumulators and run at two blocks per SM.
 //
 // The kernels are bound by instruction issue, not by bytes (ncu at 64 tokens: 78% of issue slots
 // busy, DRAM 44%; docs/BENCHMARKS.md), so the inner loop carries nothing a tile does not need:
@@ -467,10 +466,13 @@ void check_tile_pairs(const char* who, int tile_pairs) {
 
 }  // namespace
 
+// Wide tiles hold four groups' accumulators in 255 registers with some spilled, at two blocks an
+// SM: measured slower than 4-pair tiles up to 4 pairs an expert (V4.1-Flash shapes at 256 tokens
+// +4%), faster from 8 (512 tokens -7%, V4-Flash -10%; docs/BENCHMARKS.md).
+constexpr int64_t kWideTilePairsPerExpert = 6;
+
 int expert_tile_pairs(int64_t pairs, int64_t experts) {
-  // TEMPORARY (A/B measurement)
-  if (const char* forced = std::getenv("DEEPINFER_EXPERT_TILE_PAIRS"); forced != nullptr) return std::atoi(forced);
-  return pairs >= 3 * experts ? kExpertWideTilePairs : kExpertTilePairs;
+  return pairs >= kWideTilePairsPerExpert * experts ? kExpertWideTilePairs : kExpertTilePairs;
 }
 
 int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs) {
