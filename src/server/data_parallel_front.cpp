@@ -56,10 +56,15 @@ DataParallelFront::DataParallelFront(FrontOptions options)
   routed_ = std::make_unique<std::atomic<int64_t>[]>(ranks);
   client_ = std::make_unique<UpstreamClient>();
   ranks_ = std::make_unique<RankProcesses>(options_.launch);
-  // A restarted rank's cache starts empty: what the router recorded there is gone.
-  ranks_->set_on_change([this](int rank, bool) {
+  for (int r = 0; r < ranks_->ranks(); ++r) rank_ports_.push_back(ranks_->state(r).port);
+  // A rank that went down took its cache and its port with it: what the router recorded there is
+  // gone, and so are the pooled connections to it.
+  ranks_->set_on_change([this](int rank, bool up) {
     std::lock_guard lock(router_mutex_);
     router_.forget(rank);
+    int& port = rank_ports_[static_cast<std::size_t>(rank)];
+    if (!up && port > 0) client_->forget_port(port);
+    port = up ? ranks_->state(rank).port : 0;
   });
 
   rlimit limit{};

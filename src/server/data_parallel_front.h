@@ -66,6 +66,7 @@ class DataParallelFront {
   parallel::RankRouter router_;
   std::unique_ptr<std::atomic<int64_t>[]> in_flight_;  // per rank, requests passed and not answered
   std::unique_ptr<std::atomic<int64_t>[]> routed_;     // per rank, requests passed in all
+  std::vector<int> rank_ports_;                         // per rank, its port while up (router_mutex_)
 
   // Declared in this order so they go in the reverse: the listener's connections (and the
   // answers they drive) before the client, the client before the ranks.

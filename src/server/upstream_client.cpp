@@ -218,6 +218,18 @@ std::shared_ptr<UpstreamCall> UpstreamClient::start(int port, const HttpRequest&
   return call;
 }
 
+void UpstreamClient::forget_port(int port) {
+  asio::post(loop_->io, [loop = loop_.get(), port] {
+    auto found = loop->idle.find(port);
+    if (found == loop->idle.end()) return;
+    for (auto& [socket, since] : found->second) {
+      boost::system::error_code ec;
+      socket.close(ec);
+    }
+    loop->idle.erase(found);
+  });
+}
+
 UpstreamClient::Reply UpstreamClient::fetch(int port, const HttpRequest& request, std::chrono::milliseconds timeout) {
   struct State {
     std::mutex mutex;

@@ -50,6 +50,9 @@ class UpstreamClient {
   // connection the rank closed meanwhile is retried once on a fresh one, before any answer byte.
   std::shared_ptr<UpstreamCall> start(int port, const HttpRequest& request, UpstreamObserver observer);
 
+  // Closes the pooled idle connections to `port` (a rank that died: its port is gone).
+  void forget_port(int port);
+
   struct Reply {
     int status = 0;
     std::string body;
