@@ -1,7 +1,5 @@
 #include "server/data_parallel_front.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +8,7 @@
 #include "core/error.h"
 #include "io/model_config.h"
 #include "server/http_io.h"
+#include "server/listener_setup.h"
 #include "server/metrics_merge.h"
 #include "server/proxied_answer.h"
 #include "server/routing_prompt.h"
@@ -67,45 +66,18 @@ DataParallelFront::DataParallelFront(FrontOptions options)
     port = up ? ranks_->state(rank).port : 0;
   });
 
-  rlimit limit{};
-  int64_t files = 1024;
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    if (limit.rlim_cur < limit.rlim_max) {
-      rlimit raised = limit;
-      raised.rlim_cur = limit.rlim_max;
-      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-    }
-    files = limit.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(limit.rlim_cur);
-  }
-  ListenerOptions listener;
-  listener.host = server.host;
-  listener.port = server.port;
   // Each client connection may hold one connection to a rank as well.
-  listener.max_connections = server.max_connections > 0 ? server.max_connections : std::max<int64_t>(16, files / 2 - 64);
-  listener.header_timeout = server.header_timeout;
-  listener.keep_alive_timeout = server.keep_alive_timeout;
-  listener.limits.max_header_bytes = static_cast<std::size_t>(std::max<int64_t>(256, server.max_header_bytes));
-  listener.limits.max_header_count = static_cast<std::size_t>(std::max<int64_t>(1, server.max_header_count));
-  listener.limits.max_body_bytes = static_cast<uint64_t>(std::max<int64_t>(1, server.max_body_bytes));
-  listener.worker_threads = std::max(1, server.http_threads);
-  listener.io_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 8, 1, 4));
+  const int64_t files = raise_open_file_limit();
+  const ListenerOptions listener =
+      listener_options(server, server.max_connections > 0 ? server.max_connections : std::max<int64_t>(16, files / 2 - 64));
 
   HttpListener::Callbacks callbacks;
-  callbacks.http_error = [](const std::string& path, int status, const std::string& message, HttpResponse& response) {
-    send_error(path, response,
-               status >= 500 ? api::ApiError(status, message, "", "server_error", status == 503 ? "unavailable" : "")
-                             : api::ApiError(status, message));
-  };
+  callbacks.http_error = http_layer_error;
   callbacks.refuse_head = [](const HttpRequest&, HttpResponse&) { return false; };  // the ranks judge requests
   callbacks.answer_inline = [](const HttpRequest& request) { return request.path == "/health"; };
   callbacks.handle = [this](HttpRequest& request, HttpResponse& response) { handle(request, response); };
-  if (server.cors)
-    callbacks.decorate = [](HttpResponse& response) {
-      response.set_header("Access-Control-Allow-Origin", "*");
-      response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      response.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
-    };
-  listener_ = std::make_unique<HttpListener>(std::move(listener), std::move(callbacks));
+  if (server.cors) callbacks.decorate = add_cors_headers;
+  listener_ = std::make_unique<HttpListener>(listener, std::move(callbacks));
 }
 
 DataParallelFront::~DataParallelFront() {

@@ -336,6 +336,15 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
     return ::poll(&watched, 1, 0) > 0 && (watched.revents & (POLLHUP | POLLERR)) != 0;
   }
 
+  // The client left (or the server stops) before the answer was complete: its request is
+  // cancelled and counted, and the connection closes.
+  void abandon(ResponseProducer& producer, bool& keep_alive) {
+    owner_.gone.fetch_add(1);
+    producer.abandon();
+    keep_alive = false;
+    close();
+  }
+
   awaitable<void> serve_producer(const HttpRequest& request, HttpResponse& response, bool& keep_alive) {
     std::shared_ptr<ResponseProducer> producer = response.producer;
     // The engine's thread wakes this connection through its strand; the link is cut before the
@@ -364,10 +373,7 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
 
     while (!producer->head_ready()) {
       if (peer_gone_ || write_failed_ || closed_) {
-        owner_.gone.fetch_add(1);
-        producer->abandon();
-        keep_alive = false;
-        close();
+        abandon(*producer, keep_alive);
         co_return;
       }
       co_await wait_wake(kNever);
@@ -405,10 +411,7 @@ class HttpListener::Impl::Session : public std::enable_shared_from_this<Session>
         else if (Clock::now() >= probe.until) probe.settled = true;
       }
       if (peer_gone_ || write_failed_ || closed_) {
-        owner_.gone.fetch_add(1);
-        producer->abandon();
-        keep_alive = false;
-        close();
+        abandon(*producer, keep_alive);
         co_return;
       }
       std::string out;

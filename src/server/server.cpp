@@ -1,7 +1,5 @@
 #include "server/server.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <thread>
@@ -10,6 +8,7 @@
 #include "core/error.h"
 #include "server/handlers.h"
 #include "server/http_io.h"
+#include "server/listener_setup.h"
 
 namespace deepinfer::server {
 namespace {
@@ -85,17 +84,6 @@ bool key_matches(const HttpRequest& request, const std::string& key) {
   return matched;
 }
 
-int64_t raise_open_file_limit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
-  return limit.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(limit.rlim_cur);
-}
-
 }  // namespace
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
@@ -104,25 +92,11 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   max_connections_ = options_.max_connections > 0 ? options_.max_connections : std::max<int64_t>(16, files - 64);
   model_ = std::make_unique<ServedModel>(options_);
 
-  ListenerOptions listener;
-  listener.host = options_.host;
-  listener.port = options_.port;
-  listener.max_connections = max_connections_;
-  listener.header_timeout = options_.header_timeout;
-  listener.keep_alive_timeout = options_.keep_alive_timeout;
-  listener.limits.max_header_bytes = static_cast<std::size_t>(std::max<int64_t>(256, options_.max_header_bytes));
-  listener.limits.max_header_count = static_cast<std::size_t>(std::max<int64_t>(1, options_.max_header_count));
-  listener.limits.max_body_bytes = static_cast<uint64_t>(std::max<int64_t>(1, options_.max_body_bytes));
-  listener.worker_threads = std::max(1, options_.http_threads);
-  listener.io_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency() / 8, 1, 4));
+  ListenerOptions listener = listener_options(options_, max_connections_);
 
   const HandlerContext context{*model_, metrics_, options_.log};
   HttpListener::Callbacks callbacks;
-  callbacks.http_error = [](const std::string& path, int status, const std::string& message, HttpResponse& response) {
-    send_error(path, response,
-               status >= 500 ? api::ApiError(status, message, "", "server_error", status == 503 ? "unavailable" : "")
-                             : api::ApiError(status, message));
-  };
+  callbacks.http_error = http_layer_error;
   callbacks.refuse_head = [this](const HttpRequest& request, HttpResponse& response) {
     if (options_.cors && request.method == "OPTIONS") {
       response.status = 204;
@@ -221,12 +195,7 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
         return;
     }
   };
-  if (options_.cors)
-    callbacks.decorate = [](HttpResponse& response) {
-      response.set_header("Access-Control-Allow-Origin", "*");
-      response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      response.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
-    };
+  if (options_.cors) callbacks.decorate = add_cors_headers;
   listener_ = std::make_unique<HttpListener>(std::move(listener), std::move(callbacks));
 }
 
