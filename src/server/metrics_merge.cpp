@@ -7,7 +7,7 @@ namespace deepinfer::server {
 namespace {
 
 struct Family {
-  std::string help;  // the "# HELP" and "# TYPE" lines, from the first rank that had them
+  std::string help, type;  // the first "# HELP" and "# TYPE" lines any rank gave it
   std::string samples;
 };
 
@@ -49,10 +49,14 @@ std::string labelled(std::string_view sample, int rank) {
 std::string merge_rank_metrics(const std::vector<RankMetrics>& ranks) {
   std::vector<std::string> order;
   std::map<std::string, Family, std::less<>> families;
+  const auto family = [&](std::string_view name) -> Family& {
+    auto [found, added] = families.try_emplace(std::string(name));
+    if (added) order.push_back(found->first);
+    return found->second;
+  };
   for (const RankMetrics& rank : ranks) {
     std::string_view text = rank.text;
-    std::string current;
-    bool writing_help = false;
+    std::string current;  // the family the rank's last comment named: its samples follow
     while (!text.empty()) {
       const std::size_t end = text.find('\n');
       const std::string_view line = text.substr(0, end);
@@ -61,29 +65,24 @@ std::string merge_rank_metrics(const std::vector<RankMetrics>& ranks) {
       if (line.front() == '#') {
         const std::string_view name = comment_family(line);
         if (name.empty()) continue;
-        if (name != current) {
-          current = std::string(name);
-          auto [found, added] = families.try_emplace(current);
-          if (added) order.push_back(current);
-          writing_help = found->second.help.empty();
-        }
-        if (writing_help) families[current].help.append(line).push_back('\n');
+        current = std::string(name);
+        std::string& kept = line[2] == 'H' ? family(name).help : family(name).type;
+        if (kept.empty()) kept = std::string(line) + "\n";
         continue;
       }
-      if (current.empty()) {  // a sample before any comment: its own family, by its name
-        current = std::string(line.substr(0, line.find_first_of("{ ")));
-        if (families.try_emplace(current).second) order.push_back(current);
-        writing_help = false;
-      }
-      std::string sample = labelled(line, rank.rank);
-      if (!sample.empty()) families[current].samples.append(sample).push_back('\n');
+      const std::string sample = labelled(line, rank.rank);
+      if (sample.empty()) continue;
+      // A sample before any comment is a family of its own, by its name.
+      family(current.empty() ? line.substr(0, line.find_first_of("{ ")) : std::string_view(current)).samples +=
+          sample + "\n";
     }
   }
   std::string out;
   for (const std::string& name : order) {
-    const Family& family = families[name];
-    out += family.help;
-    out += family.samples;
+    const Family& f = families.at(name);
+    out += f.help;
+    out += f.type;
+    out += f.samples;
   }
   return out;
 }
