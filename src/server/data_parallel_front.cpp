@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "core/error.h"
 #include "io/model_config.h"
@@ -82,9 +81,10 @@ DataParallelFront::DataParallelFront(FrontOptions options)
 
 DataParallelFront::~DataParallelFront() {
   shutdown();
-  listener_.reset();
-  client_.reset();
+  listener_.reset();  // every answer (and its upstream call) goes with its connection
+  ranks_->set_on_change(nullptr);
   ranks_.reset();
+  client_.reset();
 }
 
 int DataParallelFront::bind() {

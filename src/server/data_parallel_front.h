@@ -68,8 +68,8 @@ class DataParallelFront {
   std::unique_ptr<std::atomic<int64_t>[]> routed_;     // per rank, requests passed in all
   std::vector<int> rank_ports_;                         // per rank, its port while up (router_mutex_)
 
-  // Declared in this order so they go in the reverse: the listener's connections (and the
-  // answers they drive) before the client, the client before the ranks.
+  // The destructor takes them down listener first (the connections and the answers they drive),
+  // then the ranks, then the client.
   std::unique_ptr<RankProcesses> ranks_;
   std::unique_ptr<UpstreamClient> client_;
   std::unique_ptr<HttpListener> listener_;
