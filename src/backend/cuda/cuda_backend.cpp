@@ -378,7 +378,7 @@ class CudaBackend final : public model::Backend {
   void reserve_linear_buffers(int64_t rows) {
     if (simt_) return;
     const auto r = static_cast<std::size_t>(rows);
-    arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::split_words(rows, widest_matrix_)));
+    arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::linear_split_words(rows, widest_matrix_)));
     arena_.get<float>(kMmaPartials, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
   }
   // How the pass runs linear: the SIMT kernel's split columns unless --batch-invariant, the

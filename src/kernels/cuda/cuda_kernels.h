@@ -53,6 +53,9 @@ void linear(const float* x, int64_t tokens, const WeightMatrix& weight, float* y
 // x_split: linear_mma_split_words words; partials: linear_mma_partial_floats floats (0: none).
 bool linear_mma_supports(const WeightMatrix& device_weight);
 int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& weight);
+// The most split words any linear_mma call of `tokens` tokens over x_columns columns needs
+// (calls of many tokens on Hopper pad their tokens: sm90/linear_wgmma.cu).
+int64_t linear_split_words(int64_t tokens, int64_t x_columns);
 int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& weight);
 // x and y rows may be strided (x_stride >= cols, y_stride >= rows floats apart: one group's
 // slice of a grouped projection).

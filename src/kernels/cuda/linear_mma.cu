@@ -34,7 +34,9 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/dense_decode.cuh"
 #include "kernels/cuda/launch_gate.h"
+#include "kernels/cuda/linear_mma_plan.h"
 #include "kernels/cuda/mma_common.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -42,15 +44,15 @@ namespace {
 
 using namespace detail;
 using namespace mma;
+using dense::ColumnRanges;
+using dense::Groups;
+using dense::kRowsPerBlock;
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kRowsPerWarp = 32;
-constexpr int64_t kRowsPerBlock = int64_t{kWarpsPerBlock} * kRowsPerWarp;
+static_assert(kRowsPerBlock == int64_t{kWarpsPerBlock} * kRowsPerWarp);
 constexpr int kTokensPerGroup = 8;           // an MMA's columns: 8 tokens of one plane
-constexpr int64_t kTargetBlocks = 264;        // 2 per SM of an H200
-constexpr int64_t kMinRangeChunks = 2;
-constexpr int64_t kMaxRanges = 32;
 constexpr int64_t kMaxGrid = 65535;
 // The most partial sums per thread the last block of a tile adds (linear_mma_kernel): 32 covers
 // one token over 32 ranges (a decode step at batch 1), not 2 tokens over 17 or more.
@@ -64,97 +66,17 @@ constexpr int64_t kFoldLoadsPerThread = 32;
 constexpr int64_t kTwoGroupTokens = 64;
 int groups_for(int64_t tokens) { return tokens <= kTwoGroupTokens ? 2 : 4; }
 
-struct Plan {
-  int64_t row_blocks = 0, token_blocks = 0, chunks = 0, ranges = 1, range_chunks = 0;
+struct Plan : ColumnRanges {
+  int64_t token_blocks = 0;
 };
 
 Plan plan_of(int64_t tokens, const WeightMatrix& w) {
   Plan p;
-  p.row_blocks = (w.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  static_cast<ColumnRanges&>(p) = dense::column_ranges(w);
   const int64_t per_block = int64_t{kTokensPerGroup} * groups_for(tokens);
   p.token_blocks = (tokens + per_block - 1) / per_block;
-  p.chunks = w.cols / kChunkColumns;
-  if (p.row_blocks < kTargetBlocks)
-    p.ranges = std::clamp<int64_t>(std::min((kTargetBlocks + p.row_blocks - 1) / p.row_blocks,
-                                            p.chunks / kMinRangeChunks),
-                                   1, kMaxRanges);
-  p.range_chunks = (p.chunks + p.ranges - 1) / p.ranges;
-  p.ranges = (p.chunks + p.range_chunks - 1) / p.range_chunks;  // no empty range
   return p;
 }
-
-// The lane's operand words of one half chunk (words 4 h .. 4 h + 3 of its 16: i = 2 h, 2 h + 1)
-// of rows g and g + 8 of both row tiles, decoded.
-struct HalfA {
-  uint32_t words[2][2][2][4];  // [tile][row g / g + 8][i - 2 h][n]
-};
-
-template <WeightEncoding E>
-struct RowPointers {
-  const uint8_t* data[2][2];    // [tile][row]: the row's first byte of this lane's columns
-  uint32_t scale[2][2];         // the current chunk's scale (FP8) as a bf16x2
-};
-
-// Bytes of one row per chunk, and the lane's offset in them.
-template <WeightEncoding E>
-constexpr int kChunkBytes = E == WeightEncoding::BF16 ? 256 : 128;
-
-// NanCodes: FP8 codes may hold e4m3 NaNs, which decode to NaN (else the decode skips that check:
-// WeightMatrix::no_nan_codes, set at upload). Folded: every scale byte of the call's weights is at
-// most kMaxFoldedE4m3Scale (WeightMatrix::max_e8m0), and rows.scale holds 2^120 times the scale,
-// so one exact multiply decodes a pair (else two: by the unit, then by the scale; the same bits).
-template <WeightEncoding E, bool NanCodes, bool Folded>
-__device__ __forceinline__ void decode_half(const RowPointers<E>& rows, int64_t chunk, int h, HalfA& a) {
-  const int q = static_cast<int>(threadIdx.x) % 4;
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint8_t* p = rows.data[m][r] + chunk * kChunkBytes<E> + q * (kChunkBytes<E> / 4);
-      if constexpr (E == WeightEncoding::BF16) {
-        // Columns 8 i .. 8 i + 7 are words 4 i .. 4 i + 3: 16 bytes per i.
-#pragma unroll
-        for (int ii = 0; ii < 2; ++ii) {
-          const uint4 v = load_streaming(p + (2 * h + ii) * 16);
-          a.words[m][r][ii][0] = bf16_pair<0>(v.x, v.z);
-          a.words[m][r][ii][1] = bf16_pair<1>(v.x, v.z);
-          a.words[m][r][ii][2] = bf16_pair<2>(v.y, v.w);
-          a.words[m][r][ii][3] = bf16_pair<3>(v.y, v.w);
-        }
-      } else {
-        // Columns 8 i .. 8 i + 7 are words 2 i, 2 i + 1 (bytes): the half's 16 bytes.
-        const uint4 v = load_streaming(p + h * 16);
-        const uint32_t scale = rows.scale[m][r];
-#pragma unroll
-        for (int ii = 0; ii < 2; ++ii) {
-          const uint32_t low = ii == 0 ? v.x : v.z, high = ii == 0 ? v.y : v.w;
-          uint32_t pairs[4] = {e4m3_pair<0>(low, high), e4m3_pair<1>(low, high), e4m3_pair<2>(low, high),
-                               e4m3_pair<3>(low, high)};
-          if (NanCodes && (e4m3_has_nan(low) || e4m3_has_nan(high))) {  // not in any released checkpoint
-#pragma unroll
-            for (int n = 0; n < 4; ++n) {
-              if (((low >> (8 * n)) & 0x7Fu) == 0x7Fu) pairs[n] = (pairs[n] & 0xFFFF0000u) | 0x7FC0u;
-              if (((high >> (8 * n)) & 0x7Fu) == 0x7Fu) pairs[n] = (pairs[n] & 0x0000FFFFu) | 0x7FC00000u;
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < 4; ++n)
-            a.words[m][r][ii][n] = Folded ? bf16x2_mul(pairs[n], scale) : bf16x2_mul(bf16x2_mul(pairs[n], kE4m3Unit), scale);
-        }
-      }
-    }
-}
-
-// A grouped projection's view of one call (linear_mma_grouped): `w` covers every group's rows
-// (group g's are rows [g * group_rows, (g + 1) * group_rows)), each group's codes and scales are
-// in its own descriptor (group_weights, device memory), and group g reads columns [g * w.cols,
-// (g + 1) * w.cols) of the split rows, whose planes are x_columns wide. Not grouped: group_weights
-// null, group_rows = w.rows, x_columns = w.cols.
-struct Groups {
-  const WeightMatrix* group_weights;
-  int64_t group_rows;
-  int64_t x_columns;
-};
 
 // One warp's 32 rows x the block's tokens over this block's column range, stored to out (the
 // range's partial sums when the call splits columns). A warp's rows lie in one group
@@ -181,17 +103,14 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
   const void* data = grouping.group_weights ? grouping.group_weights[group].data : w.data;
   const auto* scales = static_cast<const uint8_t*>(grouping.group_weights ? grouping.group_weights[group].scales : w.scales);
   const int64_t local_first_row = first_row - group * grouping.group_rows;
-  RowPointers<E> rows;
+  RowPointers<E, 2> rows;
   const int64_t row_bytes = E == WeightEncoding::BF16 ? w.cols * 2 : w.cols;
-  const int64_t scale_columns = (w.cols + w.block_cols - 1) / w.block_cols;
+  // Without a second tile the first is read twice and its copy dropped: one code path.
+  const auto row_of = [&](int m, int r) { return local_first_row + (second ? 16 * m : 0) + g + 8 * r; };
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // Without a second tile the first is read twice and its copy dropped: one code path.
-      const int64_t row = local_first_row + (second ? 16 * m : 0) + g + 8 * r;
-      rows.data[m][r] = static_cast<const uint8_t*>(data) + row * row_bytes;
-    }
+    for (int r = 0; r < 2; ++r) rows.data[m][r] = static_cast<const uint8_t*>(data) + row_of(m, r) * row_bytes;
   // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it),
   // from the warp's group's columns on. A column past the tokens reads token t0's instead of zeros
   // (column n of D depends on column n of B alone, and such columns are never stored): no zeroing
@@ -207,20 +126,10 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
   float hi[2][kGroups][4] = {};       // rounded adds of each MMA
   float mid_lo[2][kGroups][4] = {};   // the tensor cores' accumulation
   for (int64_t c = begin; c < end; ++c) {
-    if constexpr (E == WeightEncoding::FP8_E4M3) {
-      const int64_t scale_column = (c * kChunkColumns + q * kSegmentColumns) / w.block_cols;
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t row = local_first_row + (second ? 16 * m : 0) + g + 8 * r;
-          const uint32_t byte = scales[(row / w.block_rows) * scale_columns + scale_column];
-          rows.scale[m][r] = Folded ? e4m3_unit_times_scale_pair(byte) : e8m0_pair(byte);
-        }
-    }
+    load_chunk_scales<E, 2, Folded>(rows, scales, w, c, row_of);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      HalfA a;
+      HalfA<2> a;
       decode_half<E, NanCodes, Folded>(rows, c, h, a);
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
@@ -363,11 +272,15 @@ bool linear_mma_supports(const WeightMatrix& w) {
 
 int64_t split_words(int64_t rows, int64_t cols) { return rows * kPlanes * (cols / 2); }
 
-int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& w) { return split_words(tokens, w.cols); }
+int64_t linear_split_words(int64_t tokens, int64_t x_columns) {
+  return std::max(split_words(tokens, x_columns), dense::linear_wgmma_split_words(tokens, x_columns));
+}
+
+int64_t linear_mma_split_words(int64_t tokens, const WeightMatrix& w) { return linear_split_words(tokens, w.cols); }
 
 int64_t linear_mma_partial_floats(int64_t tokens, const WeightMatrix& w) {
   const Plan p = plan_of(tokens, w);
-  return p.ranges > 1 ? p.ranges * tokens * w.rows : 0;
+  return p.count > 1 ? p.count * tokens * w.rows : 0;
 }
 
 void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, uint32_t* out, Stream stream) {
@@ -394,17 +307,25 @@ void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const Weig
   if (x_stride < grouping.x_columns || y_stride < w.rows)
     fail("cuda::linear_mma: row strides ", x_stride, " (x) and ", y_stride, " (y) under a ", w.rows, " x ",
          grouping.x_columns, " product");
+  float* out = p.count > 1 ? partials : y;
+  const int64_t out_stride = p.count > 1 ? w.rows : y_stride;
+  if (dense::linear_wgmma_runs(tokens, w, grouping)) {
+    dense::linear_wgmma(x, x_stride, tokens, w, grouping, p, out, out_stride, x_split, s);
+    if (p.count > 1)
+      launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.count, y,
+             y_stride);
+    check_launch("cuda::linear_mma");
+    return;
+  }
   split_rows(x, tokens, grouping.x_columns, x_stride, x_split, stream);
-  float* out = p.ranges > 1 ? partials : y;
-  const int64_t out_stride = p.ranges > 1 ? w.rows : y_stride;
   const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
-                  static_cast<unsigned>(p.ranges));
+                  static_cast<unsigned>(p.count));
   const bool four = groups_for(tokens) == 4;
   // The range sum in the MMA kernel's last block when the counters cover the tiles, else its own
   // launch (a long prefill's many tiles).
   const int64_t tile_tokens = std::min<int64_t>(tokens, int64_t{kTokensPerGroup} * groups_for(tokens));
-  const bool fold = p.ranges > 1 && tile_counters && p.token_blocks * p.row_blocks <= kLinearMmaTileCounters &&
-                    tile_tokens * kRowsPerBlock * p.ranges <= kFoldLoadsPerThread * kThreads;
+  const bool fold = p.count > 1 && tile_counters && p.token_blocks * p.row_blocks <= kLinearMmaTileCounters &&
+                    tile_tokens * kRowsPerBlock * p.count <= kFoldLoadsPerThread * kThreads;
   uint32_t* counters = fold ? tile_counters : nullptr;
   using Kernel = void (*)(const uint32_t*, int64_t, WeightMatrix, Groups, int64_t, float*, int64_t, float*, int64_t,
                           uint32_t*);
@@ -419,10 +340,10 @@ void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const Weig
     kernel = four ? linear_mma_kernel<kFp8, 4, false, true> : linear_mma_kernel<kFp8, 2, false, true>;
   else
     kernel = four ? linear_mma_kernel<kFp8, 4, false, false> : linear_mma_kernel<kFp8, 2, false, false>;
-  launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, grouping, p.range_chunks, out, out_stride, y, y_stride,
+  launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, grouping, p.chunks_each, out, out_stride, y, y_stride,
          counters);
-  if (p.ranges > 1 && !fold) {
-    launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.ranges, y,
+  if (p.count > 1 && !fold) {
+    launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.count, y,
            y_stride);
   }
   check_launch("cuda::linear_mma");
@@ -454,7 +375,7 @@ bool linear_mma_grouped_supports(const WeightMatrix& group) {
 }
 
 int64_t linear_mma_grouped_split_words(int64_t tokens, const WeightMatrix& group, int64_t groups) {
-  return split_words(tokens, group.cols * groups);
+  return linear_split_words(tokens, group.cols * groups);
 }
 
 int64_t linear_mma_grouped_partial_floats(int64_t tokens, const WeightMatrix& group, int64_t groups) {
