@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace sm90;
   extern __shared__ __align__(128) uint32_t stages[];
   __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ uint32_t released[kStages];  // warps done with the stage's chunk
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t block_row = static_cast<int64_t>(blockIdx.y) * kRowsPerBlock;
@@ -137,7 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) barrier_init(&full[s], 1);
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(&full[s], 1);
+      released[s] = 0;
+    }
     barrier_init_fence();
   }
   // The weights are no kernel's output: their first chunk loads while the previous kernel ends.
@@ -192,9 +196,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_registers(scratch[(kMmasPerChunk - 1) % 2]);
 #pragma unroll
     for (int i = 0; i < 32; ++i) hi[i] += scratch[(kMmasPerChunk - 1) % 2][i];
-    __syncthreads();  // every warpgroup's MMAs have read the stage
-    if (threadIdx.x == 0 && c + kStages < end)
-      bulk_copy(stages + stage * kStageWords, source + (k + kStages) * chunk_step, kStageBytes, &full[stage]);
+    // The last warp done with the stage refills it: no barrier holds the warpgroups in step, so
+    // one decodes its next chunk while the other's MMAs run.
+    if (lane == 0) {
+      __threadfence_block();
+      if (atomicAdd(&released[stage], 1u) == kThreads / kWarp - 1) {
+        released[stage] = 0;
+        if (c + kStages < end)
+          bulk_copy(stages + stage * kStageWords, source + (k + kStages) * chunk_step, kStageBytes, &full[stage]);
+      }
+    }
   }
   fence_registers(mid_lo);
   if (!live) return;
