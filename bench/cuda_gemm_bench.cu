@@ -828,6 +828,58 @@ void write_json(const std::string& path, const Options& o, const cudaDeviceProp&
   if (std::fclose(f) != 0 || !written) fail("cuda_gemm_bench: writing ", path, " failed");
 }
 
+// The device's measured matrix rate: cuBLASLt on one square product of kRateEdge (BF16 x BF16 ->
+// f32; e4m3 with BLK128x128 / VEC128 scales), TFLOP/s as 2 m n k / median time. The reference a
+// prefill's matrix products are measured against (decode_step_bench prints their TFLOP/s).
+constexpr int64_t kRateEdge = 8192;
+
+__global__ void fill_ones_kernel(float* out, int64_t count) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = 1.0f;
+}
+
+void print_matrix_rates(Context& ctx) {
+  const int64_t n = kRateEdge, count = n * n;
+  const Shape square{"rate", "square", n, n, WeightEncoding::BF16, 0};
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  DeviceBuffer x(static_cast<std::size_t>(count) * 4, "rate: f32");
+  DeviceBuffer a(static_cast<std::size_t>(count) * 2, "rate: A"), b(static_cast<std::size_t>(count) * 2, "rate: B");
+  DeviceBuffer d(static_cast<std::size_t>(count) * 4, "rate: D");
+  fill_floats_kernel<<<grid_for(count), 256, 0, ctx.stream>>>(x.as<float>(), count, 17);
+  to_bf16_kernel<<<grid_for(count), 256, 0, ctx.stream>>>(x.as<float>(), count, a.as<__nv_bfloat16>());
+  to_bf16_kernel<<<grid_for(count), 256, 0, ctx.stream>>>(x.as<float>(), count, b.as<__nv_bfloat16>());
+  launched("rate: fill");
+  const auto time_plan = [&](LtPlan& plan, const void* pa, const void* pb) {
+    return time_graph(ctx.stream, 2, 1, 5, [&](int) {
+      check(plan.run(ctx.lt, pa, pb, d.as<void>(), ctx.lt_workspace.as<void>(), ctx.stream), "cublasLtMatmul (rate)");
+    });
+  };
+  LtPlan bf16;
+  const std::string bf16_declined = bf16.plan(ctx.lt, square, n, CUDA_R_16BF, CUDA_R_32F, nullptr);
+  if (bf16_declined.empty())
+    std::printf("matrix rate: cuBLASLt BF16 %lld^3 -> f32: %.0f TFLOP/s\n", static_cast<long long>(n),
+                flops / (time_plan(bf16, a.as<void>(), b.as<void>()) * 1e-6) / 1e12);
+  else
+    std::printf("matrix rate: cuBLASLt BF16 declined (%s)\n", bf16_declined.c_str());
+  DeviceBuffer wscale(static_cast<std::size_t>((n / 128) * (n / 128)) * 4, "rate: BLK128 scales");
+  DeviceBuffer xscale(static_cast<std::size_t>((n / 128) * n) * 4, "rate: VEC128 scales");
+  fill_e4m3_kernel<<<grid_for(count), 256, 0, ctx.stream>>>(a.as<uint8_t>(), count, 3);
+  fill_e4m3_kernel<<<grid_for(count), 256, 0, ctx.stream>>>(b.as<uint8_t>(), count, 5);
+  fill_ones_kernel<<<grid_for((n / 128) * (n / 128)), 256, 0, ctx.stream>>>(wscale.as<float>(), (n / 128) * (n / 128));
+  fill_ones_kernel<<<grid_for((n / 128) * n), 256, 0, ctx.stream>>>(xscale.as<float>(), (n / 128) * n);
+  launched("rate: fill e4m3");
+  check(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize (rate)");
+  LtPlan fp8;
+  LtPlan::Fp8Scales scales{wscale.as<void>(), xscale.as<void>()};
+  const std::string fp8_declined = fp8.plan(ctx.lt, square, n, CUDA_R_8F_E4M3, CUDA_R_32F, &scales);
+  if (fp8_declined.empty())
+    std::printf("matrix rate: cuBLASLt e4m3 BLK128x128 x VEC128 %lld^3 -> f32: %.0f TFLOP/s\n",
+                static_cast<long long>(n), flops / (time_plan(fp8, a.as<void>(), b.as<void>()) * 1e-6) / 1e12);
+  else
+    std::printf("matrix rate: cuBLASLt FP8 declined (%s)\n", fp8_declined.c_str());
+}
+
 int run(const Options& o) {
   check(cudaSetDevice(o.device), "cudaSetDevice");
   cudaDeviceProp props{};
@@ -848,6 +900,7 @@ int run(const Options& o) {
   std::printf("device %d: %s, %d SMs, L2 %.1f MiB; cuBLASLt %zu\n", o.device, props.name, props.multiProcessorCount,
               static_cast<double>(l2) / 1048576.0, cublasLtGetVersion());
   std::printf("copy bandwidth %.0f GB/s (%s)\n", copy.bytes_per_second / 1e9, copy.how.c_str());
+  print_matrix_rates(ctx);
   std::printf(
       "timing: CUDA graph of back-to-back calls (each on its own weight copy, >= %.0f MiB of copies), "
       "%d warm-up + %d timed replays, median replay time / calls\n",

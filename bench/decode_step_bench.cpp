@@ -294,6 +294,40 @@ StepBytes step_bytes(const Model& model, int64_t batch, int64_t context, const s
   return out;
 }
 
+// FLOPs of one prefill token's matrix products (2 x the weights it multiplies: the attention
+// projections, compressors and indexer projections, both mHC sites' fn, the router, the shared
+// expert(s) and top_k routed experts). Not counted: attention scores and the LM head (a prefill
+// call asks for no logits). Prefill tokens/s times this, against a measured matrix rate, is the
+// prefill's share of it (docs/BENCHMARKS.md).
+double matmul_flops_per_token(const Model& model) {
+  const auto elements = [](const WeightMatrix& m) { return static_cast<double>(m.rows) * static_cast<double>(m.cols); };
+  double total = 0;
+  for (const auto& layer : model.layers()) {
+    const auto& a = layer.attention;
+    total += elements(a.wq_a) + elements(a.wq_b) + elements(a.wkv) + elements(a.wo_b);
+    for (const WeightMatrix& group : a.wo_a_groups) total += elements(group);
+    if (a.compressor) total += elements(a.compressor->wkv) + elements(a.compressor->wgate);
+    if (a.indexer)
+      total += elements(a.indexer->wq_b) + elements(a.indexer->weights_proj) + elements(a.indexer->compressor.wkv) +
+               elements(a.indexer->compressor.wgate);
+    if (a.latent_compressor) {
+      total += elements(a.latent_compressor->wkv);
+      if (a.latent_compressor->wgate) total += elements(*a.latent_compressor->wgate);
+    }
+    if (a.index_keys) total += elements(a.index_keys->wk);
+    if (a.index_queries) total += elements(a.index_queries->wq_b) + elements(a.index_queries->weights_proj);
+    for (const auto* hc : {&layer.attn_hc, &layer.ffn_hc}) total += elements(hc->fn);
+    const auto& moe = layer.moe;
+    total += elements(moe.gate);
+    for (const auto& shared : moe.shared) total += elements(shared.w1) + elements(shared.w2) + elements(shared.w3);
+    if (!moe.experts.empty()) {
+      const auto& e = moe.experts.front();
+      total += static_cast<double>(moe.top_k) * (elements(e.w1) + elements(e.w2) + elements(e.w3));
+    }
+  }
+  return 2.0 * total;
+}
+
 // Expected distinct experts among B tokens each picking k of E uniformly: E (1 - (1 - k/E)^B).
 double uniform_distinct_experts(int64_t experts, int64_t top_k, int64_t batch) {
   const double e = static_cast<double>(experts);
@@ -608,6 +642,7 @@ int run(const Options& o) {
   }
 
   std::vector<BatchResult> results;
+  const double flops_per_token = matmul_flops_per_token(model);
   for (int64_t batch : o.batches) {
     std::fprintf(stderr, "batch %lld: prefilling %lld sequences to %lld tokens ...\n", static_cast<long long>(batch),
                  static_cast<long long>(batch), static_cast<long long>(o.context));
@@ -616,9 +651,12 @@ int run(const Options& o) {
     double mean_experts = 0;
     for (double d : r.distinct_experts) mean_experts += d;
     mean_experts /= static_cast<double>(std::max<std::size_t>(1, r.distinct_experts.size()));
+    const double prefill_rate = static_cast<double>(r.prefilled * o.context) / std::max(r.prefill_seconds, 1e-9);
     std::fprintf(stderr,
-                 "batch %lld: prefill %.2f s (%.0f tok/s); ms/step per repeat:", static_cast<long long>(batch),
-                 r.prefill_seconds, static_cast<double>(r.prefilled * o.context) / std::max(r.prefill_seconds, 1e-9));
+                 "batch %lld: prefill %.2f s (%.0f tok/s, %.1f TFLOP/s of matrix products at %.2f GFLOP a token); "
+                 "ms/step per repeat:",
+                 static_cast<long long>(batch), r.prefill_seconds, prefill_rate, prefill_rate * flops_per_token / 1e12,
+                 flops_per_token / 1e9);
     for (double ms : r.ms_per_step) std::fprintf(stderr, " %.3f", ms);
     std::fprintf(stderr, "; last logits rms %.3g", r.logit_rms);
     if (r.nonfinite_logits > 0)
