@@ -98,13 +98,15 @@ TEST(CudaLinearMma, BatchInvariantBitForBit) {
     const HostWeight w = make_weight(shape.encoding, shape.rows, shape.cols, rng, ScaleEncoding::E8M0,
                                      shape.block_rows, shape.block_cols);
     const DeviceWeight d = upload(w);
-    // 37 tokens run two column groups a warp and 100 four, and on Hopper calls of 32 tokens or more
-    // run the wgmma kernel (sm90/linear_wgmma.cu: 64-token blocks, 130 ends in a partial one) while
-    // a token alone runs linear_mma's: a row's bits are the same in every one of them.
-    for (const int64_t tokens : {int64_t{31}, int64_t{37}, int64_t{100}, int64_t{130}}) {
+    // 37 tokens run two column groups a warp and 100 four; on Hopper the wgmma kernel
+    // (sm90/linear_wgmma.cu) runs these matrices from 2 tokens, in blocks of 16 tokens (3, 9), 32
+    // (31, 37) and 64 (100, and 130 ending in a partial block), while a token alone runs
+    // linear_mma's: a row's bits are the same in every one of them.
+    for (const int64_t tokens : {int64_t{3}, int64_t{9}, int64_t{31}, int64_t{37}, int64_t{100}, int64_t{130}}) {
       const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * shape.cols), rng, 2.0f);
       const std::vector<float> batched = gpu_linear_mma(x, tokens, d.matrix);
       for (const int64_t t : {int64_t{0}, int64_t{5}, int64_t{18}, int64_t{30}, tokens - 1}) {
+        if (t >= tokens) continue;
         const std::vector<float> row(x.begin() + t * shape.cols, x.begin() + (t + 1) * shape.cols);
         const std::vector<float> alone = gpu_linear_mma(row, 1, d.matrix);
         const std::vector<float> in_batch(batched.begin() + t * shape.rows, batched.begin() + (t + 1) * shape.rows);

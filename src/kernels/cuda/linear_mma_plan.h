@@ -50,12 +50,12 @@ struct Groups {
 
 // ---- sm90/linear_wgmma.cu ----
 
-// The wgmma kernel runs this call: a Hopper device, at least kWgmmaMinTokens tokens, and a
-// grouped call's groups whole blocks of rows.
-constexpr int64_t kWgmmaTokens = 64;  // a block's tokens: the wgmma's N
+// The wgmma kernel runs this call: a Hopper device, enough tokens for it to beat linear_mma (8, or 2
+// on matrices of few rows; DEEPINFER_CUDA_WGMMA_MIN_TOKENS overrides), and a grouped call's groups
+// whole blocks of rows.
 bool linear_wgmma_runs(int64_t tokens, const WeightMatrix& w, const Groups& grouping);
-// Its split input's words (tokens padded to kWgmmaTokens), the most its calls of `tokens` tokens
-// over x_columns columns need.
+// Its split input's words (tokens padded to 64, room for any of its block sizes), the most its
+// calls of `tokens` tokens over x_columns columns need.
 int64_t linear_wgmma_split_words(int64_t tokens, int64_t x_columns);
 // x split into x_split, then each range's sums into out (rows out_stride floats apart; range z's
 // at out + z * tokens * w.rows when ranges.count > 1, which the caller adds).

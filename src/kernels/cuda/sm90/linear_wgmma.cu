@@ -53,19 +53,27 @@ constexpr int kRowsPerWarp = 16;
 static_assert(kRowsPerBlock == int64_t{kWarpgroups} * 4 * kRowsPerWarp);
 constexpr int kStages = 3;
 constexpr int kMmasPerChunk = 8;
-constexpr int64_t kCoreRowWords = 4;                                   // 16 bytes
-constexpr int64_t kHalfTileWords = kWgmmaTokens * kCoreRowWords;       // one (p, j, s): 1 KiB
-constexpr int64_t kStageWords = int64_t{kPlanes} * kMmasPerChunk * 2 * kHalfTileWords;  // 48 KiB
-constexpr uint32_t kStageBytes = static_cast<uint32_t>(kStageWords * 4);
-constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes;
+constexpr int64_t kCoreRowWords = 4;  // 16 bytes
 constexpr int64_t kMaxGrid = 65535;
 
-int64_t padded_tokens(int64_t tokens) { return (tokens + kWgmmaTokens - 1) / kWgmmaTokens * kWgmmaTokens; }
+// A block's N tokens (the wgmma's n: 16, 32 or 64) set its stage: one (plane, j, k half) is N
+// core-matrix rows (N x 16 bytes), a chunk's stage 48 of them (N = 64: 48 KiB).
+template <int N>
+struct TokenBlock {
+  static constexpr int64_t kHalfTileWords = int64_t{N} * kCoreRowWords;
+  static constexpr int64_t kStageWords = int64_t{kPlanes} * kMmasPerChunk * 2 * kHalfTileWords;
+  static constexpr uint32_t kStageBytes = static_cast<uint32_t>(kStageWords * 4);
+  static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes;
+};
+
+int64_t padded_tokens(int64_t tokens, int n) { return (tokens + n - 1) / n * n; }
 
 // One thread per (x chunk, token block, j, s, token n, lane segment q): the column pair of split
 // word 2 j + s of segment 4 c + q, its three planes' words; tokens past the call's are zeros.
+template <int N>
 __global__ void split_for_wgmma_kernel(const float* __restrict__ x, int64_t tokens, int64_t token_blocks,
                                        int64_t cols, int64_t x_stride, uint32_t* __restrict__ out) {
+  constexpr int64_t kHalfTileWords = TokenBlock<N>::kHalfTileWords, kStageWords = TokenBlock<N>::kStageWords;
   await_previous_grid();
   const int64_t per_chunk = token_blocks * kMmasPerChunk * 2 * kHalfTileWords;
   const int64_t total = (cols / kChunkColumns) * per_chunk;
@@ -75,9 +83,9 @@ __global__ void split_for_wgmma_kernel(const float* __restrict__ x, int64_t toke
     split_index(index, per_chunk, chunk, rest);
     split_index(rest, kMmasPerChunk * 2 * kHalfTileWords, block, within);
     const int q = static_cast<int>(within % kCoreRowWords);
-    const int n = static_cast<int>((within / kCoreRowWords) % kWgmmaTokens);
+    const int n = static_cast<int>((within / kCoreRowWords) % N);
     const int js = static_cast<int>(within / kHalfTileWords);  // 2 j + s: the split word
-    const int64_t t = block * kWgmmaTokens + n;
+    const int64_t t = block * N + n;
     uint32_t first[kPlanes] = {}, second[kPlanes] = {};
     if (t < tokens) {
       const int64_t c = split_word_column((chunk * 4 + q) * kSegmentWords + js);
@@ -92,12 +100,15 @@ __global__ void split_for_wgmma_kernel(const float* __restrict__ x, int64_t toke
   }
 }
 
-template <WeightEncoding E, bool NanCodes, bool Folded>
-__global__ void __launch_bounds__(kThreads, 1)
+template <WeightEncoding E, bool NanCodes, bool Folded, int N>
+__global__ void __launch_bounds__(kThreads, N == 16 ? 2 : 1)
     linear_wgmma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, int64_t token_blocks, WeightMatrix w,
                         Groups grouping, int64_t chunks_each, float* __restrict__ out, int64_t out_stride) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
+  constexpr int64_t kHalfTileWords = TokenBlock<N>::kHalfTileWords, kStageWords = TokenBlock<N>::kStageWords;
+  constexpr uint32_t kStageBytes = TokenBlock<N>::kStageBytes;
+  constexpr int kAcc = N / 2;  // per thread, of one m64nN accumulator
   extern __shared__ __align__(128) uint32_t stages[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ uint32_t released[kStages];  // warps done with the stage's chunk
@@ -106,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t block_row = static_cast<int64_t>(blockIdx.y) * kRowsPerBlock;
   const int64_t first_row = block_row + int64_t{warp} * kRowsPerWarp;  // warpgroup w's warps: rows 64 w ..
   const bool live = first_row < w.rows;  // warp-uniform: rows is a multiple of 16
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kWgmmaTokens;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * N;
   const int64_t chunks = w.cols / kChunkColumns;
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunks_each;
   const int64_t end = begin + chunks_each < chunks ? begin + chunks_each : chunks;
@@ -154,9 +165,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages && begin + s < end; ++s)
       bulk_copy(stages + s * kStageWords, source + s * chunk_step, kStageBytes, &full[s]);
 
-  float hi[32], mid_lo[32], scratch[2][32];
+  float hi[kAcc], mid_lo[kAcc], scratch[2][kAcc];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) hi[i] = mid_lo[i] = scratch[0][i] = scratch[1][i] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) hi[i] = mid_lo[i] = scratch[0][i] = scratch[1][i] = 0.0f;
   for (int64_t c = begin; c < end; ++c) {
     const int64_t k = c - begin;
     const int stage = static_cast<int>(k % kStages);
@@ -181,21 +192,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         b[p] = kmajor_descriptor(tiles + (p * kMmasPerChunk + j) * 2 * kHalfTileWords,
                                  static_cast<uint32_t>(kHalfTileWords * 4), 8 * kCoreRowWords * 4);
       wgmma_fence();
-      wgmma_m64n64k16_bf16(scratch[j % 2], a0, a1, a2, a3, b[0], false);
-      wgmma_m64n64k16_bf16(mid_lo, a0, a1, a2, a3, b[1], true);
-      wgmma_m64n64k16_bf16(mid_lo, a0, a1, a2, a3, b[2], true);
+      wgmma_bf16(scratch[j % 2], a0, a1, a2, a3, b[0], false);
+      wgmma_bf16(mid_lo, a0, a1, a2, a3, b[1], true);
+      wgmma_bf16(mid_lo, a0, a1, a2, a3, b[2], true);
       wgmma_commit();
       if (j > 0) {  // step j - 1 is done: its hi products into the sum
         wgmma_wait<1>();
         fence_registers(scratch[(j - 1) % 2]);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) hi[i] += scratch[(j - 1) % 2][i];
+        for (int i = 0; i < kAcc; ++i) hi[i] += scratch[(j - 1) % 2][i];
       }
     }
     wgmma_wait<0>();
     fence_registers(scratch[(kMmasPerChunk - 1) % 2]);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) hi[i] += scratch[(kMmasPerChunk - 1) % 2][i];
+    for (int i = 0; i < kAcc; ++i) hi[i] += scratch[(kMmasPerChunk - 1) % 2][i];
     // The last warp done with the stage refills it: no barrier holds the warpgroups in step, so
     // one decodes its next chunk while the other's MMAs run.
     if (lane == 0) {
@@ -212,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;  // a range's partial sums (out_stride = rows)
   // Accumulator i of this lane: row g + 8 ((i / 2) % 2) of the warp's 16, token 8 (i / 4) + 2 q + i % 2.
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kAcc; ++i) {
     const int64_t t = t0 + 8 * (i / 4) + 2 * q + i % 2;
     if (t < tokens) out[t * out_stride + first_row + g + 8 * ((i / 2) % 2)] = hi[i] + mid_lo[i];
   }
@@ -235,66 +246,87 @@ bool device_is_hopper() {
   return state == 1;
 }
 
-// Calls of at least this many tokens take the wgmma kernel (measured: docs/BENCHMARKS.md, "The
-// dense linears on wgmma"); DEEPINFER_CUDA_WGMMA_MIN_TOKENS overrides it for benchmarks (0: never).
-int64_t wgmma_min_tokens() {
+// DEEPINFER_CUDA_WGMMA_MIN_TOKENS: calls of at least that many tokens take the wgmma kernel and no
+// others (0: none), for benchmarks; unset, the measured rule of linear_wgmma_runs.
+int64_t forced_min_tokens() {
   static const int64_t value = [] {
     const char* setting = std::getenv("DEEPINFER_CUDA_WGMMA_MIN_TOKENS");
-    if (!setting || !*setting) return int64_t{32};
+    if (!setting || !*setting) return int64_t{-1};
     const long long parsed = std::atoll(setting);
     return parsed <= 0 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(parsed);
   }();
   return value;
 }
 
-template <WeightEncoding E, bool NanCodes, bool Folded>
+// A block's tokens for a call of `tokens`: the narrowest wgmma that holds them, up to 64 (measured
+// at 16-64 tokens: docs/BENCHMARKS.md, "The dense linears on wgmma").
+int block_tokens(int64_t tokens) { return tokens <= 16 ? 16 : tokens <= 32 ? 32 : 64; }
+
+template <WeightEncoding E, bool NanCodes, bool Folded, int N>
 auto* wgmma_kernel() {
-  auto* kernel = linear_wgmma_kernel<E, NanCodes, Folded>;
+  auto* kernel = linear_wgmma_kernel<E, NanCodes, Folded, N>;
   static std::once_flag raised;
   std::call_once(raised, [&] {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)) !=
-        cudaSuccess)
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(TokenBlock<N>::kSharedBytes)) != cudaSuccess)
       check_launch("cuda::linear_wgmma (shared memory limit)");
   });
   return kernel;
 }
 
+template <int N>
+void launch_wgmma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, const Groups& grouping,
+                  const ColumnRanges& ranges, float* out, int64_t out_stride, uint32_t* x_split, cudaStream_t stream) {
+  const int64_t token_blocks = padded_tokens(tokens, N) / N;
+  if (token_blocks > kMaxGrid || ranges.row_blocks > kMaxGrid)
+    fail("cuda::linear_wgmma: ", tokens, " tokens x ", w.rows, " rows is past the grid's limits");
+  const int64_t split_threads =
+      (grouping.x_columns / kChunkColumns) * token_blocks * kMmasPerChunk * 2 * TokenBlock<N>::kHalfTileWords;
+  launch(split_for_wgmma_kernel<N>, grid_for(split_threads, 256), 256, 0, stream, x, tokens, token_blocks,
+         grouping.x_columns, x_stride, x_split);
+  using Kernel = void (*)(const uint32_t*, int64_t, int64_t, WeightMatrix, Groups, int64_t, float*, int64_t);
+  Kernel kernel;
+  constexpr auto kFp8 = WeightEncoding::FP8_E4M3;
+  if (w.encoding == WeightEncoding::BF16)
+    kernel = wgmma_kernel<WeightEncoding::BF16, false, false, N>();
+  else if (!w.no_nan_codes)
+    kernel = wgmma_kernel<kFp8, true, false, N>();
+  else if (w.max_e8m0 <= kMaxFoldedE4m3Scale)
+    kernel = wgmma_kernel<kFp8, false, true, N>();
+  else
+    kernel = wgmma_kernel<kFp8, false, false, N>();
+  const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(ranges.row_blocks),
+                  static_cast<unsigned>(ranges.count));
+  launch(kernel, grid, kThreads, TokenBlock<N>::kSharedBytes, stream, x_split, tokens, token_blocks, w, grouping,
+         ranges.chunks_each, out, out_stride);
+}
+
 }  // namespace
 
 bool linear_wgmma_runs(int64_t tokens, const WeightMatrix& w, const Groups& grouping) {
-  if (tokens < wgmma_min_tokens()) return false;
+  // Measured against linear_mma on the H200 (docs/BENCHMARKS.md, "The dense linears on wgmma"):
+  // faster from 8 tokens on every matrix, from 2 on those of at most kFewRows rows; at a token or
+  // two the big ones (the head, wq_b) stream at their bound on linear_mma.
+  constexpr int64_t kFewRows = 8192;
+  const int64_t forced = forced_min_tokens();
+  if (forced >= 0 ? tokens < forced : tokens < 8 && (tokens < 2 || w.rows > kFewRows)) return false;
   if (grouping.group_weights && grouping.group_rows % kRowsPerBlock != 0) return false;
   if (w.encoding != WeightEncoding::BF16 && w.encoding != WeightEncoding::FP8_E4M3) return false;
   return device_is_hopper();
 }
 
 int64_t linear_wgmma_split_words(int64_t tokens, int64_t x_columns) {
-  return tokens < wgmma_min_tokens() ? 0 : padded_tokens(tokens) * kPlanes * (x_columns / 2);
+  // Padded to 64 tokens: room for any block size.
+  return tokens < 1 ? 0 : padded_tokens(tokens, 64) * kPlanes * (x_columns / 2);
 }
 
 void linear_wgmma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, const Groups& grouping,
                   const ColumnRanges& ranges, float* out, int64_t out_stride, uint32_t* x_split, cudaStream_t stream) {
-  const int64_t token_blocks = padded_tokens(tokens) / kWgmmaTokens;
-  if (token_blocks > kMaxGrid || ranges.row_blocks > kMaxGrid)
-    fail("cuda::linear_wgmma: ", tokens, " tokens x ", w.rows, " rows is past the grid's limits");
-  const int64_t split_threads = (grouping.x_columns / kChunkColumns) * token_blocks * kMmasPerChunk * 2 * kHalfTileWords;
-  launch(split_for_wgmma_kernel, grid_for(split_threads, 256), 256, 0, stream, x, tokens, token_blocks,
-         grouping.x_columns, x_stride, x_split);
-  using Kernel = void (*)(const uint32_t*, int64_t, int64_t, WeightMatrix, Groups, int64_t, float*, int64_t);
-  Kernel kernel;
-  constexpr auto kFp8 = WeightEncoding::FP8_E4M3;
-  if (w.encoding == WeightEncoding::BF16)
-    kernel = wgmma_kernel<WeightEncoding::BF16, false, false>();
-  else if (!w.no_nan_codes)
-    kernel = wgmma_kernel<kFp8, true, false>();
-  else if (w.max_e8m0 <= kMaxFoldedE4m3Scale)
-    kernel = wgmma_kernel<kFp8, false, true>();
-  else
-    kernel = wgmma_kernel<kFp8, false, false>();
-  const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(ranges.row_blocks),
-                  static_cast<unsigned>(ranges.count));
-  launch(kernel, grid, kThreads, kSharedBytes, stream, x_split, tokens, token_blocks, w, grouping, ranges.chunks_each,
-         out, out_stride);
+  switch (block_tokens(tokens)) {
+    case 16: return launch_wgmma<16>(x, x_stride, tokens, w, grouping, ranges, out, out_stride, x_split, stream);
+    case 32: return launch_wgmma<32>(x, x_stride, tokens, w, grouping, ranges, out, out_stride, x_split, stream);
+    default: return launch_wgmma<64>(x, x_stride, tokens, w, grouping, ranges, out, out_stride, x_split, stream);
+  }
 }
 
 }  // namespace deepinfer::kernels::cuda::dense
