@@ -367,10 +367,10 @@ TEST(CudaLinearMma, ShortWorkspaceIsAnError) {
   std::mt19937 rng(31);
   const HostWeight w = make_weight(WeightEncoding::BF16, 64, 256, rng);
   const DeviceWeight d = upload(w);
-  const DeviceBytes dx = to_device(random_floats(4 * 256, rng));
-  DeviceBytes dy(4 * 64 * 4);
-  MmaWorkspace ws(2, d.matrix);  // room for 2 tokens, not 4
-  EXPECT_THROW(linear(dx.at<float>(), 4, d.matrix, dy.at<float>(), kDefaultStream, ws.workspace), Error);
+  const DeviceBytes dx = to_device(random_floats(100 * 256, rng));
+  DeviceBytes dy(100 * 64 * 4);
+  MmaWorkspace ws(2, d.matrix);  // room for 2 tokens (as many kernels pad them: 64), not 100
+  EXPECT_THROW(linear(dx.at<float>(), 100, d.matrix, dy.at<float>(), kDefaultStream, ws.workspace), Error);
 }
 
 TEST(CudaLinearMma, SupportsTheReleasedDenseEncodingsOnly) {
