@@ -263,6 +263,10 @@ struct Engine::Impl {
       cancels.swap(cancel_inbox);
       stop = stopping;
       clears = clear_requests;
+      // stats() counts the inbox live and the scheduler's queue as last published: the requests
+      // taken here count as waiting until the next publication, or a server checking max_waiting
+      // in between would see them nowhere and admit one request too many.
+      published.waiting += static_cast<int64_t>(submissions.size());
     }
     if (clears > 0) {
       scheduler.clear_prefix_cache();
