@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/linear_mma_plan.h"
 #include "kernels/cuda/mma_common.cuh"
 #include "kernels/kernels.h"
 
@@ -29,6 +30,21 @@ template <int kTiles>
 struct HalfA {
   uint32_t words[kTiles][2][2][4];  // [tile][row g / g + 8][i - 2 h][n]
 };
+
+// The weight group holding `row` of a call (dense::Groups; the whole matrix when not grouped): its
+// index, its codes and scales, and its first row among the call's.
+struct GroupWeights {
+  int64_t index, first_row;
+  const void* data;
+  const uint8_t* scales;
+};
+
+__device__ __forceinline__ GroupWeights group_weights_of(const WeightMatrix& w, const dense::Groups& grouping,
+                                                         int64_t row) {
+  const int64_t index = row / grouping.group_rows;
+  const WeightMatrix& m = grouping.group_weights ? grouping.group_weights[index] : w;
+  return {index, index * grouping.group_rows, m.data, static_cast<const uint8_t*>(m.scales)};
+}
 
 // 16-byte loads of one row's half chunk (the lane's 32 columns, half h): FP8 one, BF16 two.
 template <WeightEncoding E>

@@ -98,11 +98,12 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_chunks;
   const int64_t end = begin + range_chunks < chunks ? begin + range_chunks : chunks;
 
-  // The warp's group: its codes, its scales, and its rows counted from the group's first.
-  const int64_t group = first_row / grouping.group_rows;
-  const void* data = grouping.group_weights ? grouping.group_weights[group].data : w.data;
-  const auto* scales = static_cast<const uint8_t*>(grouping.group_weights ? grouping.group_weights[group].scales : w.scales);
-  const int64_t local_first_row = first_row - group * grouping.group_rows;
+  // The warp's group (group_rows is a multiple of its 32 rows): its rows counted from the group's first.
+  const GroupWeights weights = group_weights_of(w, grouping, first_row);
+  const int64_t group = weights.index;
+  const void* data = weights.data;
+  const uint8_t* scales = weights.scales;
+  const int64_t local_first_row = first_row - weights.first_row;
   RowPointers<E, 2> rows;
   const int64_t row_bytes = E == WeightEncoding::BF16 ? w.cols * 2 : w.cols;
   // Without a second tile the first is read twice and its copy dropped: one code path.

@@ -1,8 +1,9 @@
-// The dense tensor-core linear for calls of many tokens on Hopper: wgmma (m64 n64 k16) with the
-// decoded weights as A in registers and a block's 64 tokens as B in shared memory, fed by the
-// bulk copy engine. Same products, same sums, same order as linear_mma.cu, whose token blocks
-// each read their activations through L1 into registers for every m16n8k16 MMA (operand traffic
-// per MMA set its time past 16 tokens: docs/BENCHMARKS.md, "A weight tile decoded once per block").
+// The dense tensor-core linear for calls of several tokens on Hopper: wgmma (m64 nN k16, N = 16, 32
+// or 64 tokens a block) with the decoded weights as A in registers and the block's tokens as B in
+// shared memory, fed by the bulk copy engine. Same products, same sums, same order as
+// linear_mma.cu, whose token blocks each read their activations through L1 into registers for
+// every m16n8k16 MMA (operand traffic per MMA set its time past 16 tokens: docs/BENCHMARKS.md, "A
+// weight tile decoded once per block").
 //
 // Bits. A token's result must not depend on which kernel its call ran (batch invariance), so
 // this kernel keeps linear_mma's every choice: the column ranges (linear_mma_plan.h), the chunk
@@ -13,10 +14,10 @@
 // the two kernels' bits on the device).
 //
 // Layout of the split input (split_for_wgmma_kernel): for x chunk c (128 columns), token block b
-// (64 tokens), plane p, MMA j and k half s, the 64 tokens' 16-byte rows (4 words: lane segment q's
-// word 2 j + s for q = 0..3) one after another. A (c, b) is one contiguous 48 KiB stage that one
-// bulk copy brings in, and (p, j) within it is the MMA's B: core matrices of 8 tokens x 16 bytes,
-// 1 KiB from k half 0 to 1, 128 bytes from 8 tokens to the next.
+// (N tokens), plane p, MMA j and k half s, the N tokens' 16-byte rows (4 words: lane segment q's
+// word 2 j + s for q = 0..3) one after another. A (c, b) is one contiguous stage (48 KiB at N = 64)
+// that one bulk copy brings in, and (p, j) within it is the MMA's B: core matrices of 8 tokens x
+// 16 bytes, N x 16 bytes from k half 0 to 1, 128 bytes from 8 tokens to the next.
 //
 // Block: two warpgroups (128 rows, as linear_mma's blocks, so the same ranges), each warp 16
 // rows; blockIdx.x = token blocks (fastest: blocks reading the same weight rows run together and
@@ -25,14 +26,12 @@
 // adds the step before's scratch once that step completes, so the tensor cores stay fed.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
-#include <string>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -122,21 +121,21 @@ __global__ void __launch_bounds__(kThreads, N == 16 ? 2 : 1)
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunks_each;
   const int64_t end = begin + chunks_each < chunks ? begin + chunks_each : chunks;
 
-  // The block's group (its 128 rows lie in one: linear_wgmma_runs), its codes and scales.
-  const int64_t group = block_row / grouping.group_rows;
-  const void* data = grouping.group_weights ? grouping.group_weights[group].data : w.data;
-  const auto* scales = static_cast<const uint8_t*>(grouping.group_weights ? grouping.group_weights[group].scales : w.scales);
-  // A warp past the weight's rows runs on row 0's codes (the block's barriers need every warp)
-  // and stores nothing.
-  const int64_t local_first_row = live ? first_row - group * grouping.group_rows : 0;
+  // The block's group (its 128 rows lie in one: linear_wgmma_runs). A warp past the weight's rows
+  // runs on the group's row 0 (the block's barriers need every warp) and stores nothing.
+  const GroupWeights weights = group_weights_of(w, grouping, block_row);
+  const int64_t group = weights.index;
+  const void* data = weights.data;
+  const uint8_t* scales = weights.scales;
+  const int64_t local_first_row = live ? first_row - weights.first_row : 0;
   const auto row_of = [&](int, int r) { return local_first_row + g + 8 * r; };
   RowPointers<E, 1> rows;  // data only: the loop keeps its scales
   const int64_t row_bytes = E == WeightEncoding::BF16 ? w.cols * 2 : w.cols;
 #pragma unroll
   for (int r = 0; r < 2; ++r) rows.data[0][r] = static_cast<const uint8_t*>(data) + row_of(0, r) * row_bytes;
 
-  // The next chunk's weight bytes and scale bytes are loaded while this chunk's MMAs run: one block
-  // an SM has 8 warps, too few to hide a load's latency behind other warps.
+  // The next chunk's weight bytes and scale bytes are loaded while this chunk's MMAs run: one or two
+  // blocks an SM are 8 or 16 warps, too few to hide a load's latency behind other warps.
   uint4 bytes[2][2][kHalfLoads<E>];  // [row g / g + 8][half]
   uint32_t scale_bytes[2];
   const auto load_chunk = [&](int64_t chunk) {
