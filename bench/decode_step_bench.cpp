@@ -180,6 +180,44 @@ double matrix_bytes(const WeightMatrix& m) {
 
 double floats_bytes(const std::vector<float>& v) { return 4.0 * static_cast<double>(v.size()); }
 
+// The weight matrices a token of a layer multiplies, each with its part of the layer: the attention
+// projections (low-rank q, K = V, the grouped output, V4's compressor and indexer, V4.1's kv-source
+// compressor, index keys and index-source queries), both mHC sites' fn, the router, the shared
+// expert(s), and one routed expert's w1, w2, w3 (every routed expert of a layer has its shapes).
+enum class Part { Attention, Mhc, Router, SharedExperts, RoutedExpert };
+
+template <typename Layer, typename Visit>
+void for_each_token_matrix(const Layer& layer, Visit visit) {
+  const auto& a = layer.attention;
+  for (const WeightMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) visit(*m, Part::Attention);
+  for (const WeightMatrix& group : a.wo_a_groups) visit(group, Part::Attention);
+  if (a.compressor) {
+    visit(a.compressor->wkv, Part::Attention);
+    visit(a.compressor->wgate, Part::Attention);
+  }
+  if (a.indexer)
+    for (const WeightMatrix* m : {&a.indexer->wq_b, &a.indexer->weights_proj, &a.indexer->compressor.wkv,
+                                  &a.indexer->compressor.wgate})
+      visit(*m, Part::Attention);
+  if (a.latent_compressor) {
+    visit(a.latent_compressor->wkv, Part::Attention);
+    if (a.latent_compressor->wgate) visit(*a.latent_compressor->wgate, Part::Attention);
+  }
+  if (a.index_keys) visit(a.index_keys->wk, Part::Attention);
+  if (a.index_queries) {
+    visit(a.index_queries->wq_b, Part::Attention);
+    visit(a.index_queries->weights_proj, Part::Attention);
+  }
+  for (const auto* hc : {&layer.attn_hc, &layer.ffn_hc}) visit(hc->fn, Part::Mhc);
+  const auto& moe = layer.moe;
+  visit(moe.gate, Part::Router);
+  for (const auto& shared : moe.shared)
+    for (const WeightMatrix* m : {&shared.w1, &shared.w2, &shared.w3}) visit(*m, Part::SharedExperts);
+  if (!moe.experts.empty())
+    for (const WeightMatrix* m : {&moe.experts.front().w1, &moe.experts.front().w2, &moe.experts.front().w3})
+      visit(*m, Part::RoutedExpert);
+}
+
 struct StepBytes {
   // weights
   double attention = 0;       // attention projections and their norms / sinks, V4 compressors and indexers,
@@ -212,39 +250,25 @@ StepBytes step_bytes(const Model& model, int64_t batch, int64_t context, const s
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const auto& layer = layers[l];
     const auto& a = layer.attention;
-    // Attention: low-rank q (wq_a, q_norm, wq_b), the K = V projection (wkv, kv_norm), the grouped
-    // output (wo_a's o_groups row slices, wo_b), the sinks, and the sublayer norms of both sites.
-    out.attention += matrix_bytes(a.wq_a) + matrix_bytes(a.wq_b) + matrix_bytes(a.wkv) + matrix_bytes(a.wo_b);
-    for (const WeightMatrix& group : a.wo_a_groups) out.attention += matrix_bytes(group);
+    for_each_token_matrix(layer, [&](const WeightMatrix& m, Part part) {
+      switch (part) {
+        case Part::Attention: out.attention += matrix_bytes(m); break;
+        case Part::Mhc: out.mhc += matrix_bytes(m); break;
+        case Part::Router: out.router += matrix_bytes(m); break;
+        case Part::SharedExperts: out.shared_experts += matrix_bytes(m); break;
+        case Part::RoutedExpert: out.routed_experts += distinct_experts[l] * matrix_bytes(m); break;
+      }
+    });
+    // Beside the matrices: the attention's norms and sinks, both sublayer norms, V4.1's latent
+    // compressor and index-key norms, mHC base and scale, the router's bias (tid2eid rows of hash
+    // layers: B rows).
     out.attention += floats_bytes(a.q_norm) + floats_bytes(a.kv_norm) + floats_bytes(a.sink) +
                      floats_bytes(layer.attn_norm) + floats_bytes(layer.ffn_norm);
-    // V4: the layer's own compressor (kv + gate projections) and, on CSA layers, its indexer
-    // (query projection, head weights, the indexer's compressor).
-    if (a.compressor) out.attention += matrix_bytes(a.compressor->wkv) + matrix_bytes(a.compressor->wgate);
-    if (a.indexer)
-      out.attention += matrix_bytes(a.indexer->wq_b) + matrix_bytes(a.indexer->weights_proj) +
-                       matrix_bytes(a.indexer->compressor.wkv) + matrix_bytes(a.indexer->compressor.wgate);
-    // V4.1 (CSA2): a kv source's latent compressor (wkv, wgate at ratio 2) and index-key
-    // projection (wk, run when a group closes: counted every step), an index source's query side.
-    if (a.latent_compressor) {
-      out.attention += matrix_bytes(a.latent_compressor->wkv) + floats_bytes(a.latent_compressor->norm);
-      if (a.latent_compressor->wgate) out.attention += matrix_bytes(*a.latent_compressor->wgate);
-    }
-    if (a.index_keys) out.attention += matrix_bytes(a.index_keys->wk) + floats_bytes(a.index_keys->k_norm);
-    if (a.index_queries) out.attention += matrix_bytes(a.index_queries->wq_b) + matrix_bytes(a.index_queries->weights_proj);
-    // mHC: each site's fn [(2 + n) n, n D] (F32 in the releases), base and scale.
-    for (const auto* hc : {&layer.attn_hc, &layer.ffn_hc})
-      out.mhc += matrix_bytes(hc->fn) + floats_bytes(hc->base) + floats_bytes(hc->scale);
-    // MoE: router, shared expert(s), and the distinct routed experts of this step.
-    const auto& moe = layer.moe;
-    out.router += matrix_bytes(moe.gate) + floats_bytes(moe.bias);
-    if (!moe.tid2eid.empty()) out.router += 4.0 * static_cast<double>(batch * moe.top_k);
-    for (const auto& shared : moe.shared)
-      out.shared_experts += matrix_bytes(shared.w1) + matrix_bytes(shared.w2) + matrix_bytes(shared.w3);
-    if (!moe.experts.empty()) {
-      const auto& e = moe.experts.front();  // every routed expert of a layer has the same shapes
-      out.routed_experts += distinct_experts[l] * (matrix_bytes(e.w1) + matrix_bytes(e.w2) + matrix_bytes(e.w3));
-    }
+    if (a.latent_compressor) out.attention += floats_bytes(a.latent_compressor->norm);
+    if (a.index_keys) out.attention += floats_bytes(a.index_keys->k_norm);
+    for (const auto* hc : {&layer.attn_hc, &layer.ffn_hc}) out.mhc += floats_bytes(hc->base) + floats_bytes(hc->scale);
+    out.router += floats_bytes(layer.moe.bias);
+    if (!layer.moe.tid2eid.empty()) out.router += 4.0 * static_cast<double>(batch * layer.moe.top_k);
   }
   // Head: the final norm and every row of the LM head (V4.1 has no hyper-head; V4's is mHC-sized).
   const auto head = model.head_weights();
@@ -300,32 +324,13 @@ StepBytes step_bytes(const Model& model, int64_t batch, int64_t context, const s
 // call asks for no logits). Prefill tokens/s times this, against a measured matrix rate, is the
 // prefill's share of it (docs/BENCHMARKS.md).
 double matmul_flops_per_token(const Model& model) {
-  const auto elements = [](const WeightMatrix& m) { return static_cast<double>(m.rows) * static_cast<double>(m.cols); };
-  double total = 0;
-  for (const auto& layer : model.layers()) {
-    const auto& a = layer.attention;
-    total += elements(a.wq_a) + elements(a.wq_b) + elements(a.wkv) + elements(a.wo_b);
-    for (const WeightMatrix& group : a.wo_a_groups) total += elements(group);
-    if (a.compressor) total += elements(a.compressor->wkv) + elements(a.compressor->wgate);
-    if (a.indexer)
-      total += elements(a.indexer->wq_b) + elements(a.indexer->weights_proj) + elements(a.indexer->compressor.wkv) +
-               elements(a.indexer->compressor.wgate);
-    if (a.latent_compressor) {
-      total += elements(a.latent_compressor->wkv);
-      if (a.latent_compressor->wgate) total += elements(*a.latent_compressor->wgate);
-    }
-    if (a.index_keys) total += elements(a.index_keys->wk);
-    if (a.index_queries) total += elements(a.index_queries->wq_b) + elements(a.index_queries->weights_proj);
-    for (const auto* hc : {&layer.attn_hc, &layer.ffn_hc}) total += elements(hc->fn);
-    const auto& moe = layer.moe;
-    total += elements(moe.gate);
-    for (const auto& shared : moe.shared) total += elements(shared.w1) + elements(shared.w2) + elements(shared.w3);
-    if (!moe.experts.empty()) {
-      const auto& e = moe.experts.front();
-      total += static_cast<double>(moe.top_k) * (elements(e.w1) + elements(e.w2) + elements(e.w3));
-    }
-  }
-  return 2.0 * total;
+  double weights = 0;
+  for (const auto& layer : model.layers())
+    for_each_token_matrix(layer, [&](const WeightMatrix& m, Part part) {
+      const double count = static_cast<double>(m.rows) * static_cast<double>(m.cols);
+      weights += part == Part::RoutedExpert ? static_cast<double>(layer.moe.top_k) * count : count;
+    });
+  return 2.0 * weights;
 }
 
 // Expected distinct experts among B tokens each picking k of E uniformly: E (1 - (1 - k/E)^B).
@@ -653,7 +658,7 @@ int run(const Options& o) {
     mean_experts /= static_cast<double>(std::max<std::size_t>(1, r.distinct_experts.size()));
     const double prefill_rate = static_cast<double>(r.prefilled * o.context) / std::max(r.prefill_seconds, 1e-9);
     std::fprintf(stderr,
-                 "batch %lld: prefill %.2f s (%.0f tok/s, %.1f TFLOP/s of matrix products at %.2f GFLOP a token); "
+                 "batch %lld: prefill %.2f s (%.0f tok/s, %.1f TFLOP/s of matrix products at %.3g GFLOP a token); "
                  "ms/step per repeat:",
                  static_cast<long long>(batch), r.prefill_seconds, prefill_rate, prefill_rate * flops_per_token / 1e12,
                  flops_per_token / 1e9);
