@@ -6,7 +6,10 @@
 //                  [--copy-gb 4] [--device N] [--seed S]
 //
 // Tiles: as the backend cuts them (kernels::cuda::expert_tile_pairs: 8 pairs where a call's pairs
-// average 6 an expert, else 4); DEEPINFER_BENCH_TILE_PAIRS=4 or 8 forces one size.
+// average 6 an expert, else 4); DEEPINFER_BENCH_TILE_PAIRS=4 or 8 forces one size. Where the
+// backend would take the wgmma kernels (expert_wgmma_tile_pairs: prefill-sized calls on Hopper;
+// DEEPINFER_CUDA_EXPERT_WGMMA=16 / 32 forces them), their chain runs too and its y is compared
+// with expert_mma's bit for bit.
 //
 // What a decode step's MoE layer runs for its routed experts, each variant one CUDA graph of
 // back-to-back calls (each call on the next layer's weights, --layers sets of all experts, so the
@@ -14,6 +17,8 @@
 //   experts   moe_sort, expert_tiles, split_rows, expert_gate_up, expert_down (the whole chain)
 //   gate_up   expert_gate_up alone (w1 and w3 with the SwiGLU), on the chain's sorted pairs
 //   down      expert_down alone (w2)
+//   wgmma     moe_sort, expert_tiles, expert_gate_up_wgmma, expert_down_wgmma (prefill-sized calls)
+//   wg gate_up / wg down   the two wgmma launches alone
 //             (all three on codes in expert tiles, WeightLayout::ExpertTiles, as the CUDA weight
 //             store uploads routed experts; "gate_up r" and "down r" on the same codes row-major)
 //   read rows / read tiled   gate_up's weight codes read with no arithmetic, in gate_up's order and
@@ -296,6 +301,10 @@ struct Step {
   std::size_t scratch_bytes = 0;
   DeviceBuffer x, experts, scratch, sorted_expert, sorted_token, sorted_pair, position_of, tiles, tile_count, x_split,
       h_split, y, sink;
+  // The wgmma kernels' (prefill-sized calls): their own tiles, staging, gate / up and y.
+  int wgmma_tile_pairs = 0;  // kernels::cuda::expert_wgmma_tile_pairs; 0: not this call
+  int64_t wgmma_tile_bound = 0;
+  DeviceBuffer wgmma_tiles, staged, gate, up, wgmma_y;
 };
 
 bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_second) {
@@ -336,6 +345,17 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     st.h_split = DeviceBuffer(static_cast<std::size_t>(kc::split_words(st.pairs, s.inner)) * 4, "h split");
     st.y = DeviceBuffer(p * static_cast<std::size_t>(s.hidden) * 4, "y");
     st.sink = DeviceBuffer(4, "sink");
+    st.wgmma_tile_pairs = kc::expert_wgmma_tile_pairs(st.pairs, s.experts);
+    if (st.wgmma_tile_pairs > 0) {
+      st.wgmma_tile_bound = kc::expert_tile_bound(st.pairs, s.experts, st.wgmma_tile_pairs);
+      st.wgmma_tiles = DeviceBuffer(static_cast<std::size_t>(4 * st.wgmma_tile_bound) * 4, "wgmma tiles");
+      st.staged = DeviceBuffer(static_cast<std::size_t>(kc::expert_wgmma_staged_words(
+                                   st.wgmma_tile_bound, std::max(s.hidden, s.inner), st.wgmma_tile_pairs)) * 4,
+                               "staged");
+      st.gate = DeviceBuffer(p * static_cast<std::size_t>(s.inner) * 4, "gate");
+      st.up = DeviceBuffer(p * static_cast<std::size_t>(s.inner) * 4, "up");
+      st.wgmma_y = DeviceBuffer(p * static_cast<std::size_t>(s.hidden) * 4, "wgmma y");
+    }
     fill_floats_kernel<<<grid_for(tokens * s.hidden), 256, 0, stream>>>(st.x.as<float>(), tokens * s.hidden,
                                                                         o.seed + static_cast<uint64_t>(tokens));
     launched("fill_floats_kernel");
@@ -364,6 +384,26 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
                       st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0,
                       st.tile_pairs);
     };
+    // The wgmma chain: sort, its tiles, gate / up, down (with the SwiGLU as it stages h).
+    const auto wgmma_tiles = [&]() {
+      kc::moe_sort(st.experts.as<int32_t>(), st.pairs, s.top_k, st.scratch.as<void>(), st.scratch_bytes,
+                   st.sorted_expert.as<int32_t>(), st.sorted_token.as<int32_t>(), st.sorted_pair.as<int64_t>(),
+                   st.position_of.as<int64_t>(), ks);
+      kc::expert_tiles(st.sorted_expert.as<int32_t>(), st.pairs, st.wgmma_tiles.as<int32_t>(),
+                       st.tile_count.as<int32_t>(), ks, st.wgmma_tile_pairs);
+    };
+    const auto wgmma_gate_up = [&](const Layer& layer) {
+      kc::expert_gate_up_wgmma(st.x.as<float>(), st.sorted_token.as<int32_t>(), st.wgmma_tiles.as<int32_t>(),
+                               st.tile_count.as<int32_t>(), st.wgmma_tile_bound, layer.w1.device(true),
+                               layer.w3.device(true), s.inner, s.hidden, st.staged.as<uint32_t>(), st.gate.as<float>(),
+                               st.up.as<float>(), ks, kMaxFilledE8m0, st.wgmma_tile_pairs);
+    };
+    const auto wgmma_down = [&](const Layer& layer) {
+      kc::expert_down_wgmma(st.gate.as<float>(), st.up.as<float>(), kSwigluLimit, nullptr,
+                            st.wgmma_tiles.as<int32_t>(), st.tile_count.as<int32_t>(), st.wgmma_tile_bound,
+                            layer.w2.device(true), s.hidden, s.inner, st.staged.as<uint32_t>(), st.wgmma_y.as<float>(),
+                            ks, kMaxFilledE8m0, st.wgmma_tile_pairs);
+    };
     const auto read_codes = [&](bool tiled, const Layer& layer) {
       const dim3 grid(static_cast<unsigned>((s.inner + 16 * kReadWarps - 1) / (16 * kReadWarps)),
                       static_cast<unsigned>(std::min<int64_t>(st.tile_bound, 65535)));
@@ -390,7 +430,7 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     };
     const double up_bytes = static_cast<double>(distinct * 2 * matrix_bytes(s.inner, s.hidden));
     const double down_bytes = static_cast<double>(distinct * matrix_bytes(s.hidden, s.inner));
-    const Variant variants[] = {
+    std::vector<Variant> variants = {
         {"experts", up_bytes + down_bytes,
          [&](int call) {
            sort_and_split();
@@ -404,11 +444,27 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
         {"read rows", up_bytes, [&](int call) { read_codes(false, layer_of(call)); }},
         {"read tiled", up_bytes, [&](int call) { read_codes(true, layer_of(call)); }},
     };
+    if (st.wgmma_tile_pairs > 0) {
+      wgmma_tiles();
+      variants.push_back({"wgmma", up_bytes + down_bytes, [&](int call) {
+                            wgmma_tiles();
+                            wgmma_gate_up(layer_of(call));
+                            wgmma_down(layer_of(call));
+                          }});
+      variants.push_back({"wg gate_up", up_bytes, [&](int call) { wgmma_gate_up(layer_of(call)); }});
+      variants.push_back({"wg down", down_bytes, [&](int call) { wgmma_down(layer_of(call)); }});
+    }
+    // Matrix products (w1, w3 and w2 of every pair) per second, for the chains.
+    const double flops = 6.0 * static_cast<double>(st.pairs * s.inner * s.hidden);
     for (const Variant& v : variants) {
       const double us = time_graph(stream, calls, o.warmup, o.repeats, v.enqueue);
       const double bound_us = v.bytes / copy_bytes_per_second * 1e6;
-      std::printf("%-7lld %-10s %10.1f %9lld %10.3f %10.0f %9.1f %7.2fx\n", static_cast<long long>(tokens), v.name, us,
+      std::printf("%-7lld %-10s %10.1f %9lld %10.3f %10.0f %9.1f %7.2fx", static_cast<long long>(tokens), v.name, us,
                   static_cast<long long>(distinct), v.bytes / 1e9, v.bytes / us / 1e3, bound_us, us / bound_us);
+      if (std::string(v.name) == "experts" || std::string(v.name) == "wgmma")
+        std::printf("  %.1f TFLOP/s%s", flops / us / 1e6,
+                    std::string(v.name) == "wgmma" ? (st.wgmma_tile_pairs == 16 ? " (16-pair tiles)" : " (32-pair tiles)") : "");
+      std::printf("\n");
     }
 
     // The check, on layer 0 (the last enqueued call of the "down" graph ran layer (calls - 1) %
@@ -417,6 +473,23 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     gate_up(layers[0]);
     down(layers[0]);
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (check)");
+    if (st.wgmma_tile_pairs > 0) {  // the wgmma chain must give the same bits
+      std::vector<float> want(p * static_cast<std::size_t>(s.hidden)), got(want.size());
+      check(cudaMemcpy(want.data(), st.y.as<void>(), want.size() * 4, cudaMemcpyDeviceToHost), "download");
+      wgmma_tiles();
+      wgmma_gate_up(layers[0]);
+      wgmma_down(layers[0]);
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (wgmma check)");
+      check(cudaMemcpy(got.data(), st.wgmma_y.as<void>(), got.size() * 4, cudaMemcpyDeviceToHost), "download");
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+      std::printf("        wgmma bits: %zu of %zu outputs differ from expert_mma's: %s\n", differ, got.size(),
+                  differ == 0 ? "ok" : "FAILED");
+      ok = ok && differ == 0;
+      // The mma chain's sort again, for the check below (the same pairs either way).
+      sort_and_split();
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (check)");
+    }
     std::vector<int32_t> sorted_expert(p), sorted_token(p);
     check(cudaMemcpy(sorted_expert.data(), st.sorted_expert.as<void>(), p * 4, cudaMemcpyDeviceToHost), "download");
     check(cudaMemcpy(sorted_token.data(), st.sorted_token.as<void>(), p * 4, cudaMemcpyDeviceToHost), "download");

@@ -426,5 +426,98 @@ TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
   }
 }
 
+// The same call through the wgmma kernels (prefill-sized calls on Hopper): y in sorted order.
+std::vector<float> run_experts_wgmma(const Experts& e, int experts, const std::vector<float>& x, int64_t top_k, const std::vector<int32_t>& choice, int64_t inner, int64_t hidden,
+                                     float limit, const std::vector<float>* pair_scale, int tile_pairs,
+                                     int max_e8m0 = 255) {
+  const auto pairs = static_cast<int64_t>(choice.size());
+  const DeviceBytes dchoice = to_device(choice), dx = to_device(x);
+  DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
+      sorted_pair(pairs * 8), position_of(pairs * 8);
+  moe_sort(dchoice.at<int32_t>(), pairs, top_k, scratch.get(), moe_sort_scratch_bytes(pairs),
+           sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(), position_of.at<int64_t>(),
+           kDefaultStream);
+  const int64_t bound = expert_tile_bound(pairs, experts, tile_pairs);
+  DeviceBytes tiles(static_cast<std::size_t>(bound) * 16 + 16), tile_count(4);
+  DeviceBytes staged(static_cast<std::size_t>(expert_wgmma_staged_words(bound, std::max(inner, hidden), tile_pairs)) * 4);
+  DeviceBytes gate(static_cast<std::size_t>(pairs * inner) * 4), up(static_cast<std::size_t>(pairs * inner) * 4),
+      y(static_cast<std::size_t>(pairs * hidden) * 4);
+  DeviceBytes dscale;
+  if (pair_scale) {
+    std::vector<float> sorted_scale;
+    for (const int64_t p : from_device(sorted_pair.at<int64_t>(), static_cast<std::size_t>(pairs)))
+      sorted_scale.push_back((*pair_scale)[static_cast<std::size_t>(p)]);
+    dscale = to_device(sorted_scale);
+  }
+  expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream,
+               tile_pairs);
+  expert_gate_up_wgmma(dx.at<float>(), sorted_token.at<int32_t>(), tiles.at<int32_t>(), tile_count.at<int32_t>(), bound,
+                       e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner, hidden,
+                       staged.at<uint32_t>(), gate.at<float>(), up.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
+  expert_down_wgmma(gate.at<float>(), up.at<float>(), limit, pair_scale ? dscale.at<float>() : nullptr,
+                    tiles.at<int32_t>(), tile_count.at<int32_t>(), bound, e.w2_array.at<WeightMatrix>(), hidden, inner,
+                    staged.at<uint32_t>(), y.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
+  synchronize();
+  return from_device(y.at<float>(), static_cast<std::size_t>(pairs * hidden));
+}
+
+// Many pairs an expert (a prefill's): the wgmma kernels give expert_mma's y bit for bit, with
+// tiles of 16 and 32 pairs (full and partial ones, an expert with a single pair, a skipped slot),
+// with and without pair scales, folded scales or not, in either code layout.
+TEST(CudaExpertWgmma, GivesExpertMmasBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  if (expert_wgmma_tile_pairs(1 << 20, 1) == 0) GTEST_SKIP() << "not a Hopper (sm_90) device";
+  std::mt19937 rng(41);
+  constexpr int kExperts = 6;
+  constexpr int64_t kTokens = 61, kTopK = 3, kInner = 256, kHidden = 384;
+  // Expert 0 takes one pair, 1 none, the rest about 36 each (a full tile of 32 and a partial one).
+  std::vector<int32_t> choice = {0};
+  while (static_cast<int64_t>(choice.size()) < kTokens * kTopK)
+    choice.push_back(2 + static_cast<int32_t>(choice.size() % (kExperts - 2)));
+  choice[7] = -1;
+  std::shuffle(choice.begin(), choice.end(), rng);
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kHidden), rng);
+  std::vector<float> pair_scale(choice.size());
+  std::uniform_real_distribution<float> weight(0.1f, 1.5f);
+  for (auto& s : pair_scale) s = weight(rng);
+  for (const WeightLayout layout : {WeightLayout::ExpertTiles, WeightLayout::RowMajor}) {
+    // Scales of at most 128, so that either decode (folded or not) is exact for them.
+    const Experts e = make_experts(kExperts, kInner, kHidden, rng, layout, [](HostWeight& w) {
+      for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
+    });
+    const std::vector<float>* const no_scales = nullptr;
+    for (const std::vector<float>* scales : {no_scales, static_cast<const std::vector<float>*>(&pair_scale)}) {
+      const ExpertRun want = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, scales);
+      for (const int tile_pairs : {16, 32}) {
+        for (const int max_e8m0 : {255, 128}) {
+          const std::vector<float> got = run_experts_wgmma(e, kExperts, x, kTopK, choice, kInner, kHidden,
+                                                           7.0f, scales, tile_pairs, max_e8m0);
+          ASSERT_EQ(got.size(), want.y.size());
+          int64_t differ = 0, first = -1;
+          for (std::size_t i = 0; i < got.size(); ++i)
+            if (std::memcmp(&got[i], &want.y[i], 4) != 0 && differ++ == 0) first = static_cast<int64_t>(i);
+          EXPECT_EQ(differ, 0) << "tiles of " << tile_pairs << ", max_e8m0 " << max_e8m0 << ", scales "
+                               << (scales != nullptr) << ", layout " << static_cast<int>(layout) << ": first at "
+                               << first << " (" << (first >= 0 ? got[static_cast<std::size_t>(first)] : 0.0f)
+                               << " vs " << (first >= 0 ? want.y[static_cast<std::size_t>(first)] : 0.0f) << ")";
+        }
+      }
+    }
+  }
+}
+
+// The rule: no wgmma for a decode step's few pairs an expert; tiles of 16, then of 32, as the
+// pairs an expert grow (on Hopper; elsewhere never); none past the grid's 65,535 tiles.
+TEST(CudaExpertWgmma, TakesPrefillSizedCallsOnly) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  if (expert_wgmma_tile_pairs(1 << 20, 1) == 0) GTEST_SKIP() << "not a Hopper (sm_90) device";
+  EXPECT_EQ(expert_wgmma_tile_pairs(64 * 6, 384), 0);
+  EXPECT_EQ(expert_wgmma_tile_pairs(256 * 6, 384), 0);
+  EXPECT_EQ(expert_wgmma_tile_pairs(512 * 6, 384), 16);
+  EXPECT_EQ(expert_wgmma_tile_pairs(8192 * 6, 384), 32);
+  EXPECT_EQ(expert_wgmma_tile_pairs(int64_t{1} << 30, 384), 0);  // past the grid's tiles: expert_mma's kernels
+  EXPECT_THROW(expert_wgmma_staged_words(10, 256, 8), Error);
+}
+
 }  // namespace
 }  // namespace deepinfer::kernels::cuda

@@ -45,6 +45,7 @@ enum Slot : int {
   kSortedScale,
   kExpertTiles,
   kExpertTileCount,
+  kExpertStaged,  // the wgmma experts' tiles of split activations (prefill-sized calls)
   kSplitInput,
   kMmaPartials,
   kLowRankByGroup,

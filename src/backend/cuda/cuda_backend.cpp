@@ -863,7 +863,26 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
     k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
   }
-  if (backend_.experts_on_tensor_cores(weights)) {
+  const int wgmma_tile_pairs =
+      backend_.experts_on_tensor_cores(weights) ? k::expert_wgmma_tile_pairs(pairs, experts) : 0;
+  if (wgmma_tile_pairs > 0) {
+    // Prefill-sized: tiles of 16 or 32 of an expert's pairs on wgmma; gate and up in f32 between
+    // the two launches, the SwiGLU taken as the second stages them.
+    const int64_t bound = k::expert_tile_bound(pairs, experts, wgmma_tile_pairs);
+    auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
+    auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
+    auto* staged = arena.get<uint32_t>(kExpertStaged, static_cast<std::size_t>(k::expert_wgmma_staged_words(
+                                                          bound, std::max(d, inner), wgmma_tile_pairs)));
+    float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
+    k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, wgmma_tile_pairs);
+    const int gate_up_scales = std::max(store.descriptor_array_max_e8m0(&weights.experts),
+                                        store.descriptor_array_max_e8m0(&weights.experts.front().w3));
+    k::expert_gate_up_wgmma(sublayer_in_, sorted_token, tiles, tile_count, bound, w1_device, w3_device, inner, d,
+                            staged, gate, up, stream, gate_up_scales, wgmma_tile_pairs);
+    k::expert_down_wgmma(gate, up, weights.swiglu_limit, sorted_scale, tiles, tile_count, bound, w2_device, d, inner,
+                         staged, sorted_out, stream, store.descriptor_array_max_e8m0(&weights.experts.front().w2),
+                         wgmma_tile_pairs);
+  } else if (backend_.experts_on_tensor_cores(weights)) {
     // Tiles of an expert's sorted pairs; h (split, in gate's buffer) between the two kernels.
     const int tile_pairs = k::expert_tile_pairs(pairs, experts);
     const int64_t bound = k::expert_tile_bound(pairs, experts, tile_pairs);
@@ -1236,8 +1255,10 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   const auto n = static_cast<std::size_t>(c.hc_mult);
   const auto d = static_cast<std::size_t>(c.hidden_size);
   std::size_t experts = 1, pairs = r, inner = 1, shared_inner = 1, rank = 1, query = 1, head_dim = 1, low_rank = 1;
+  bool wgmma_experts = false;
   for (const model::LayerWeights& layer : model.layers()) {
     const model::MoeWeights& moe = layer.moe;
+    wgmma_experts = wgmma_experts || (!simt_ && !moe.experts.empty() && k::expert_tiles_fit(moe.experts.front().w1));
     experts = std::max(experts, static_cast<std::size_t>(moe.gate.rows));
     if (!moe.experts.empty()) inner = std::max(inner, static_cast<std::size_t>(moe.experts.front().w1.rows));
     if (!moe.shared.empty()) shared_inner = std::max(shared_inner, static_cast<std::size_t>(moe.shared.front().w1.rows));
@@ -1276,6 +1297,15 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
   arena_.get<int32_t>(kExpertTiles, 4 * static_cast<std::size_t>(k::expert_tile_bound(
                                             static_cast<int64_t>(expert_pairs), static_cast<int64_t>(experts))));
   arena_.get<int32_t>(kExpertTileCount, 1);
+  const auto wgmma_tile_pairs = wgmma_experts ? k::expert_wgmma_tile_pairs(static_cast<int64_t>(expert_pairs),
+                                                                           static_cast<int64_t>(experts))
+                                              : 0;
+  if (wgmma_tile_pairs > 0)  // a smaller call takes the same tile or a narrower one, in fewer words
+    arena_.get<uint32_t>(kExpertStaged,
+                         static_cast<std::size_t>(k::expert_wgmma_staged_words(
+                             k::expert_tile_bound(static_cast<int64_t>(expert_pairs), static_cast<int64_t>(experts),
+                                                  wgmma_tile_pairs),
+                             static_cast<int64_t>(std::max(d, inner)), wgmma_tile_pairs)));
   widest_matrix_ = std::max(static_cast<int64_t>(d), widest_matrix(model));
   // h between the experts' two kernels is split (three BF16 planes) in gate's buffer.
   arena_.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(static_cast<int64_t>(expert_pairs),

@@ -193,6 +193,25 @@ void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, c
                  int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
                  int max_e8m0 = 255, int tile_pairs = kExpertTilePairs);
 
+// The same experts for prefill-sized calls on Hopper (sm90/expert_wgmma.cu): tiles of
+// tile_pairs = 16 or 32 pairs (expert_tiles cuts them), each tile's weights decoded once for all
+// its pairs; a pair's results have expert_gate_up / expert_down's bits. expert_wgmma_tile_pairs
+// says which tile a call of `pairs` over `experts` takes, 0 for expert_mma's kernels (too few
+// pairs an expert to fill a tile, or not Hopper). staged: expert_wgmma_staged_words(tile_bound,
+// cols, tile_pairs) words of device memory for the tiles' split activations, cols the wider of
+// the call's two widths (the two launches reuse it). expert_gate_up_wgmma writes gate = w1 x and
+// up = w3 x ([pairs, inner] f32, sorted pairs, x the row x_row[p] of x [.., cols]);
+// expert_down_wgmma writes y[p] = w2 h[p], h[p] = swiglu(gate[p], up[p]) * pair_scale[p].
+int expert_wgmma_tile_pairs(int64_t pairs, int64_t experts);
+int64_t expert_wgmma_staged_words(int64_t tile_bound, int64_t cols, int tile_pairs);
+void expert_gate_up_wgmma(const float* x, const int32_t* x_row, const int32_t* tiles, const int32_t* tile_count,
+                          int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3, int64_t inner,
+                          int64_t cols, uint32_t* staged, float* gate, float* up, Stream stream, int max_e8m0,
+                          int tile_pairs);
+void expert_down_wgmma(const float* gate, const float* up, float limit, const float* pair_scale, const int32_t* tiles,
+                       const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w2, int64_t rows,
+                       int64_t inner, uint32_t* staged, float* y, Stream stream, int max_e8m0, int tile_pairs);
+
 // Clamped SwiGLU in place: gate[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp
 // when limit <= 0), times row_scale[r] when row_scale is non-null. gate and up [rows, inner].
 void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float limit, const float* row_scale,

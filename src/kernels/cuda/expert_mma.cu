@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/expert_decode.cuh"
 #include "kernels/cuda/launch_gate.h"
 #include "kernels/cuda/mma_common.cuh"
 
@@ -115,23 +116,6 @@ __global__ void __launch_bounds__(kTileThreads)
 
 constexpr int kMaxGroups = kExpertWideTilePairs / kTokensPerMma;
 
-// The decoded pair times 2^126 times the E8M0 scale. Folded (every scale of the call's matrices at
-// most kMaxFoldedE2m1Scale, known at upload): one multiply by 2^(s - 1), chunk.scales holding that
-// factor; else two exact steps, by the unit and then by the scale (2^(s - 1) would overflow BF16
-// for s > 128). The same bits either way; the fold takes one of the inner loop's ~6 instructions
-// a weight word.
-template <bool Folded>
-__device__ __forceinline__ uint32_t scaled(uint32_t pair, uint32_t scale) {
-  if constexpr (Folded) return bf16x2_mul(pair, scale);
-  else return bf16x2_mul(bf16x2_mul(pair, kE2m1Unit), scale);
-}
-
-template <bool Folded>
-__device__ __forceinline__ uint32_t scale_pair(uint32_t s) {
-  if constexpr (Folded) return e2m1_unit_times_scale_pair(s);
-  else return e8m0_pair(s);
-}
-
 // One 128-column chunk of weights as a lane holds it: 16 bytes of rows g and g + 8 of each of the
 // two row tiles, and their scales. These come from HBM, so the next chunk's are in flight while
 // one is multiplied; the activations (L1 / L2 hits, read by every row block) are loaded by
@@ -140,12 +124,6 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t s) {
 struct Chunk {
   uint4 weights[2][2];
   uint32_t scales[2][2];
-};
-
-struct RowTile {
-  const uint8_t* rows[2];    // rows g and g + 8 of the tile: chunk 0's bytes of this lane
-  const uint8_t* scales[2];  // their first scale byte
-  int64_t chunk_bytes;       // from one chunk of a row to the next: 64 row-major, 1024 in expert tiles
 };
 
 // Chunk c of this lane (segment 4 c + q of its rows).
@@ -192,20 +170,9 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
     for (int half = 0; half < 2; ++half) {  // MMA j = 2 i + half
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const uint32_t low = word_of(chunk.weights[m][0], i);
-        const uint32_t high = word_of(chunk.weights[m][1], i);
         uint32_t a0, a1, a2, a3;
-        if (half == 0) {
-          a0 = scaled<Folded>(e2m1_pair<0>(low), scale[m][0]);
-          a1 = scaled<Folded>(e2m1_pair<0>(high), scale[m][1]);
-          a2 = scaled<Folded>(e2m1_pair<1>(low), scale[m][0]);
-          a3 = scaled<Folded>(e2m1_pair<1>(high), scale[m][1]);
-        } else {
-          a0 = scaled<Folded>(e2m1_pair<2>(low), scale[m][0]);
-          a1 = scaled<Folded>(e2m1_pair<2>(high), scale[m][1]);
-          a2 = scaled<Folded>(e2m1_pair<3>(low), scale[m][0]);
-          a3 = scaled<Folded>(e2m1_pair<3>(high), scale[m][1]);
-        }
+        e2m1_a_words<Folded>(word_of(chunk.weights[m][0], i), word_of(chunk.weights[m][1], i), scale[m][0],
+                             scale[m][1], half, a0, a1, a2, a3);
 #pragma unroll
         for (int u = 0; u < G; ++u)
           mma_bf16_add(acc[m][u], a0, a1, a2, a3, word_of(x[u], half * 2), word_of(x[u], half * 2 + 1));
@@ -233,25 +200,6 @@ __device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const u
   if (c < chunks) multiply_chunk<G, Folded>(even, x_words, 4 * c + q, acc);
 }
 
-// first_row: a multiple of 16.
-RowTile __device__ __forceinline__ row_tile(const WeightMatrix& w, int64_t first_row) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int g = lane / 4, q = lane % 4;
-  const auto* data = static_cast<const uint8_t*>(w.data);
-  const auto* scales = static_cast<const uint8_t*>(w.scales);
-  const int64_t row_bytes = w.cols / 2, scale_columns = w.cols / kSegmentColumns;
-  const bool tiled = w.layout == WeightLayout::ExpertTiles;
-  RowTile t;
-  t.chunk_bytes = tiled ? int64_t{16} * 64 : 64;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = first_row + g + 8 * h;
-    t.rows[h] = (tiled ? data + first_row * row_bytes + (g + 8 * h) * 64 : data + row * row_bytes) + q * 16;
-    t.scales[h] = scales + row * scale_columns;
-  }
-  return t;
-}
-
 // The split activation words of this lane's column in each group (column_of: pair slot
 // 2 u + slot, one plane); a column without a pair (g = 6, 7, or past the tile's pairs) reads the
 // tile's first pair's hi plane, whose results are never read. Returns the tile's live groups.
@@ -268,14 +216,6 @@ __device__ __forceinline__ int column_words(const uint32_t* x_split, const int32
     words[u] = slot < 0 || index >= tile.z ? spare : x_split + (kPlanes * row_of(tile.y + index) + plane) * (cols / 2);
   }
   return (tile.z + kTokensPerMma - 1) / kTokensPerMma;
-}
-
-__device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
-  if (limit > 0) {
-    g = fminf(g, limit);                                // std::fmin
-    u = u < -limit ? -limit : (limit < u ? limit : u);  // std::clamp (NaN passes through)
-  }
-  return silu(g) * u;
 }
 
 // One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
@@ -464,6 +404,11 @@ void check_tile_pairs(const char* who, int tile_pairs) {
     fail(who, ": tiles of ", tile_pairs, " pairs (", kExpertTilePairs, " or ", kExpertWideTilePairs, ")");
 }
 
+// What expert_tiles can cut: the mma.sync kernels' tiles and the wgmma kernels' (16 or 32 pairs).
+void check_tiling(const char* who, int tile_pairs) {
+  if (tile_pairs != 16 && tile_pairs != 32) check_tile_pairs(who, tile_pairs);
+}
+
 }  // namespace
 
 // Wide tiles hold four groups' accumulators in 255 registers with some spilled, at two blocks an
@@ -476,7 +421,7 @@ int expert_tile_pairs(int64_t pairs, int64_t experts) {
 }
 
 int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs) {
-  check_tile_pairs("cuda::expert_tile_bound", tile_pairs);
+  check_tiling("cuda::expert_tile_bound", tile_pairs);
   if (pairs <= 0) return 0;
   // Each expert's run (the negative "no expert" id included) ends at most one partial tile.
   const int64_t bound = (pairs + tile_pairs - 1) / tile_pairs + experts + 1;
@@ -486,7 +431,7 @@ int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs) {
 void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream,
                   int tile_pairs) {
   if (launches_skipped()) return;
-  check_tile_pairs("cuda::expert_tiles", tile_pairs);
+  check_tiling("cuda::expert_tiles", tile_pairs);
   if (pairs < 0) fail("cuda::expert_tiles: negative pair count ", pairs);
   if (pairs >= (int64_t{1} << 31)) fail("cuda::expert_tiles: ", pairs, " pairs, over 2^31");
   launch(expert_tiles_kernel, 1, kTileThreads, 0, native(stream), sorted_expert, static_cast<int>(pairs), tile_pairs,

@@ -229,22 +229,6 @@ __global__ void __launch_bounds__(kThreads, N == 16 ? 2 : 1)
 #endif
 }
 
-// Whether the current device runs sm_90a code, asked once per device.
-bool device_is_hopper() {
-  static std::array<std::atomic<int8_t>, 64> known{};  // 0 unknown, 1 yes, 2 no
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= static_cast<int>(known.size())) return false;
-  int8_t state = known[static_cast<size_t>(device)].load(std::memory_order_relaxed);
-  if (state == 0) {
-    int major = 0, minor = 0;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-    state = ok && major == 9 && minor == 0 ? 1 : 2;
-    known[static_cast<size_t>(device)].store(state, std::memory_order_relaxed);
-  }
-  return state == 1;
-}
-
 // DEEPINFER_CUDA_WGMMA_MIN_TOKENS: calls of at least that many tokens take the wgmma kernel and no
 // others (0: none), for benchmarks; unset, the measured rule of linear_wgmma_runs.
 int64_t forced_min_tokens() {
@@ -311,7 +295,7 @@ bool linear_wgmma_runs(int64_t tokens, const WeightMatrix& w, const Groups& grou
   if (forced >= 0 ? tokens < forced : tokens < 8 && (tokens < 2 || w.rows > kFewRows)) return false;
   if (grouping.group_weights && grouping.group_rows % kRowsPerBlock != 0) return false;
   if (w.encoding != WeightEncoding::BF16 && w.encoding != WeightEncoding::FP8_E4M3) return false;
-  return device_is_hopper();
+  return sm90::device_is_hopper();
 }
 
 int64_t linear_wgmma_split_words(int64_t tokens, int64_t x_columns) {
@@ -329,3 +313,22 @@ void linear_wgmma(const float* x, int64_t x_stride, int64_t tokens, const Weight
 }
 
 }  // namespace deepinfer::kernels::cuda::dense
+
+namespace deepinfer::kernels::cuda::sm90 {
+
+bool device_is_hopper() {
+  static std::array<std::atomic<int8_t>, 64> known{};  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= static_cast<int>(known.size())) return false;
+  int8_t state = known[static_cast<size_t>(device)].load(std::memory_order_relaxed);
+  if (state == 0) {
+    int major = 0, minor = 0;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+    state = ok && major == 9 && minor == 0 ? 1 : 2;
+    known[static_cast<size_t>(device)].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+}  // namespace deepinfer::kernels::cuda::sm90
