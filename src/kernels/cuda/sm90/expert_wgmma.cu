@@ -22,12 +22,13 @@
 // to 1, 128 bytes from 8 columns to the next), and a thread's accumulators i, i + P / 2 and i + P
 // are one pair's three planes: no shuffles to sum them.
 //
-// Block: two warpgroups, 128 rows of one matrix (w1 or w3 in the gate / up launch, w2 in the
+// Block: three warpgroups, 192 rows of one matrix (w1 or w3 in the gate / up launch, w2 in the
 // down launch), each warp 16 rows; blockIdx.x = row blocks (fastest: the blocks of a tile run
 // together and read its staged activations once from DRAM; with tiles fastest every row block read
 // them again, 33 GB a launch at 8K tokens), y = tiles (in expert order: an expert's next tile finds
-// its weights in L2). Per MMA step a warpgroup issues one wgmma
-// into one of two scratch accumulators from zero and adds the step before's once that completes.
+// its weights in L2). Per MMA step a warpgroup issues one wgmma into a scratch accumulator from
+// zero and adds it to the sums once it completes (kScratchesFor: with two scratches, the step
+// before's while this one runs).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -48,8 +49,6 @@ namespace {
 using namespace detail;
 using namespace mma;
 
-constexpr int kThreads = 2 * 4 * kWarp;  // two warpgroups
-constexpr int64_t kRowsPerBlock = 128;
 constexpr int kRowsPerWarp = 16;
 constexpr int kStages = 3;
 constexpr int kMmasPerChunk = 8;
@@ -114,17 +113,17 @@ __global__ void stage_pairs_kernel(const float* __restrict__ x, const float* __r
   }
 }
 
-// The matrices one launch multiplies: blockIdx.y's first row_blocks blocks take w[0] (per-expert
+// The matrices one launch multiplies: blockIdx.x's first row_blocks blocks take w[0] (per-expert
 // descriptors) into out[0], the next row_blocks w[1] into out[1].
 struct ExpertPass {
   const WeightMatrix* w[2];
   float* out[2];
   int64_t rows;  // of each matrix: out[m] is [pairs, rows]
-  int64_t row_blocks;
+  int64_t row_blocks;  // set by multiply, from the block's rows
 };
 
-template <int P, bool Folded>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int P, int kWarpgroups, int kDepth, bool Folded>
+__global__ void __launch_bounds__(kWarpgroups * 4 * kWarp, 1)
     expert_wgmma_kernel(const uint32_t* __restrict__ staged, const int4* __restrict__ tiles,
                         const int32_t* __restrict__ tile_count, ExpertPass pass, int64_t cols) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int which = blockIdx.x >= pass.row_blocks ? 1 : 0;
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
-  const int64_t first_row = (blockIdx.x - which * pass.row_blocks) * kRowsPerBlock + int64_t{warp} * kRowsPerWarp;
+  const int64_t first_row = (blockIdx.x - which * pass.row_blocks) * (kWarpgroups * 64) + int64_t{warp} * kRowsPerWarp;
   const bool live = first_row < pass.rows;  // warp-uniform: rows is a multiple of 16
   float* out = (which ? pass.out[1] : pass.out[0]) + tile.y * pass.rows;
   if (tile.x < 0) {  // pairs routed to no expert: zeros, as expert_mma gives them (block-uniform)
@@ -176,9 +175,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages && s < chunks; ++s)
       bulk_copy(stages + s * Tile::kStageWords, source + s * Tile::kStageWords, Tile::kStageBytes, &full[s]);
 
-  float acc[kAcc], scratch[2][kAcc];
+  float acc[kAcc], scratch[kDepth][kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = scratch[0][i] = scratch[1][i] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) {
+    acc[i] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) scratch[d][i] = 0.0f;
+  }
   for (int64_t c = 0; c < chunks; ++c) {
     const int stage = static_cast<int>(c % kStages);
     uint32_t a[kMmasPerChunk][4];
@@ -197,24 +200,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t b = kmajor_descriptor(b_tiles + j * 2 * Tile::kHalfTileWords,
                                            static_cast<uint32_t>(Tile::kHalfTileWords * 4), 8 * kCoreRowWords * 4);
       wgmma_fence();
-      wgmma_bf16(scratch[j % 2], a[j][0], a[j][1], a[j][2], a[j][3], b, false);
+      wgmma_bf16(scratch[j % kDepth], a[j][0], a[j][1], a[j][2], a[j][3], b, false);
       wgmma_commit();
-      if (j > 0) {  // step j - 1 is done: its products into the sums
+      if constexpr (kDepth == 1) {
+        wgmma_wait<0>();
+        fence_registers(scratch[0]);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] += scratch[0][i];
+      } else if (j > 0) {  // step j - 1 is done: its products into the sums
         wgmma_wait<1>();
         fence_registers(scratch[(j - 1) % 2]);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] += scratch[(j - 1) % 2][i];
       }
     }
-    wgmma_wait<0>();
-    fence_registers(scratch[(kMmasPerChunk - 1) % 2]);
+    if constexpr (kDepth == 2) {
+      wgmma_wait<0>();
+      fence_registers(scratch[(kMmasPerChunk - 1) % 2]);
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] += scratch[(kMmasPerChunk - 1) % 2][i];
+      for (int i = 0; i < kAcc; ++i) acc[i] += scratch[(kMmasPerChunk - 1) % 2][i];
+    }
     // The last warp done with the stage refills it: one warpgroup decodes its next chunk while
-    // the other's MMAs run.
+    // the others' MMAs run.
     if (lane == 0) {
       __threadfence_block();
-      if (atomicAdd(&released[stage], 1u) == kThreads / kWarp - 1) {
+      if (atomicAdd(&released[stage], 1u) == kWarpgroups * 4 - 1) {
         released[stage] = 0;
         if (c + kStages < chunks)
           bulk_copy(stages + stage * Tile::kStageWords, source + (c + kStages) * Tile::kStageWords, Tile::kStageBytes,
@@ -245,9 +255,9 @@ int forced_tile_pairs() {
   return value;
 }
 
-template <int P, bool Folded>
+template <int P, int kWarpgroups, int kDepth, bool Folded>
 auto* expert_kernel() {
-  auto* kernel = expert_wgmma_kernel<P, Folded>;
+  auto* kernel = expert_wgmma_kernel<P, kWarpgroups, kDepth, Folded>;
   static std::once_flag raised;
   std::call_once(raised, [&] {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -278,13 +288,28 @@ void stage(const float* x, const float* up, const int32_t* x_row, const int32_t*
          staged);
 }
 
+// The block's shape for a tile of P pairs (measured on the H200, docs/BENCHMARKS.md): three
+// warpgroups (12 warps an SM, one block: the scheduler has more warps to issue from while one
+// waits on its MMA), and for P = 16 two scratch accumulators, so a warpgroup adds one step's
+// products while the next step runs; at P = 32 two scratches and three warpgroups spill, and one
+// scratch (each step's adds after its own MMA) measured faster than two warpgroups with two.
+template <int P>
+constexpr int kWarpgroupsFor = 3;
+template <int P>
+constexpr int kScratchesFor = P == 16 ? 2 : 1;
+
 template <int P>
 void multiply(const uint32_t* staged, const int32_t* tiles, const int32_t* tile_count, int64_t tile_bound,
-              const ExpertPass& pass, int matrices, int64_t cols, int max_e8m0, cudaStream_t stream) {
+              ExpertPass pass, int matrices, int64_t cols, int max_e8m0, cudaStream_t stream) {
+  constexpr int kWarpgroups = kWarpgroupsFor<P>, kDepth = kScratchesFor<P>;
+  constexpr int64_t kRowsPerBlock = int64_t{kWarpgroups} * 4 * kRowsPerWarp;
   if (tile_bound > kMaxGridY) fail("cuda::expert_wgmma: ", tile_bound, " tiles is past the grid's limit");
-  const auto kernel = max_e8m0 <= kMaxFoldedE2m1Scale ? expert_kernel<P, true>() : expert_kernel<P, false>();
-  launch(kernel, dim3(static_cast<unsigned>(pass.row_blocks * matrices), static_cast<unsigned>(tile_bound)), kThreads,
-         PairTile<P>::kSharedBytes, stream, staged, reinterpret_cast<const int4*>(tiles), tile_count, pass, cols);
+  pass.row_blocks = (pass.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const auto kernel = max_e8m0 <= kMaxFoldedE2m1Scale ? expert_kernel<P, kWarpgroups, kDepth, true>()
+                                                      : expert_kernel<P, kWarpgroups, kDepth, false>();
+  launch(kernel, dim3(static_cast<unsigned>(pass.row_blocks * matrices), static_cast<unsigned>(tile_bound)),
+         kWarpgroups * 4 * kWarp, PairTile<P>::kSharedBytes, stream, staged, reinterpret_cast<const int4*>(tiles),
+         tile_count, pass, cols);
 }
 
 }  // namespace
@@ -314,7 +339,7 @@ void expert_gate_up_wgmma(const float* x, const int32_t* x_row, const int32_t* t
   check_tile_pairs("cuda::expert_gate_up_wgmma", tile_pairs);
   check_shape("cuda::expert_gate_up_wgmma", inner, cols, tile_bound);
   if (tile_bound == 0 || inner == 0 || cols == 0) return;
-  const ExpertPass pass{{w1, w3}, {gate, up}, inner, (inner + kRowsPerBlock - 1) / kRowsPerBlock};
+  const ExpertPass pass{{w1, w3}, {gate, up}, inner, 0};
   if (tile_pairs == 16) {
     stage<16>(x, nullptr, x_row, tiles, tile_count, tile_bound, cols, 0.0f, nullptr, staged, native(stream));
     multiply<16>(staged, tiles, tile_count, tile_bound, pass, 2, cols, max_e8m0, native(stream));
@@ -332,7 +357,7 @@ void expert_down_wgmma(const float* gate, const float* up, float limit, const fl
   check_tile_pairs("cuda::expert_down_wgmma", tile_pairs);
   check_shape("cuda::expert_down_wgmma", rows, inner, tile_bound);
   if (tile_bound == 0 || rows == 0 || inner == 0) return;
-  const ExpertPass pass{{w2, w2}, {y, y}, rows, (rows + kRowsPerBlock - 1) / kRowsPerBlock};
+  const ExpertPass pass{{w2, w2}, {y, y}, rows, 0};
   if (tile_pairs == 16) {
     stage<16>(gate, up, nullptr, tiles, tile_count, tile_bound, inner, limit, pair_scale, staged, native(stream));
     multiply<16>(staged, tiles, tile_count, tile_bound, pass, 1, inner, max_e8m0, native(stream));
