@@ -863,41 +863,36 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
     k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
   }
-  const int wgmma_tile_pairs =
-      backend_.experts_on_tensor_cores(weights) ? k::expert_wgmma_tile_pairs(pairs, experts) : 0;
-  if (wgmma_tile_pairs > 0) {
-    // Prefill-sized: tiles of 16 or 32 of an expert's pairs on wgmma; gate and up in f32 between
-    // the two launches, the SwiGLU taken as the second stages them.
-    const int64_t bound = k::expert_tile_bound(pairs, experts, wgmma_tile_pairs);
-    auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
-    auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
-    auto* staged = arena.get<uint32_t>(kExpertStaged, static_cast<std::size_t>(k::expert_wgmma_staged_words(
-                                                          bound, std::max(d, inner), wgmma_tile_pairs)));
-    float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
-    k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, wgmma_tile_pairs);
-    const int gate_up_scales = std::max(store.descriptor_array_max_e8m0(&weights.experts),
-                                        store.descriptor_array_max_e8m0(&weights.experts.front().w3));
-    k::expert_gate_up_wgmma(sublayer_in_, sorted_token, tiles, tile_count, bound, w1_device, w3_device, inner, d,
-                            staged, gate, up, stream, gate_up_scales, wgmma_tile_pairs);
-    k::expert_down_wgmma(gate, up, weights.swiglu_limit, sorted_scale, tiles, tile_count, bound, w2_device, d, inner,
-                         staged, sorted_out, stream, store.descriptor_array_max_e8m0(&weights.experts.front().w2),
-                         wgmma_tile_pairs);
-  } else if (backend_.experts_on_tensor_cores(weights)) {
-    // Tiles of an expert's sorted pairs; h (split, in gate's buffer) between the two kernels.
-    const int tile_pairs = k::expert_tile_pairs(pairs, experts);
+  if (backend_.experts_on_tensor_cores(weights)) {
+    // Tiles of an expert's sorted pairs: 16 or 32 on wgmma for prefill-sized calls (gate and up in
+    // f32 between the two launches, the SwiGLU taken as the second stages them), else expert_mma's
+    // 4 or 8 (h split, in gate's buffer, between its two kernels).
+    const int wgmma_tile_pairs = k::expert_wgmma_tile_pairs(pairs, experts);
+    const int tile_pairs = wgmma_tile_pairs > 0 ? wgmma_tile_pairs : k::expert_tile_pairs(pairs, experts);
     const int64_t bound = k::expert_tile_bound(pairs, experts, tile_pairs);
     auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
     auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
-    auto* x_split = arena.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::split_words(rows_, d)));
-    auto* h_split = arena.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(pairs, inner)));
     k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, tile_pairs);
-    k::split_rows(sublayer_in_, rows_, d, d, x_split, stream);
     const int gate_up_scales = std::max(store.descriptor_array_max_e8m0(&weights.experts),
                                         store.descriptor_array_max_e8m0(&weights.experts.front().w3));
-    k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
-                      weights.swiglu_limit, sorted_scale, h_split, stream, gate_up_scales, tile_pairs);
-    k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream,
-                   store.descriptor_array_max_e8m0(&weights.experts.front().w2), tile_pairs);
+    const int down_scales = store.descriptor_array_max_e8m0(&weights.experts.front().w2);
+    if (wgmma_tile_pairs > 0) {
+      auto* staged = arena.get<uint32_t>(kExpertStaged, static_cast<std::size_t>(k::expert_wgmma_staged_words(
+                                                            bound, std::max(d, inner), tile_pairs)));
+      float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
+      k::expert_gate_up_wgmma(sublayer_in_, sorted_token, tiles, tile_count, bound, w1_device, w3_device, inner, d,
+                              staged, gate, up, stream, gate_up_scales, tile_pairs);
+      k::expert_down_wgmma(gate, up, weights.swiglu_limit, sorted_scale, tiles, tile_count, bound, w2_device, d,
+                           inner, staged, sorted_out, stream, down_scales, tile_pairs);
+    } else {
+      auto* x_split = arena.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::split_words(rows_, d)));
+      auto* h_split = arena.get<uint32_t>(kGate, static_cast<std::size_t>(k::split_words(pairs, inner)));
+      k::split_rows(sublayer_in_, rows_, d, d, x_split, stream);
+      k::expert_gate_up(x_split, sorted_token, pairs, tiles, tile_count, bound, w1_device, w3_device, inner, d,
+                        weights.swiglu_limit, sorted_scale, h_split, stream, gate_up_scales, tile_pairs);
+      k::expert_down(h_split, pairs, tiles, tile_count, bound, w2_device, d, inner, sorted_out, stream, down_scales,
+                     tile_pairs);
+    }
   } else {
     float* up = arena.get<float>(kUp, static_cast<std::size_t>(pairs * inner));
     k::linear_gathered(sublayer_in_, sorted_token, pairs, w1_device, sorted_expert, inner, d, gate, stream);
