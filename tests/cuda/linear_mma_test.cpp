@@ -59,6 +59,9 @@ const Shape kShapes[] = {
     {WeightEncoding::FP8_E4M3, 128, 128, 1280, 512},  // V4 blocks; 10 row blocks: column ranges
     {WeightEncoding::FP8_E4M3, 32, 32, 16, 128},      // one tile, one chunk
     {WeightEncoding::BF16, 1, 1, 272, 256},           // the head's encoding
+    // More rows than the wgmma kernel takes from 2 tokens: up to 8 tokens run linear_mma's one
+    // group a warp with the next chunk's loads ahead (kLookahead), 9 and more the wgmma kernel.
+    {WeightEncoding::FP8_E4M3, 32, 32, 8320, 512},
 };
 
 // Within 1e-5 sum |x w|, the SIMT kernel's bound: the f32 sum in another order (mma_common.cuh).
@@ -113,6 +116,28 @@ TEST(CudaLinearMma, BatchInvariantBitForBit) {
         EXPECT_TRUE(same_bits(alone, in_batch))
             << "encoding " << static_cast<int>(shape.encoding) << " token " << t << " of " << tokens;
       }
+    }
+  }
+}
+
+// Calls of at most 8 FP8 tokens split x in their blocks, into shared memory, where a block's range
+// fits 48 KiB (linear_mma.cu, SplitInShared), and take split_rows' launch otherwise: the same words,
+// so the same bits. 33,792 rows make one range of 10 chunks: 6 tokens fit, 7 do not (on Hopper the
+// wgmma kernel takes matrices of this many rows from 8 tokens).
+TEST(CudaLinearMma, SmallCallsGiveTheSameBitsWhereverXIsSplit) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(31);
+  const HostWeight w = make_weight(WeightEncoding::FP8_E4M3, 33792, 1280, rng, ScaleEncoding::E8M0, 32, 32);
+  const DeviceWeight d = upload(w);
+  ASSERT_EQ(linear_mma_partial_floats(1, d.matrix), 0) << "the shape must make one column range";
+  for (const int64_t tokens : {int64_t{6}, int64_t{7}}) {
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * 1280), rng, 2.0f);
+    const std::vector<float> batched = gpu_linear_mma(x, tokens, d.matrix);
+    for (int64_t t = 0; t < tokens; t += 3) {
+      const std::vector<float> row(x.begin() + t * 1280, x.begin() + (t + 1) * 1280);
+      EXPECT_TRUE(same_bits(gpu_linear_mma(row, 1, d.matrix),
+                            std::vector<float>(batched.begin() + t * 33792, batched.begin() + (t + 1) * 33792)))
+          << "token " << t << " of " << tokens;
     }
   }
 }
@@ -285,11 +310,14 @@ TEST(CudaLinearMma, NanCodesGiveNan) {
   w.data[20 * 256 + 130] = 0xFF;  // row 20
   w.matrix.data = w.data.data();
   const DeviceWeight d = upload(w);
-  const std::vector<float> x = random_floats(2 * 256, rng);
-  const std::vector<float> got = gpu_linear_mma(x, 2, d.matrix);
-  for (int64_t t = 0; t < 2; ++t)
-    for (int64_t r = 0; r < 32; ++r)
-      EXPECT_EQ(std::isnan(got[static_cast<std::size_t>(t * 32 + r)]), r == 3 || r == 20) << "token " << t << " row " << r;
+  for (const int64_t tokens : {int64_t{1}, int64_t{2}}) {  // one: a small call (on Hopper, two: wgmma)
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * 256), rng);
+    const std::vector<float> got = gpu_linear_mma(x, tokens, d.matrix);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < 32; ++r)
+        EXPECT_EQ(std::isnan(got[static_cast<std::size_t>(t * 32 + r)]), r == 3 || r == 20)
+            << tokens << " tokens: token " << t << " row " << r;
+  }
 }
 
 // A matrix checked free of NaN codes (WeightMatrix::no_nan_codes, as the weight store sets it) is

@@ -130,6 +130,43 @@ __device__ __forceinline__ void decode_row_half(const uint4 (&v)[kHalfLoads<E>],
   }
 }
 
+// A lane's bytes of one chunk for every row of the warp, and the rows' scale bytes (FP8), held
+// until their decode: linear_mma's small calls load their first chunk so before they wait for the
+// previous kernel.
+template <WeightEncoding E, int kTiles>
+struct ChunkBytes {
+  uint4 v[kTiles][2][2][kHalfLoads<E>];  // [tile][row g / g + 8][half]
+  uint32_t scale_byte[kTiles][2];
+};
+
+template <WeightEncoding E, int kTiles, typename RowOf>
+__device__ __forceinline__ void load_chunk_scale_bytes(const uint8_t* scales, const WeightMatrix& w, int64_t chunk,
+                                                       RowOf row_of, ChunkBytes<E, kTiles>& bytes) {
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) bytes.scale_byte[m][r] = chunk_scale_byte<E>(scales, w, chunk, row_of(m, r));
+}
+
+template <WeightEncoding E, int kTiles>
+__device__ __forceinline__ void load_chunk_half(const RowPointers<E, kTiles>& rows, int64_t chunk, int h,
+                                                ChunkBytes<E, kTiles>& bytes) {
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) load_row_half<E>(rows.data[m][r], chunk, h, bytes.v[m][r][h]);
+}
+
+// Half h of a loaded chunk, decoded as decode_half does (scale: the rows' decode_scale of its bytes).
+template <WeightEncoding E, bool NanCodes, bool Folded, int kTiles>
+__device__ __forceinline__ void decode_loaded_half(const ChunkBytes<E, kTiles>& bytes, const uint32_t (&scale)[kTiles][2],
+                                                   int h, HalfA<kTiles>& a) {
+#pragma unroll
+  for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) decode_row_half<E, NanCodes, Folded>(bytes.v[m][r][h], scale[m][r], a.words[m][r]);
+}
+
 // Half h of the chunk for every row of the warp, loaded and decoded.
 template <WeightEncoding E, bool NanCodes, bool Folded, int kTiles>
 __device__ __forceinline__ void decode_half(const RowPointers<E, kTiles>& rows, int64_t chunk, int h,

@@ -6,7 +6,7 @@
 // Why: the SIMT linear (linear.cu) reduces a weight row per warp against each token's f32
 // activations, so activations are re-read from L1 / L2 once per output row, and at batch 64
 // that traffic, not the weights' bytes, sets its time. Here a warp holds 32 weight rows (two
-// m16 tiles) and multiplies each 128-column chunk with up to 16 or 32 tokens (groups_for):
+// m16 tiles) and multiplies each 128-column chunk with up to 8, 16 or 32 tokens (groups_for):
 // activations are read once per 32 rows, weights once per 16 or 32 tokens.
 //
 // Planes as MMAs, tokens as columns: an MMA's 8 columns are 8 tokens of one plane, and each
@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -61,10 +62,17 @@ constexpr int64_t kFoldLoadsPerThread = 32;
 // MMA column groups per warp (8 tokens each), by the call's token count: 2 up to 64 tokens (128
 // registers, 4 blocks an SM: at batch 1 the head then streams at the byte bound), 4 past it (162
 // registers, 3 blocks an SM, weights decoded once per 32 tokens). Measured on the H200
-// (docs/BENCHMARKS.md, "cuda_gemm_bench"). A token's bits do not depend on it: a token is its own
+// (docs/BENCHMARKS.md, "cuda_gemm_bench"). FP8 calls of at most 8 tokens (a decode step's
+// projections at batch 1; on Hopper the wgmma kernel takes most matrices from 2 tokens) take one
+// group and split their own x (SplitInShared). A token's bits do not depend on it: a token is its own
 // MMA column, reduced in the same order either way.
+constexpr int64_t kOneGroupTokens = 8;
+constexpr int64_t kSmallCallMaxSharedBytes = 48 * 1024;
 constexpr int64_t kTwoGroupTokens = 64;
-int groups_for(int64_t tokens) { return tokens <= kTwoGroupTokens ? 2 : 4; }
+int groups_for(int64_t tokens, WeightEncoding encoding) {
+  if (tokens <= kOneGroupTokens && encoding == WeightEncoding::FP8_E4M3) return 1;
+  return tokens <= kTwoGroupTokens ? 2 : 4;
+}
 
 struct Plan : ColumnRanges {
   int64_t token_blocks = 0;
@@ -73,23 +81,75 @@ struct Plan : ColumnRanges {
 Plan plan_of(int64_t tokens, const WeightMatrix& w) {
   Plan p;
   static_cast<ColumnRanges&>(p) = dense::column_ranges(w);
-  const int64_t per_block = int64_t{kTokensPerGroup} * groups_for(tokens);
+  const int64_t per_block = int64_t{kTokensPerGroup} * groups_for(tokens, w.encoding);
   p.token_blocks = (tokens + per_block - 1) / per_block;
   return p;
 }
 
+// Where a warp's B operand comes from. Calls of 9 tokens and more: the split rows split_rows_kernel
+// wrote to global memory. Small calls, of at most 8 tokens (one group a warp): the block splits its own column
+// range of x into shared memory after the previous kernel completes, so such a call is one launch
+// instead of two (a decode step at batch 1 made ~45 of those launches, a few microseconds each
+// with its gap); the split is elementwise, so the words, and the sums, are the same bits.
+template <int kGroups>
+struct SplitInGlobal {
+  const uint32_t* words[kGroups];  // group u's column of this lane: its hi plane (mid and lo follow)
+  int64_t plane_words;
+  // 16 bytes at `word` of plane p, counted from chunk 0 of the lane's group columns.
+  __device__ __forceinline__ uint4 load(int u, int p, int64_t chunk, int64_t word) const {
+    return __ldg(reinterpret_cast<const uint4*>(words[u] + p * plane_words + chunk * (kChunkColumns / 2) + word));
+  }
+};
+
+struct SplitInShared {
+  const uint32_t* words;  // this lane's token: its hi plane of the block's range (mid and lo follow)
+  int64_t plane_words;    // the range's words a plane
+  int64_t first_chunk;    // the range's first chunk
+  __device__ __forceinline__ uint4 load(int, int p, int64_t chunk, int64_t word) const {
+    return *reinterpret_cast<const uint4*>(words + p * plane_words + (chunk - first_chunk) * (kChunkColumns / 2) + word);
+  }
+};
+
+// Shared memory of a small call's block: the tile's tokens' three planes over its column range.
+int64_t small_call_shared_bytes(int64_t tile_tokens, int64_t range_chunks) {
+  return tile_tokens * kPlanes * range_chunks * (kChunkColumns / 2) * int64_t{sizeof(uint32_t)};
+}
+
+// A small call's block: tokens t0 .. t0 + live - 1 of x, the block's group's columns of chunks
+// [begin, end), split into `shared` as [token][plane][word] (split_rows_kernel's words).
+__device__ __forceinline__ void split_range_into_shared(const float* __restrict__ x, int64_t x_stride, int64_t t0,
+                                                        int64_t live, int64_t column0, int64_t begin, int64_t end,
+                                                        uint32_t* shared) {
+  const int64_t range_words = (end - begin) * (kChunkColumns / 2);
+  for (int64_t i = threadIdx.x; i < live * range_words; i += kThreads) {
+    const int64_t t = i / range_words, word = i % range_words;
+    const float* row = x + (t0 + t) * x_stride + column0 + begin * kChunkColumns + split_word_column(word);
+    uint32_t first[kPlanes], second[kPlanes];
+    split_value(row[0], first);
+    split_value(row[4], second);
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p) shared[(t * kPlanes + p) * range_words + word] = first[p] | (second[p] << 16);
+  }
+}
+
 // One warp's 32 rows x the block's tokens over this block's column range, stored to out (the
 // range's partial sums when the call splits columns). A warp's rows lie in one group
-// (group_rows is a multiple of 32).
+// (group_rows is a multiple of 32; 128 for a small call, so a block's rows are in one group).
+// Waits for the previous kernel (await_previous_grid) before it reads x; a small call loads its
+// first chunk of weights before that (they are written once, at upload), so those loads overlap
+// the previous kernel's tail. (Asking the rest of the range into L2 there as well, with
+// prefetch.global.L2, was measured slower: wq_b at one token 24.0 -> 26.3 us.)
 template <WeightEncoding E, int kGroups, bool NanCodes, bool Folded>
-__device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, int64_t tokens, const WeightMatrix& w,
+__device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, const float* __restrict__ x,
+                                         int64_t x_stride, int64_t tokens, const WeightMatrix& w,
                                          const Groups& grouping, int64_t range_chunks, float* __restrict__ out,
                                          int64_t out_stride) {
+  constexpr bool kSmall = kGroups == 1;  // a call of at most kOneGroupTokens FP8 tokens (groups_for)
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
       (static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kRowsPerWarp;
-  if (first_row >= w.rows) return;
+  const bool active = first_row < w.rows;
   const bool second = first_row + 16 < w.rows;  // warp-uniform: rows is a multiple of 16
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerGroup * kGroups;
   const int64_t live_groups = (tokens - t0 + kTokensPerGroup - 1) / kTokensPerGroup;
@@ -98,10 +158,9 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_chunks;
   const int64_t end = begin + range_chunks < chunks ? begin + range_chunks : chunks;
 
-  // The warp's group (group_rows is a multiple of its 32 rows): its rows counted from the group's first.
-  const GroupWeights weights = group_weights_of(w, grouping, first_row);
+  // The warp's group: its rows counted from the group's first.
+  const GroupWeights weights = group_weights_of(w, grouping, active ? first_row : 0);
   const int64_t group = weights.index;
-  const void* data = weights.data;
   const uint8_t* scales = weights.scales;
   const int64_t local_first_row = first_row - weights.first_row;
   RowPointers<E, 2> rows;
@@ -111,50 +170,91 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) rows.data[m][r] = static_cast<const uint8_t*>(data) + row_of(m, r) * row_bytes;
-  // This lane's column of each group: token t0 + 8 u + g, its hi plane (mid and lo follow it),
-  // from the warp's group's columns on. A column past the tokens reads token t0's instead of zeros
-  // (column n of D depends on column n of B alone, and such columns are never stored): no zeroing
-  // or test in the loop.
-  const int64_t plane_words = grouping.x_columns / 2;
-  const uint32_t* x_words[kGroups];
+    for (int r = 0; r < 2; ++r) rows.data[m][r] = static_cast<const uint8_t*>(weights.data) + row_of(m, r) * row_bytes;
+
+  // A column past the tokens reads token t0's instead of zeros (column n of D depends on column n
+  // of B alone, and such columns are never stored): no zeroing or test in the loop.
+  using Split = std::conditional_t<kSmall, SplitInShared, SplitInGlobal<kGroups>>;
+  Split split;
+  ChunkBytes<E, 2> first_chunk;  // a small call's first chunk, loaded before the wait
+  if constexpr (kSmall) {
+    extern __shared__ uint4 shared_words[];
+    auto* shared = reinterpret_cast<uint32_t*>(shared_words);
+    if (active && begin < end) {
+      load_chunk_scale_bytes(scales, w, begin, row_of, first_chunk);
+      load_chunk_half(rows, begin, 0, first_chunk);
+      load_chunk_half(rows, begin, 1, first_chunk);
+    }
+    await_previous_grid();
+    const int64_t live = tokens - t0 < kTokensPerGroup ? tokens - t0 : kTokensPerGroup;
+    const int64_t block_group = static_cast<int64_t>(blockIdx.y) * kRowsPerBlock / grouping.group_rows;
+    split_range_into_shared(x, x_stride, t0, live, block_group * w.cols, begin, end, shared);
+    __syncthreads();
+    split.plane_words = (end - begin) * (kChunkColumns / 2);
+    split.words = shared + (g < live ? g : 0) * kPlanes * split.plane_words;
+    split.first_chunk = begin;
+  } else {
+    await_previous_grid();
+    split.plane_words = grouping.x_columns / 2;
 #pragma unroll
-  for (int u = 0; u < kGroups; ++u) {
-    const int64_t t = t0 + kTokensPerGroup * u + g;
-    x_words[u] = x_split + kPlanes * (t < tokens ? t : t0) * plane_words + group * (w.cols / 2);
+    for (int u = 0; u < kGroups; ++u) {
+      const int64_t t = t0 + kTokensPerGroup * u + g;
+      split.words[u] = x_split + kPlanes * (t < tokens ? t : t0) * split.plane_words + group * (w.cols / 2);
+    }
   }
+  if (!active) return;
 
   float hi[2][kGroups][4] = {};       // rounded adds of each MMA
   float mid_lo[2][kGroups][4] = {};   // the tensor cores' accumulation
-  for (int64_t c = begin; c < end; ++c) {
+  // The MMAs of half h of chunk c, its weights decoded in a.
+  const auto multiply_half = [&](int64_t c, int h, const HalfA<2>& a) {
+#pragma unroll
+    for (int u = 0; u < kGroups; ++u) {
+      if (u >= groups) break;  // warp-uniform
+      uint4 b[kPlanes][2];
+#pragma unroll
+      for (int p = 0; p < kPlanes; ++p) {
+        b[p][0] = split.load(u, p, c, q * kSegmentWords + 8 * h);
+        b[p][1] = split.load(u, p, c, q * kSegmentWords + 8 * h + 4);
+      }
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {  // MMA j = 4 h + jj: words (2 j, 2 j + 1), i = j / 2
+        const int ii = jj / 2, n0 = (jj % 2) * 2;
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          const uint32_t a0 = a.words[m][0][ii][n0], a1 = a.words[m][1][ii][n0];
+          const uint32_t a2 = a.words[m][0][ii][n0 + 1], a3 = a.words[m][1][ii][n0 + 1];
+          mma_bf16_add(hi[m][u], a0, a1, a2, a3, word_of(b[0][ii], n0), word_of(b[0][ii], n0 + 1));
+          mma_bf16(mid_lo[m][u], a0, a1, a2, a3, word_of(b[1][ii], n0), word_of(b[1][ii], n0 + 1));
+          mma_bf16(mid_lo[m][u], a0, a1, a2, a3, word_of(b[2][ii], n0), word_of(b[2][ii], n0 + 1));
+        }
+      }
+    }
+  };
+  int64_t c = begin;
+  if constexpr (kSmall) {  // the chunk loaded before the wait
+    if (c < end) {
+      uint32_t scale[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) scale[m][r] = decode_scale<Folded>(first_chunk.scale_byte[m][r]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        HalfA<2> a;
+        decode_loaded_half<E, NanCodes, Folded>(first_chunk, scale, h, a);
+        multiply_half(c, h, a);
+      }
+      ++c;
+    }
+  }
+  for (; c < end; ++c) {
     load_chunk_scales<E, 2, Folded>(rows, scales, w, c, row_of);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       HalfA<2> a;
       decode_half<E, NanCodes, Folded>(rows, c, h, a);
-#pragma unroll
-      for (int u = 0; u < kGroups; ++u) {
-        if (u >= groups) break;  // warp-uniform
-        uint4 b[kPlanes][2];
-#pragma unroll
-        for (int p = 0; p < kPlanes; ++p) {
-          const auto* at = reinterpret_cast<const uint4*>(x_words[u] + p * plane_words + (4 * c + q) * kSegmentWords);
-          b[p][0] = __ldg(at + 2 * h);
-          b[p][1] = __ldg(at + 2 * h + 1);
-        }
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {  // MMA j = 4 h + jj: words (2 j, 2 j + 1), i = j / 2
-          const int ii = jj / 2, n0 = (jj % 2) * 2;
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const uint32_t a0 = a.words[m][0][ii][n0], a1 = a.words[m][1][ii][n0];
-            const uint32_t a2 = a.words[m][0][ii][n0 + 1], a3 = a.words[m][1][ii][n0 + 1];
-            mma_bf16_add(hi[m][u], a0, a1, a2, a3, word_of(b[0][ii], n0), word_of(b[0][ii], n0 + 1));
-            mma_bf16(mid_lo[m][u], a0, a1, a2, a3, word_of(b[1][ii], n0), word_of(b[1][ii], n0 + 1));
-            mma_bf16(mid_lo[m][u], a0, a1, a2, a3, word_of(b[2][ii], n0), word_of(b[2][ii], n0 + 1));
-          }
-        }
-      }
+      multiply_half(c, h, a);
     }
   }
   out += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;  // a range's partial sums (out_stride = rows)
@@ -187,11 +287,10 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, i
 // cost 0.8-2.7 ms a step at batch 16-256).
 template <WeightEncoding E, int kGroups, bool NanCodes, bool Folded>
 __global__ void __launch_bounds__(kThreads, kGroups == 4 ? 3 : 4)
-    linear_mma_kernel(const uint32_t* __restrict__ x_split, int64_t tokens, WeightMatrix w, Groups grouping,
-                      int64_t range_chunks, float* __restrict__ out, int64_t out_stride, float* __restrict__ y,
-                      int64_t y_stride, uint32_t* __restrict__ tile_counters) {
-  await_previous_grid();
-  mma_tile<E, kGroups, NanCodes, Folded>(x_split, tokens, w, grouping, range_chunks, out, out_stride);
+    linear_mma_kernel(const uint32_t* __restrict__ x_split, const float* __restrict__ x, int64_t x_stride,
+                      int64_t tokens, WeightMatrix w, Groups grouping, int64_t range_chunks, float* __restrict__ out,
+                      int64_t out_stride, float* __restrict__ y, int64_t y_stride, uint32_t* __restrict__ tile_counters) {
+  mma_tile<E, kGroups, NanCodes, Folded>(x_split, x, x_stride, tokens, w, grouping, range_chunks, out, out_stride);
   if (!tile_counters) return;
   __shared__ bool last;
   __threadfence();
@@ -296,6 +395,23 @@ void split_rows(const float* x, int64_t rows, int64_t cols, int64_t x_stride, ui
 
 namespace {
 
+using Kernel = void (*)(const uint32_t*, const float*, int64_t, int64_t, WeightMatrix, Groups, int64_t, float*,
+                        int64_t, float*, int64_t, uint32_t*);
+
+// The kernel for w's encoding, its codes (NaN-free at upload for every released checkpoint) and
+// whether its scales fold into the decode's multiply.
+template <int kGroups>
+Kernel kernel_for(const WeightMatrix& w) {
+  constexpr auto kFp8 = WeightEncoding::FP8_E4M3;
+  if (w.encoding == WeightEncoding::BF16) {
+    if constexpr (kGroups != 1) return linear_mma_kernel<WeightEncoding::BF16, kGroups, false, false>;
+    fail("cuda::linear_mma: BF16 weights run two or four groups a warp (groups_for)");
+  }
+  if (!w.no_nan_codes) return linear_mma_kernel<kFp8, kGroups, true, false>;
+  if (w.max_e8m0 <= kMaxFoldedE4m3Scale) return linear_mma_kernel<kFp8, kGroups, false, true>;
+  return linear_mma_kernel<kFp8, kGroups, false, false>;
+}
+
 // One launch of the MMA kernel (and, when its ranges are not folded, the range sum) over `w`,
 // grouped or not (Groups).
 void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const WeightMatrix& w, const Groups& grouping,
@@ -318,31 +434,25 @@ void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const Weig
     check_launch("cuda::linear_mma");
     return;
   }
-  split_rows(x, tokens, grouping.x_columns, x_stride, x_split, stream);
   const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
                   static_cast<unsigned>(p.count));
-  const bool four = groups_for(tokens) == 4;
+  int groups = groups_for(tokens, w.encoding);
+  const int64_t tile_tokens = std::min<int64_t>(tokens, int64_t{kTokensPerGroup} * groups);
+  // A small call splits x in its blocks when a block's rows are in one group and its range's split
+  // fits the shared memory a block gets without opting in; else it runs as a two-group call (the
+  // same bits: groups_for).
+  const int64_t shared_bytes = small_call_shared_bytes(tile_tokens, p.chunks_each);
+  if (groups == 1 && (grouping.group_rows % kRowsPerBlock != 0 || shared_bytes > kSmallCallMaxSharedBytes)) groups = 2;
+  if (groups != 1) split_rows(x, tokens, grouping.x_columns, x_stride, x_split, stream);
   // The range sum in the MMA kernel's last block when the counters cover the tiles, else its own
   // launch (a long prefill's many tiles).
-  const int64_t tile_tokens = std::min<int64_t>(tokens, int64_t{kTokensPerGroup} * groups_for(tokens));
   const bool fold = p.count > 1 && tile_counters && p.token_blocks * p.row_blocks <= kLinearMmaTileCounters &&
                     tile_tokens * kRowsPerBlock * p.count <= kFoldLoadsPerThread * kThreads;
   uint32_t* counters = fold ? tile_counters : nullptr;
-  using Kernel = void (*)(const uint32_t*, int64_t, WeightMatrix, Groups, int64_t, float*, int64_t, float*, int64_t,
-                          uint32_t*);
-  Kernel kernel;
-  constexpr auto kFp8 = WeightEncoding::FP8_E4M3;
-  if (w.encoding == WeightEncoding::BF16)
-    kernel = four ? linear_mma_kernel<WeightEncoding::BF16, 4, false, false>
-                  : linear_mma_kernel<WeightEncoding::BF16, 2, false, false>;
-  else if (!w.no_nan_codes)  // never a released checkpoint: the NaN decode, unfolded
-    kernel = four ? linear_mma_kernel<kFp8, 4, true, false> : linear_mma_kernel<kFp8, 2, true, false>;
-  else if (w.max_e8m0 <= kMaxFoldedE4m3Scale)
-    kernel = four ? linear_mma_kernel<kFp8, 4, false, true> : linear_mma_kernel<kFp8, 2, false, true>;
-  else
-    kernel = four ? linear_mma_kernel<kFp8, 4, false, false> : linear_mma_kernel<kFp8, 2, false, false>;
-  launch(kernel, grid, kThreads, 0, s, x_split, tokens, w, grouping, p.chunks_each, out, out_stride, y, y_stride,
-         counters);
+  const Kernel kernel = groups == 1 ? kernel_for<1>(w) : groups == 2 ? kernel_for<2>(w) : kernel_for<4>(w);
+
+  launch(kernel, grid, kThreads, groups == 1 ? shared_bytes : 0, s, x_split, x, x_stride, tokens, w, grouping,
+         p.chunks_each, out, out_stride, y, y_stride, counters);
   if (p.count > 1 && !fold) {
     launch(add_ranges_kernel, grid_for(tokens * w.rows, 256), 256, 0, s, partials, tokens, w.rows, p.count, y,
            y_stride);
