@@ -1494,7 +1494,8 @@ Attached make_backend(const model::Model& model, int index, int64_t max_rows, co
   try {
     backend->reserve(model, max_rows);
   } catch (const Error& error) {
-    fail("cuda:", index, ": the weights fit, but the activations of a ", max_rows, "-row step do not: ", error.what());
+    fail("cuda:", index, ": the weights fit, but the activations of a ", max_rows,
+         "-row step do not (serve's --max-batch-tokens sets the rows: fewer need less): ", error.what());
   }
   return {backend, static_cast<int64_t>(store.uploaded_bytes()), static_cast<int64_t>(backend->arena().bytes())};
 }
