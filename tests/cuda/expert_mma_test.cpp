@@ -119,36 +119,56 @@ struct ExpertRun {
   std::vector<float> y;                  // [pairs (sorted), hidden]
 };
 
+// What both runners do before the expert kernels: x and the routing on the device, the pairs sorted
+// by expert (moe_sort), cut into tiles of tile_pairs (expert_tiles), and the pair scales in sorted
+// order (none without pair_scale).
+struct SortedCall {
+  int64_t pairs, bound;
+  DeviceBytes dchoice, dx, scratch, sorted_expert, sorted_token, sorted_pair, position_of, tiles, tile_count, dscale;
+  std::vector<int64_t> sorted_pair_host;
+  SortedCall(const std::vector<float>& x, int experts, int64_t top_k, const std::vector<int32_t>& choice,
+             const std::vector<float>* pair_scale, int tile_pairs)
+      : pairs(static_cast<int64_t>(choice.size())),
+        bound(expert_tile_bound(pairs, experts, tile_pairs)),
+        dchoice(to_device(choice)),
+        dx(to_device(x)),
+        scratch(moe_sort_scratch_bytes(pairs)),
+        sorted_expert(pairs * 4),
+        sorted_token(pairs * 4),
+        sorted_pair(pairs * 8),
+        position_of(pairs * 8),
+        tiles(static_cast<std::size_t>(bound) * 16 + 16),
+        tile_count(4) {
+    moe_sort(dchoice.at<int32_t>(), pairs, top_k, scratch.get(), moe_sort_scratch_bytes(pairs),
+             sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(),
+             position_of.at<int64_t>(), kDefaultStream);
+    sorted_pair_host = from_device(sorted_pair.at<int64_t>(), static_cast<std::size_t>(pairs));
+    if (pair_scale) {
+      std::vector<float> sorted_scale;
+      for (const int64_t p : sorted_pair_host) sorted_scale.push_back((*pair_scale)[static_cast<std::size_t>(p)]);
+      dscale = to_device(sorted_scale);
+    }
+    expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream,
+                 tile_pairs);
+  }
+  const float* scales() const { return dscale.size() > 0 ? dscale.at<float>() : nullptr; }
+};
+
 ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x, int64_t tokens, int64_t top_k,
                 const std::vector<int32_t>& choice, int64_t inner, int64_t hidden, float limit,
                 const std::vector<float>* pair_scale, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs) {
-  const auto pairs = static_cast<int64_t>(choice.size());
-  const DeviceBytes dchoice = to_device(choice), dx = to_device(x);
-  DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
-      sorted_pair(pairs * 8), position_of(pairs * 8);
-  moe_sort(dchoice.at<int32_t>(), pairs, top_k, scratch.get(), moe_sort_scratch_bytes(pairs),
-           sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(), position_of.at<int64_t>(),
-           kDefaultStream);
-  const int64_t bound = expert_tile_bound(pairs, experts, tile_pairs);
-  DeviceBytes tiles(static_cast<std::size_t>(bound) * 16 + 16), tile_count(4);
+  const SortedCall call(x, experts, top_k, choice, pair_scale, tile_pairs);
+  const int64_t pairs = call.pairs;
   DeviceBytes x_split(static_cast<std::size_t>(split_words(tokens, hidden)) * 4),
       h_split(static_cast<std::size_t>(split_words(pairs, inner)) * 4), y(static_cast<std::size_t>(pairs * hidden) * 4);
-  DeviceBytes dscale;
-  std::vector<float> sorted_scale;
   ExpertRun run;
-  run.sorted_pair = from_device(sorted_pair.at<int64_t>(), static_cast<std::size_t>(pairs));
-  if (pair_scale) {
-    for (const int64_t p : run.sorted_pair) sorted_scale.push_back((*pair_scale)[static_cast<std::size_t>(p)]);
-    dscale = to_device(sorted_scale);
-  }
-  expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream,
-               tile_pairs);
-  split_rows(dx.at<float>(), tokens, hidden, hidden, x_split.at<uint32_t>(), kDefaultStream);
-  expert_gate_up(x_split.at<uint32_t>(), sorted_token.at<int32_t>(), pairs, tiles.at<int32_t>(),
-                 tile_count.at<int32_t>(), bound, e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner,
-                 hidden, limit, pair_scale ? dscale.at<float>() : nullptr, h_split.at<uint32_t>(), kDefaultStream,
-                 max_e8m0, tile_pairs);
-  expert_down(h_split.at<uint32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), bound,
+  run.sorted_pair = call.sorted_pair_host;
+  split_rows(call.dx.at<float>(), tokens, hidden, hidden, x_split.at<uint32_t>(), kDefaultStream);
+  expert_gate_up(x_split.at<uint32_t>(), call.sorted_token.at<int32_t>(), pairs, call.tiles.at<int32_t>(),
+                 call.tile_count.at<int32_t>(), call.bound, e.w1_array.at<WeightMatrix>(),
+                 e.w3_array.at<WeightMatrix>(), inner, hidden, limit, call.scales(), h_split.at<uint32_t>(),
+                 kDefaultStream, max_e8m0, tile_pairs);
+  expert_down(h_split.at<uint32_t>(), pairs, call.tiles.at<int32_t>(), call.tile_count.at<int32_t>(), call.bound,
               e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
   synchronize();
   run.h = from_device(reinterpret_cast<const uint16_t*>(h_split.at<uint32_t>()),
@@ -427,35 +447,20 @@ TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
 }
 
 // The same call through the wgmma kernels (prefill-sized calls on Hopper): y in sorted order.
-std::vector<float> run_experts_wgmma(const Experts& e, int experts, const std::vector<float>& x, int64_t top_k, const std::vector<int32_t>& choice, int64_t inner, int64_t hidden,
-                                     float limit, const std::vector<float>* pair_scale, int tile_pairs,
-                                     int max_e8m0 = 255) {
-  const auto pairs = static_cast<int64_t>(choice.size());
-  const DeviceBytes dchoice = to_device(choice), dx = to_device(x);
-  DeviceBytes scratch(moe_sort_scratch_bytes(pairs)), sorted_expert(pairs * 4), sorted_token(pairs * 4),
-      sorted_pair(pairs * 8), position_of(pairs * 8);
-  moe_sort(dchoice.at<int32_t>(), pairs, top_k, scratch.get(), moe_sort_scratch_bytes(pairs),
-           sorted_expert.at<int32_t>(), sorted_token.at<int32_t>(), sorted_pair.at<int64_t>(), position_of.at<int64_t>(),
-           kDefaultStream);
-  const int64_t bound = expert_tile_bound(pairs, experts, tile_pairs);
-  DeviceBytes tiles(static_cast<std::size_t>(bound) * 16 + 16), tile_count(4);
-  DeviceBytes staged(static_cast<std::size_t>(expert_wgmma_staged_words(bound, std::max(inner, hidden), tile_pairs)) * 4);
+std::vector<float> run_experts_wgmma(const Experts& e, int experts, const std::vector<float>& x, int64_t top_k,
+                                     const std::vector<int32_t>& choice, int64_t inner, int64_t hidden, float limit,
+                                     const std::vector<float>* pair_scale, int tile_pairs, int max_e8m0 = 255) {
+  const SortedCall call(x, experts, top_k, choice, pair_scale, tile_pairs);
+  const int64_t pairs = call.pairs;
+  DeviceBytes staged(static_cast<std::size_t>(expert_wgmma_staged_words(call.bound, std::max(inner, hidden), tile_pairs)) * 4);
   DeviceBytes gate(static_cast<std::size_t>(pairs * inner) * 4), up(static_cast<std::size_t>(pairs * inner) * 4),
       y(static_cast<std::size_t>(pairs * hidden) * 4);
-  DeviceBytes dscale;
-  if (pair_scale) {
-    std::vector<float> sorted_scale;
-    for (const int64_t p : from_device(sorted_pair.at<int64_t>(), static_cast<std::size_t>(pairs)))
-      sorted_scale.push_back((*pair_scale)[static_cast<std::size_t>(p)]);
-    dscale = to_device(sorted_scale);
-  }
-  expert_tiles(sorted_expert.at<int32_t>(), pairs, tiles.at<int32_t>(), tile_count.at<int32_t>(), kDefaultStream,
-               tile_pairs);
-  expert_gate_up_wgmma(dx.at<float>(), sorted_token.at<int32_t>(), tiles.at<int32_t>(), tile_count.at<int32_t>(), bound,
-                       e.w1_array.at<WeightMatrix>(), e.w3_array.at<WeightMatrix>(), inner, hidden,
-                       staged.at<uint32_t>(), gate.at<float>(), up.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
-  expert_down_wgmma(gate.at<float>(), up.at<float>(), limit, pair_scale ? dscale.at<float>() : nullptr,
-                    tiles.at<int32_t>(), tile_count.at<int32_t>(), bound, e.w2_array.at<WeightMatrix>(), hidden, inner,
+  expert_gate_up_wgmma(call.dx.at<float>(), call.sorted_token.at<int32_t>(), call.tiles.at<int32_t>(),
+                       call.tile_count.at<int32_t>(), call.bound, e.w1_array.at<WeightMatrix>(),
+                       e.w3_array.at<WeightMatrix>(), inner, hidden, staged.at<uint32_t>(), gate.at<float>(),
+                       up.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
+  expert_down_wgmma(gate.at<float>(), up.at<float>(), limit, call.scales(), call.tiles.at<int32_t>(),
+                    call.tile_count.at<int32_t>(), call.bound, e.w2_array.at<WeightMatrix>(), hidden, inner,
                     staged.at<uint32_t>(), y.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
   synchronize();
   return from_device(y.at<float>(), static_cast<std::size_t>(pairs * hidden));
