@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -316,19 +317,19 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
   const int64_t rows = 130, tokens = 37;
   std::vector<TestWeight> weights;
   // 1000 columns: partial chunks (and FP4's scalar decoder); 1024: whole 32-column pairs, where
-  // BF16 and FP4 take the AVX-512 pair decoders, in their own column order.
-  for (int64_t cols : {1000, 1024}) {
+  // BF16 and FP4 take the AVX-512 pair decoders, in their own column order; 256: rows short
+  // enough that one token's BF16 kernel reads them one after the other.
+  for (int64_t cols : {1000, 1024, 256}) {
     weights.push_back(make_weight(WeightEncoding::F32, rows, cols, rng, 1));
     weights.push_back(make_weight(WeightEncoding::BF16, rows, cols, rng, 1));
     weights.push_back(make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 128, 128));
     weights.push_back(make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 32, 32));
     weights.push_back(make_weight(WeightEncoding::FP4_E2M1, rows, cols, rng, 1, ScaleEncoding::E8M0, 1, cols == 1000 ? 40 : 32));
   }
-  const auto x_1000 = random_activations(tokens, 1000, rng);
-  const auto x_1024 = random_activations(tokens, 1024, rng);
+  std::map<int64_t, std::vector<float>> activations;
+  for (int64_t cols : {1000, 1024, 256}) activations[cols] = random_activations(tokens, cols, rng);
   for (auto& w : weights) {
-    const int64_t cols = w.matrix.cols;
-    const std::vector<float>& x = cols == 1000 ? x_1000 : x_1024;
+    const std::vector<float>& x = activations.at(w.matrix.cols);
     for (auto path : available_paths()) {
       const std::string what = describe(w.matrix, path, tokens);
       const auto batched = run_linear(x, 0, tokens, w.matrix, pool_of(3), path);
