@@ -23,8 +23,10 @@ inline void cpu_relax() {
 
 ThreadPool::ThreadPool(int threads, int spin_iterations) : spin_iterations_(std::max(spin_iterations, 0)) {
   if (threads < 1) fail("ThreadPool: thread count must be at least 1, got ", threads);
-  if (threads > 0xFFFF) fail("ThreadPool: thread count must be at most 65535, got ", threads);
-  chunk_errors_.resize(static_cast<std::size_t>(threads));
+  // The claim ticket counts chunks in 16 bits.
+  if (threads > 0xFFFF / kMaxChunksPerThread)
+    fail("ThreadPool: thread count must be at most ", 0xFFFF / kMaxChunksPerThread, ", got ", threads);
+  chunk_errors_.resize(static_cast<std::size_t>(threads) * kMaxChunksPerThread);
   workers_.reserve(static_cast<std::size_t>(threads - 1));
   for (int index = 1; index < threads; ++index) workers_.emplace_back([this] { worker_loop(); });
 }
@@ -115,7 +117,9 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::run(int64_t count, void* callable, ChunkFunction function) {
+void ThreadPool::run(int64_t count, void* callable, ChunkFunction function, int chunks_per_thread) {
+  if (chunks_per_thread < 1 || chunks_per_thread > kMaxChunksPerThread)
+    fail("ThreadPool: chunks per thread must be from 1 to ", kMaxChunksPerThread, ", got ", chunks_per_thread);
   if (count <= 0) return;
   if (t_inside_pool || workers_.empty() || count == 1) {
     function(callable, 0, count);
@@ -125,7 +129,7 @@ void ThreadPool::run(int64_t count, void* callable, ChunkFunction function) {
   job_callable_ = callable;
   job_function_ = function;
   job_count_ = count;
-  job_chunks_ = static_cast<int>(std::min<int64_t>(count, size()));
+  job_chunks_ = static_cast<int>(std::min<int64_t>(count, int64_t{size()} * chunks_per_thread));
   finished_chunks_.store(0, std::memory_order_relaxed);
   ++job_number_;
   // Chunk 0 is the caller's: the ticket starts at chunk 1.

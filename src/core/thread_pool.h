@@ -4,8 +4,8 @@
 // (optionally spinning before sleeping on a condition variable), and the calling thread does a share.
 //
 // Partitioning is static and deterministic: parallel_for(count, fn) splits [0, count) into
-// min(size(), count) contiguous chunks whose bounds depend only on count and size(), and chunk 0
-// runs on the caller. Kernels that must be bit-reproducible rely on their results not depending on
+// min(size(), count) contiguous chunks (min(size() * chunks_per_thread, count) when asked for
+// more) whose bounds depend only on count and size(), and chunk 0 runs on the caller. Kernels that must be bit-reproducible rely on their results not depending on
 // the split at all; the fixed split only makes runs repeatable for everyone else.
 // Which thread runs chunks 1.. is not fixed: each is claimed by the first thread to reach it, the
 // caller included once its own chunk is done, so a worker the OS has not scheduled yet (the
@@ -43,13 +43,17 @@ class ThreadPool {
   // calling thread. Calls from several outside threads at once are serialised. If chunks throw,
   // every chunk still finishes and the exception of the lowest-numbered failing chunk is
   // rethrown to the caller.
+  // `chunks_per_thread` (1 to kMaxChunksPerThread) splits [0, count) into that many chunks per
+  // thread (at most count), claimed in order by whichever thread is free: for items of uneven
+  // cost, where one contiguous chunk a thread would leave the others waiting for the slowest.
   template <typename Fn>
-  void parallel_for(int64_t count, Fn&& fn) {
+  void parallel_for(int64_t count, Fn&& fn, int chunks_per_thread = 1) {
     using Callable = std::remove_reference_t<Fn>;
     run(count, const_cast<void*>(static_cast<const void*>(&fn)), [](void* callable, int64_t begin, int64_t end) {
       (*static_cast<Callable*>(callable))(begin, end);
-    });
+    }, chunks_per_thread);
   }
+  static constexpr int kMaxChunksPerThread = 8;
 
   // Chunk `index` of `chunks` over [0, count): the split parallel_for uses.
   static std::pair<int64_t, int64_t> chunk_bounds(int64_t count, int64_t chunks, int64_t index) {
@@ -79,7 +83,7 @@ class ThreadPool {
 
  private:
   using ChunkFunction = void (*)(void*, int64_t, int64_t);
-  void run(int64_t count, void* callable, ChunkFunction function);
+  void run(int64_t count, void* callable, ChunkFunction function, int chunks_per_thread);
   void run_chunk(int index);
   // Claims and runs unclaimed chunks of the current job until none is left.
   void run_claimed_chunks();

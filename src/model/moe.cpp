@@ -118,7 +118,8 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
   // Each expert runs once over the tokens routed to it; a token's contributions are then summed
   // in ascending expert order (fixed per token, independent of the batch). Experts are independent
   // items on the pool (their linears then run on the thread that took them: same bits, being
-  // batch and thread invariant); the shared experts are items after the routed ones.
+  // batch and thread invariant); the shared experts, which take every token, are the first items,
+  // so the pool's chunks are claimed largest first.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> members(static_cast<std::size_t>(experts));  // (token, slot)
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t s = 0; s < k; ++s) members[decisions[t].experts[s]].emplace_back(t, s);
@@ -138,14 +139,14 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
   parallel_items(items, work_per_item, [&](int64_t begin, int64_t end) {
     std::vector<float> rows, gate, up;
     for (int64_t item = begin; item < end; ++item) {
-      if (item >= static_cast<int64_t>(active.size())) {
-        const int64_t index = item - static_cast<int64_t>(active.size());
+      if (item < shared_count) {
+        const int64_t index = item;
         const ExpertWeights& shared = weights.shared[index];
         swiglu(shared, x, tokens, weights.swiglu_limit, gate, up);
         kernels::linear(gate.data(), tokens, shared.w2, shared_out.data() + index * tokens * model_dim);
         continue;
       }
-      const int64_t e = active[item];
+      const int64_t e = active[item - shared_count];
       const auto& expert_members = members[e];
       const int64_t count = static_cast<int64_t>(expert_members.size());
       rows.resize(static_cast<std::size_t>(count * model_dim));

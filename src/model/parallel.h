@@ -29,6 +29,8 @@ class ScopedMinParallelWork {
   int64_t previous_;
 };
 
+inline constexpr int kItemChunksPerThread = 8;
+
 // fn(begin, end) over disjoint ranges covering [0, count); `work_per_item` estimates one item's cost.
 template <typename Fn>
 void parallel_items(int64_t count, int64_t work_per_item, Fn&& fn) {
@@ -37,7 +39,9 @@ void parallel_items(int64_t count, int64_t work_per_item, Fn&& fn) {
     fn(int64_t{0}, count);
     return;
   }
-  default_thread_pool().parallel_for(count, fn);
+  // Items differ in cost (a late token attends more rows; the shared expert takes every token, a
+  // routed one a few): finer chunks claimed by whichever thread is free keep both busy.
+  default_thread_pool().parallel_for(count, fn, kItemChunksPerThread);
 }
 
 }  // namespace deepinfer::model

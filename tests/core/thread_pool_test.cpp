@@ -20,25 +20,50 @@ namespace {
 
 // Every index in [0, count) is visited exactly once, by chunks that are contiguous and that
 // match chunk_bounds.
-void expect_exact_cover(ThreadPool& pool, int64_t count) {
+void expect_exact_cover(ThreadPool& pool, int64_t count, int chunks_per_thread = 1) {
   std::vector<std::atomic<int>> visits(static_cast<std::size_t>(count));
   std::atomic<int64_t> calls{0};
   pool.parallel_for(count, [&](int64_t begin, int64_t end) {
     ASSERT_LT(begin, end);
     calls.fetch_add(1);
     for (int64_t i = begin; i < end; ++i) visits[static_cast<std::size_t>(i)].fetch_add(1);
-  });
+  }, chunks_per_thread);
   for (int64_t i = 0; i < count; ++i) ASSERT_EQ(visits[static_cast<std::size_t>(i)].load(), 1) << "index " << i << " of " << count;
-  const int64_t expected_chunks = count == 0 ? 0 : std::min<int64_t>(count, pool.size());
-  EXPECT_EQ(calls.load(), expected_chunks) << count;
+  // Inline (one thread, or one item): a single call.
+  const int64_t expected_chunks = count == 0 ? 0
+                                  : pool.size() == 1 || count == 1
+                                      ? 1
+                                      : std::min<int64_t>(count, int64_t{pool.size()} * chunks_per_thread);
+  EXPECT_EQ(calls.load(), expected_chunks) << count << " items, " << chunks_per_thread << " chunks a thread";
 }
 
 TEST(ThreadPool, CoversEveryIndexOnceForManyCountsAndSizes) {
   for (int threads : {1, 2, 3, 4, 7}) {
     ThreadPool pool(threads);
     EXPECT_EQ(pool.size(), threads);
-    for (int64_t count : {0, 1, 2, 3, 5, 6, 7, 8, 13, 64, 100, 1000, 4097}) expect_exact_cover(pool, count);
+    for (int64_t count : {0, 1, 2, 3, 5, 6, 7, 8, 13, 64, 100, 1000, 4097})
+      for (int chunks_per_thread : {1, 3, ThreadPool::kMaxChunksPerThread}) expect_exact_cover(pool, count, chunks_per_thread);
   }
+}
+
+TEST(ThreadPool, FinerChunksFollowChunkBounds) {
+  ThreadPool pool(3);
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  std::mutex mutex;
+  pool.parallel_for(100, [&](int64_t begin, int64_t end) {
+    std::lock_guard lock(mutex);
+    seen.emplace_back(begin, end);
+  }, 4);
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), 12u);
+  for (int64_t index = 0; index < 12; ++index) EXPECT_EQ(seen[static_cast<std::size_t>(index)], ThreadPool::chunk_bounds(100, 12, index));
+}
+
+TEST(ThreadPool, RejectsChunksPerThreadOutOfRange) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(10, [](int64_t, int64_t) {}, 0), Error);
+  EXPECT_THROW(pool.parallel_for(10, [](int64_t, int64_t) {}, ThreadPool::kMaxChunksPerThread + 1), Error);
+  expect_exact_cover(pool, 10);
 }
 
 TEST(ThreadPool, SleepingWorkersWakeUp) {
@@ -136,6 +161,15 @@ TEST(ThreadPool, LowestFailingChunkExceptionReachesTheCallerAndPoolStaysUsable) 
   EXPECT_THROW(pool.parallel_for(8, [](int64_t begin, int64_t) {
     if (begin == 0) throw std::logic_error("caller chunk");
   }), std::logic_error);
+  // Past the first size() chunks: 32 chunks of one item, the ones from 20 on failing.
+  try {
+    pool.parallel_for(32, [&](int64_t begin, int64_t) {
+      if (begin >= 20) throw std::runtime_error("chunk at " + std::to_string(begin));
+    }, ThreadPool::kMaxChunksPerThread);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "chunk at 20");
+  }
   expect_exact_cover(pool, 1000);
 }
 
