@@ -19,5 +19,7 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x));
 void softmax(float* x, int64_t n);
 
 float dot(const float* a, const float* b, int64_t n);
+// out[j] = dot(a, rows[j], n) for j < count, bit for bit, several rows at a time.
+void dots(const float* a, const float* const* rows, int64_t count, int64_t n, float* out);
 
 }  // namespace deepinfer::model
