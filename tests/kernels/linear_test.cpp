@@ -318,8 +318,9 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
   std::vector<TestWeight> weights;
   // 1000 columns: partial chunks (and FP4's scalar decoder); 1024: whole 32-column pairs, where
   // BF16 and FP4 take the AVX-512 pair decoders, in their own column order; 256: rows short
-  // enough that one token's BF16 kernel reads them one after the other.
-  for (int64_t cols : {1000, 1024, 256}) {
+  // enough that one token's BF16 kernel reads them one after the other; 2080: three or more of
+  // the AVX-512 panel kernel's panels in every format (a partial one last).
+  for (int64_t cols : {1000, 1024, 256, 2080}) {
     weights.push_back(make_weight(WeightEncoding::F32, rows, cols, rng, 1));
     weights.push_back(make_weight(WeightEncoding::BF16, rows, cols, rng, 1));
     weights.push_back(make_weight(WeightEncoding::FP8_E4M3, rows, cols, rng, 1, ScaleEncoding::E8M0, 128, 128));
@@ -327,7 +328,7 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
     weights.push_back(make_weight(WeightEncoding::FP4_E2M1, rows, cols, rng, 1, ScaleEncoding::E8M0, 1, cols == 1000 ? 40 : 32));
   }
   std::map<int64_t, std::vector<float>> activations;
-  for (int64_t cols : {1000, 1024, 256}) activations[cols] = random_activations(tokens, cols, rng);
+  for (int64_t cols : {1000, 1024, 256, 2080}) activations[cols] = random_activations(tokens, cols, rng);
   for (auto& w : weights) {
     const std::vector<float>& x = activations.at(w.matrix.cols);
     for (auto path : available_paths()) {

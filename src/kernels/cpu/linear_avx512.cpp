@@ -72,7 +72,11 @@ namespace {
 
 constexpr int kLanes = 16;
 constexpr int64_t kPanelRows = 16;
-constexpr int64_t kPanelCols = 256;        // 16 chunks; 16 KB of f32 per panel
+// Columns a panel decodes at once: a multiply_panel call loads and stores its 24 accumulators
+// once per panel, so wider panels pay that less often. 4096 x 4096 at 64 tokens, one thread
+// (ms, 256 / 512 / 1024 columns): BF16 33.5 / 29.6 / 26.2, FP8 128x128 33.5 / 29.5 / 32.6,
+// FP4 31.4 / 28.6 / 26.0 (docs/BENCHMARKS.md): FP8's panel keeps 512.
+constexpr int64_t kMaxPanelCols = 1024;
 constexpr int kPanelTokens = 6;            // micro-kernel: 4 rows x 6 tokens = 24 accumulators
 constexpr int64_t kMaxStreamTokens = 3;    // fewer tokens than the panel kernel needs
 constexpr int64_t kRowGroup = 8;           // rows the pool splits by
@@ -80,6 +84,11 @@ constexpr int64_t kRowGroup = 8;           // rows the pool splits by
 // ---- where a weight row's bytes and scales are -------------------------------------------------
 
 enum class Decode { F32, BF16, BF16Pairs, FP8, FP4, Scalar };
+
+template <Decode D>
+constexpr int64_t panel_columns() {
+  return D == Decode::FP8 ? 512 : kMaxPanelCols;
+}
 
 struct Matrix {
   const WeightMatrix* w;
@@ -712,7 +721,7 @@ void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t f
 // ---- panel kernel: decode 16 x 256 once, sweep every token over it -----------------------------
 
 struct Scratch {
-  std::vector<float> panel;         // kPanelRows x kPanelCols decoded weights
+  std::vector<float> panel;         // kPanelRows x panel_columns<D>() decoded weights
   std::vector<float> accumulators;  // tokens x kPanelRows x 16 lanes
 };
 
@@ -721,8 +730,8 @@ struct Scratch {
 // panel of a row starts them at +0 instead of reading them (what a zeroed store would give, without
 // zeroing tokens x 1 KB for every 16 rows).
 template <int ROWS, int TOKENS>
-void multiply_panel(const float* panel, int64_t chunks, bool first_panel, bool last_partial, __mmask16 tail_mask,
-                    const float* x, int64_t x_stride, float* acc_store) {
+void multiply_panel(const float* panel, int64_t panel_stride, int64_t chunks, bool first_panel, bool last_partial,
+                    __mmask16 tail_mask, const float* x, int64_t x_stride, float* acc_store) {
   __m512 acc[ROWS][TOKENS];
   for (int i = 0; i < ROWS; ++i)
     for (int t = 0; t < TOKENS; ++t)
@@ -732,7 +741,7 @@ void multiply_panel(const float* panel, int64_t chunks, bool first_panel, bool l
     __m512 xs[TOKENS];
     for (int t = 0; t < TOKENS; ++t) xs[t] = _mm512_loadu_ps(x + t * x_stride + k * kLanes);
     for (int i = 0; i < ROWS; ++i) {
-      const __m512 w = _mm512_load_ps(panel + i * kPanelCols + k * kLanes);
+      const __m512 w = _mm512_load_ps(panel + i * panel_stride + k * kLanes);
       for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
     }
   }
@@ -741,7 +750,7 @@ void multiply_panel(const float* panel, int64_t chunks, bool first_panel, bool l
     __m512 xs[TOKENS];
     for (int t = 0; t < TOKENS; ++t) xs[t] = _mm512_maskz_loadu_ps(tail_mask, x + t * x_stride + k * kLanes);
     for (int i = 0; i < ROWS; ++i) {
-      const __m512 w = _mm512_load_ps(panel + i * kPanelCols + k * kLanes);
+      const __m512 w = _mm512_load_ps(panel + i * panel_stride + k * kLanes);
       for (int t = 0; t < TOKENS; ++t) acc[i][t] = _mm512_fmadd_ps(xs[t], w, acc[i][t]);
     }
   }
@@ -750,36 +759,36 @@ void multiply_panel(const float* panel, int64_t chunks, bool first_panel, bool l
 }
 
 template <int TOKENS>
-void multiply_token_block(const float* panel, int rows, int64_t chunks, bool first_panel, bool last_partial,
-                          __mmask16 tail_mask, const float* x, int64_t x_stride, float* acc_store) {
+void multiply_token_block(const float* panel, int64_t panel_stride, int rows, int64_t chunks, bool first_panel,
+                          bool last_partial, __mmask16 tail_mask, const float* x, int64_t x_stride, float* acc_store) {
   int i = 0;
   for (; i + 4 <= rows; i += 4)
-    multiply_panel<4, TOKENS>(panel + i * kPanelCols, chunks, first_panel, last_partial, tail_mask, x, x_stride,
-                              acc_store + i * kLanes);
+    multiply_panel<4, TOKENS>(panel + i * panel_stride, panel_stride, chunks, first_panel, last_partial, tail_mask, x,
+                              x_stride, acc_store + i * kLanes);
   for (; i < rows; ++i)
-    multiply_panel<1, TOKENS>(panel + i * kPanelCols, chunks, first_panel, last_partial, tail_mask, x, x_stride,
-                              acc_store + i * kLanes);
+    multiply_panel<1, TOKENS>(panel + i * panel_stride, panel_stride, chunks, first_panel, last_partial, tail_mask, x,
+                              x_stride, acc_store + i * kLanes);
 }
 
-void multiply_all_tokens(const float* panel, int rows, int64_t chunks, bool first_panel, bool last_partial,
+void multiply_all_tokens(const float* panel, int64_t panel_stride, int rows, int64_t chunks, bool first_panel, bool last_partial,
                          __mmask16 tail_mask, const float* x, int64_t tokens, int64_t cols, float* acc_store) {
   int64_t t = 0;
   for (; t + kPanelTokens <= tokens; t += kPanelTokens)
-    multiply_token_block<kPanelTokens>(panel, rows, chunks, first_panel, last_partial, tail_mask, x + t * cols, cols,
+    multiply_token_block<kPanelTokens>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, x + t * cols, cols,
                                        acc_store + t * kPanelRows * kLanes);
   float* acc = acc_store + t * kPanelRows * kLanes;
   const float* xt = x + t * cols;
   switch (tokens - t) {
-    case 5: return multiply_token_block<5>(panel, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 4: return multiply_token_block<4>(panel, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 3: return multiply_token_block<3>(panel, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 2: return multiply_token_block<2>(panel, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 1: return multiply_token_block<1>(panel, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+    case 5: return multiply_token_block<5>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+    case 4: return multiply_token_block<4>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+    case 3: return multiply_token_block<3>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+    case 2: return multiply_token_block<2>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+    case 1: return multiply_token_block<1>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
     default: return;
   }
 }
 
-// Decodes chunks [k0, k0 + chunks) of `rows` rows into the panel (row i at panel + i * kPanelCols).
+// Decodes chunks [k0, k0 + chunks) of `rows` rows into the panel (row i at panel + i * panel_columns<D>()).
 template <Decode D>
 void decode_panel(const Matrix& m, int64_t row0, int rows, int64_t k0, int64_t chunks, float* panel) {
   for (int i = 0; i < rows; ++i) {
@@ -793,7 +802,7 @@ void decode_panel(const Matrix& m, int64_t row0, int rows, int64_t k0, int64_t c
           scale = block_scale<D>(m, row, scale_block);
         }
       }
-      _mm512_store_ps(panel + i * kPanelCols + (k - k0) * kLanes, decode_any_chunk<D>(m, row, k, scale));
+      _mm512_store_ps(panel + i * panel_columns<D>() + (k - k0) * kLanes, decode_any_chunk<D>(m, row, k, scale));
     }
   }
 }
@@ -801,18 +810,19 @@ void decode_panel(const Matrix& m, int64_t row0, int rows, int64_t k0, int64_t c
 template <Decode D>
 void panel_rows(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t first_row, int64_t end_row) {
   thread_local Scratch scratch;  // grows to the largest call a thread has seen; no per-call allocation
-  if (scratch.panel.size() < static_cast<std::size_t>(kPanelRows * kPanelCols + kLanes))
-    scratch.panel.resize(kPanelRows * kPanelCols + kLanes);
+  if (scratch.panel.size() < static_cast<std::size_t>(kPanelRows * kMaxPanelCols + kLanes))
+    scratch.panel.resize(kPanelRows * kMaxPanelCols + kLanes);
   const auto accumulator_floats = static_cast<std::size_t>(tokens * kPanelRows * kLanes);
   if (scratch.accumulators.size() < accumulator_floats) scratch.accumulators.resize(accumulator_floats);
-  // 64-byte aligned panel rows: kPanelCols floats are a multiple of 16.
+  // 64-byte aligned panel rows: panel_columns<D>() floats are a multiple of 16.
   float* panel = scratch.panel.data();
   panel += (kLanes - (reinterpret_cast<uintptr_t>(panel) / 4) % kLanes) % kLanes;
   float* accumulators = scratch.accumulators.data();
 
   const int64_t cols = m.w->cols;
   const int64_t chunks = m.full_chunks + (m.tail ? 1 : 0);
-  const int64_t panel_chunks = kPanelCols / kLanes;
+  constexpr int64_t kPanelStride = panel_columns<D>();
+  const int64_t panel_chunks = kPanelStride / kLanes;
   for (int64_t row0 = first_row; row0 < end_row; row0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, end_row - row0));
     for (int64_t k0 = 0; k0 < chunks; k0 += panel_chunks) {
@@ -829,8 +839,8 @@ void panel_rows(const Matrix& m, const float* x, int64_t tokens, float* y, int64
         for (int64_t offset = 0; offset < span_bytes + 64; offset += 64) _mm_prefetch(start + offset, _MM_HINT_T0);
       }
       decode_panel<D>(m, row0, rows, k0, count, panel);
-      multiply_all_tokens(panel, rows, count, k0 == 0, last_partial, m.tail_mask, x + k0 * kLanes, tokens, cols,
-                          accumulators);
+      multiply_all_tokens(panel, kPanelStride, rows, count, k0 == 0, last_partial, m.tail_mask, x + k0 * kLanes, tokens,
+                          cols, accumulators);
     }
     for (int64_t t = 0; t < tokens; ++t) {
       const float* token_acc = accumulators + t * kPanelRows * kLanes;
