@@ -7,8 +7,8 @@
 // once by every token, the row's accumulators stay in registers for the whole row (16 rows at a
 // time at 1 token, summed together by one transposed tree), the next row group is prefetched into
 // L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a
-// 16-row x 256-column panel is decoded once into L1 and swept by 4-row x 6-token micro-kernels (24
-// accumulators), which is FMA-bound.
+// 16-row x 1024-column panel (512 for FP8) is decoded once into cache and swept by 4-row x
+// 6-token micro-kernels (24 accumulators), which is FMA-bound.
 //
 // Why f32 activations: the BF16 dot-product and VNNI instructions would round the activations to
 // BF16 or int8 first, which changes results by more than the reduction order; this path keeps the
@@ -718,7 +718,7 @@ void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t f
   }
 }
 
-// ---- panel kernel: decode 16 x 256 once, sweep every token over it -----------------------------
+// ---- panel kernel: decode 16 rows x panel_columns<D>() once, sweep every token over it ------
 
 struct Scratch {
   std::vector<float> panel;         // kPanelRows x panel_columns<D>() decoded weights
