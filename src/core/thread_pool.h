@@ -5,8 +5,9 @@
 //
 // Partitioning is static and deterministic: parallel_for(count, fn) splits [0, count) into
 // min(size(), count) contiguous chunks (min(size() * chunks_per_thread, count) when asked for
-// more) whose bounds depend only on count and size(), and chunk 0 runs on the caller. Kernels that must be bit-reproducible rely on their results not depending on
-// the split at all; the fixed split only makes runs repeatable for everyone else.
+// more) whose bounds depend only on count and size(), and chunk 0 runs on the caller. Kernels
+// that must be bit-reproducible rely on their results not depending on the split at all; the
+// fixed split only makes runs repeatable for everyone else.
 // Which thread runs chunks 1.. is not fixed: each is claimed by the first thread to reach it, the
 // caller included once its own chunk is done, so a worker the OS has not scheduled yet (the
 // machine is shared) delays nothing: the caller takes its chunk instead of waiting.

@@ -139,11 +139,10 @@ void moe_forward(const MoeWeights& weights, const float* x, const int32_t* token
   parallel_items(items, work_per_item, [&](int64_t begin, int64_t end) {
     std::vector<float> rows, gate, up;
     for (int64_t item = begin; item < end; ++item) {
-      if (item < shared_count) {
-        const int64_t index = item;
-        const ExpertWeights& shared = weights.shared[index];
+      if (item < shared_count) {  // shared expert `item`
+        const ExpertWeights& shared = weights.shared[item];
         swiglu(shared, x, tokens, weights.swiglu_limit, gate, up);
-        kernels::linear(gate.data(), tokens, shared.w2, shared_out.data() + index * tokens * model_dim);
+        kernels::linear(gate.data(), tokens, shared.w2, shared_out.data() + item * tokens * model_dim);
         continue;
       }
       const int64_t e = active[item - shared_count];

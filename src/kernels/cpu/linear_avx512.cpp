@@ -446,7 +446,6 @@ constexpr int64_t kShortRowPairs = 8;
 
 // BF16 rows in FP4's column order: a pair of chunks per 64-byte load (decode_chunk), the next row
 // group prefetched as stream_chunks does.
-
 template <int ROWS, int TOKENS>
 void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y,
                             int64_t y_stride) {
@@ -770,25 +769,29 @@ void multiply_token_block(const float* panel, int64_t panel_stride, int rows, in
                               x_stride, acc_store + i * kLanes);
 }
 
-void multiply_all_tokens(const float* panel, int64_t panel_stride, int rows, int64_t chunks, bool first_panel, bool last_partial,
-                         __mmask16 tail_mask, const float* x, int64_t tokens, int64_t cols, float* acc_store) {
+void multiply_all_tokens(const float* panel, int64_t panel_stride, int rows, int64_t chunks, bool first_panel,
+                         bool last_partial, __mmask16 tail_mask, const float* x, int64_t tokens, int64_t cols,
+                         float* acc_store) {
   int64_t t = 0;
   for (; t + kPanelTokens <= tokens; t += kPanelTokens)
-    multiply_token_block<kPanelTokens>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, x + t * cols, cols,
-                                       acc_store + t * kPanelRows * kLanes);
+    multiply_token_block<kPanelTokens>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask,
+                                       x + t * cols, cols, acc_store + t * kPanelRows * kLanes);
   float* acc = acc_store + t * kPanelRows * kLanes;
   const float* xt = x + t * cols;
+  const auto block = [&]<int TOKENS>() {
+    multiply_token_block<TOKENS>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+  };
   switch (tokens - t) {
-    case 5: return multiply_token_block<5>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 4: return multiply_token_block<4>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 3: return multiply_token_block<3>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 2: return multiply_token_block<2>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
-    case 1: return multiply_token_block<1>(panel, panel_stride, rows, chunks, first_panel, last_partial, tail_mask, xt, cols, acc);
+    case 5: return block.template operator()<5>();
+    case 4: return block.template operator()<4>();
+    case 3: return block.template operator()<3>();
+    case 2: return block.template operator()<2>();
+    case 1: return block.template operator()<1>();
     default: return;
   }
 }
 
-// Decodes chunks [k0, k0 + chunks) of `rows` rows into the panel (row i at panel + i * panel_columns<D>()).
+// Decodes chunks [k0, k0 + chunks) of `rows` rows into the panel (row i at panel_columns<D>() * i).
 template <Decode D>
 void decode_panel(const Matrix& m, int64_t row0, int rows, int64_t k0, int64_t chunks, float* panel) {
   for (int i = 0; i < rows; ++i) {
