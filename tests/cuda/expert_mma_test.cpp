@@ -240,6 +240,52 @@ TEST(CudaExpertMma, TilesCutEachExpertsRun) {
   EXPECT_THROW(expert_tile_bound(10, 4, 5), Error);
 }
 
+// The one-launch sort and tiling of decode-sized calls gives moe_sort's and expert_tiles'
+// results: random expert ids with repeats and the negative "no expert" id, up to its 1024 pairs,
+// and it declines more.
+TEST(CudaExpertMma, SortAndTilesInOneLaunchGiveTheSameResults) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(4);
+  for (const int capacity : {kExpertTilePairs, kExpertWideTilePairs, 16, 32})
+    for (const int64_t pairs : {int64_t{1}, int64_t{6}, int64_t{384}, int64_t{1000}, int64_t{1024}}) {
+      constexpr int64_t kTopK = 6;
+      constexpr int kExperts = 384;
+      std::uniform_int_distribution<int32_t> pick(-1, pairs < 100 ? 3 : kExperts - 1);
+      std::vector<int32_t> choice(static_cast<std::size_t>(pairs));
+      for (auto& v : choice) v = pick(rng);
+      const int64_t bound = expert_tile_bound(pairs, kExperts + 1, capacity);
+      const DeviceBytes dchoice = to_device(choice);
+      DeviceBytes scratch(moe_sort_scratch_bytes(pairs));
+      struct Out {
+        explicit Out(int64_t n, int64_t tile_bound)
+            : expert(n * 4), token(n * 4), pair(n * 8), position(n * 8), tiles(tile_bound * 16), count(4) {}
+        DeviceBytes expert, token, pair, position, tiles, count;
+      } two(pairs, bound), one(pairs, bound);
+      moe_sort(dchoice.at<int32_t>(), pairs, kTopK, scratch.get(), moe_sort_scratch_bytes(pairs),
+               two.expert.at<int32_t>(), two.token.at<int32_t>(), two.pair.at<int64_t>(), two.position.at<int64_t>(),
+               kDefaultStream);
+      expert_tiles(two.expert.at<int32_t>(), pairs, two.tiles.at<int32_t>(), two.count.at<int32_t>(), kDefaultStream,
+                   capacity);
+      ASSERT_TRUE(moe_sort_tiles(dchoice.at<int32_t>(), pairs, kTopK, one.expert.at<int32_t>(), one.token.at<int32_t>(),
+                                 one.pair.at<int64_t>(), one.position.at<int64_t>(), one.tiles.at<int32_t>(),
+                                 one.count.at<int32_t>(), kDefaultStream, capacity));
+      synchronize();
+      const auto n = static_cast<std::size_t>(pairs);
+      const std::string where = std::to_string(pairs) + " pairs, capacity " + std::to_string(capacity);
+      EXPECT_EQ(from_device(one.expert.at<int32_t>(), n), from_device(two.expert.at<int32_t>(), n)) << where;
+      EXPECT_EQ(from_device(one.token.at<int32_t>(), n), from_device(two.token.at<int32_t>(), n)) << where;
+      EXPECT_EQ(from_device(one.pair.at<int64_t>(), n), from_device(two.pair.at<int64_t>(), n)) << where;
+      EXPECT_EQ(from_device(one.position.at<int64_t>(), n), from_device(two.position.at<int64_t>(), n)) << where;
+      const int32_t count = from_device(two.count.at<int32_t>(), 1)[0];
+      ASSERT_EQ(from_device(one.count.at<int32_t>(), 1)[0], count) << where;
+      std::vector<int32_t> got = from_device(one.tiles.at<int32_t>(), static_cast<std::size_t>(count) * 4);
+      std::vector<int32_t> want = from_device(two.tiles.at<int32_t>(), static_cast<std::size_t>(count) * 4);
+      for (std::size_t i = 3; i < got.size(); i += 4) got[i] = want[i] = 0;  // the unused word
+      EXPECT_EQ(got, want) << where;
+    }
+  EXPECT_FALSE(moe_sort_tiles(nullptr, 1025, 6, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, kDefaultStream));
+}
+
 // Wide tiles (up to 8 pairs, one to four MMA groups) give every pair the bits 4-pair tiles give
 // it: experts with 1 to 11 pairs, so tiles of every group count, with and without pair scales.
 TEST(CudaExpertMma, WideTilesGiveTheSameBits) {

@@ -344,6 +344,36 @@ TEST(CudaRope, MatchesRopeTable) {
     }
 }
 
+// The fused launch gives rms_norm's then rope's bits, on the warp rows (head_dim <= 1024) and on
+// the block rows it hands to the two kernels.
+TEST(CudaRmsNormRope, GivesRmsNormThenRopesBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(13);
+  const model::RopeTable table = model::RopeTable::plain(10000.0, 64);
+  const std::vector<int32_t> positions = {0, 1, 4095, 65535, 1000003, 7};
+  constexpr int64_t kCount = 6;
+  for (int64_t heads : {1, 3, 64})
+    for (int64_t head_dim : {64, 96, 512, 1280})
+      for (bool weighted : {false, true}) {
+        const int64_t rows = kCount * heads;
+        const std::vector<float> x = random_floats(static_cast<std::size_t>(rows * head_dim), rng, 3.0f, 0.5f);
+        const std::vector<float> weight = random_floats(static_cast<std::size_t>(head_dim), rng, 1.0f, 1.0f);
+        const DeviceBytes dw = to_device(weight), dfreq = to_device(table.inv_freq()), dpos = to_device(positions);
+        const float* w = weighted ? dw.at<float>() : nullptr;
+        DeviceBytes two = to_device(x), fused = to_device(x);
+        rms_norm(two.at<float>(), rows, head_dim, w, 1e-6f, two.at<float>(), kDefaultStream);
+        rope(two.at<float>(), kCount, heads, head_dim, table.rope_dims(), dfreq.at<float>(), dpos.at<int32_t>(), false,
+             kDefaultStream);
+        rms_norm_rope(fused.at<float>(), kCount, heads, head_dim, w, 1e-6f, table.rope_dims(), dfreq.at<float>(),
+                      dpos.at<int32_t>(), kDefaultStream);
+        synchronize();
+        const std::vector<float> expected = from_device(two.at<float>(), x.size());
+        const std::vector<float> got = from_device(fused.at<float>(), x.size());
+        EXPECT_EQ(0, std::memcmp(expected.data(), got.data(), x.size() * sizeof(float)))
+            << "heads=" << heads << " head_dim=" << head_dim << " weighted=" << weighted;
+      }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hyper-connections: the kernels composed the way the model composes them (rms_norm -> linear ->
 // hc_mix / hc_head_pre -> hc_collapse) against model/hyper_connections.cpp.
@@ -406,6 +436,93 @@ TEST(CudaHyperConnections, MixMatchesHyperMix) {
       EXPECT_TRUE(close(from_device(comb.at<float>(), kTokens * n * n), expected.comb, 1e-4, 1e-5)) << "iters " << iters;
     }
   }
+}
+
+// hc_enter in one launch against hc_mix, hc_collapse, copy_floats and rms_norm: the same bits
+// in pre, post, comb, the carried pre and the normed rows, with and without a carried pre, at
+// widths the fused kernel takes (more than 1024, some not a multiple of its 256 threads); and
+// it declines the widths rms_norm runs on a warp, and stream counts other than 4.
+TEST(CudaHyperConnections, EnterGivesTheFourKernelsBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(16);
+  constexpr int64_t n = 4, kTokens = 5;
+  for (const int64_t d : {int64_t{1040}, int64_t{4096}, int64_t{5120}, int64_t{7168}})
+    for (const bool carried : {false, true}) {
+      SCOPED_TRACE("d " + std::to_string(d) + (carried ? " carried" : ""));
+      const std::vector<float> logits = random_floats(static_cast<std::size_t>(kTokens * (2 + n) * n), rng, 2.0f);
+      const std::vector<float> base = random_floats(static_cast<std::size_t>((2 + n) * n), rng, 0.5f);
+      const std::vector<float> scale = random_floats(3, rng, 0.3f, 1.0f);
+      const std::vector<float> streams = random_floats(static_cast<std::size_t>(kTokens * n * d), rng, 3.0f);
+      const std::vector<float> norm = random_floats(static_cast<std::size_t>(d), rng, 1.0f, 1.0f);
+      const std::vector<float> previous = random_floats(static_cast<std::size_t>(kTokens * n), rng, 0.5f, 0.5f);
+      const DeviceBytes dlogits = to_device(logits), dbase = to_device(base), dscale = to_device(scale),
+                        dstreams = to_device(streams), dnorm = to_device(norm);
+      struct Outputs {
+        explicit Outputs(int64_t width, const std::vector<float>& carried_pre)
+            : out(static_cast<std::size_t>(kTokens * width) * sizeof(float)), carried(to_device(carried_pre)) {}
+        DeviceBytes pre{kTokens * n * sizeof(float)}, post{kTokens * n * sizeof(float)},
+            comb{kTokens * n * n * sizeof(float)}, out, carried;
+      } four(d, previous), one(d, previous);
+      float* four_carried = carried ? four.carried.at<float>() : nullptr;
+      hc_mix(dlogits.at<float>(), kTokens, n, dbase.at<float>(), dscale.at<float>(), 1e-6f, 20, four.pre.at<float>(),
+             four.post.at<float>(), four.comb.at<float>(), kDefaultStream);
+      hc_collapse(carried ? four_carried : four.pre.at<float>(), dstreams.at<float>(), kTokens, n, d,
+                  four.out.at<float>(), kDefaultStream);
+      if (carried) copy_floats(four_carried, four.pre.at<float>(), kTokens * n, kDefaultStream);
+      rms_norm(four.out.at<float>(), kTokens, d, dnorm.at<float>(), 1e-6f, four.out.at<float>(), kDefaultStream);
+      ASSERT_TRUE(hc_enter(dlogits.at<float>(), kTokens, n, dbase.at<float>(), dscale.at<float>(), 1e-6f, 20,
+                           one.pre.at<float>(), one.post.at<float>(), one.comb.at<float>(),
+                           carried ? one.carried.at<float>() : nullptr, dstreams.at<float>(), d, dnorm.at<float>(),
+                           1e-6f, one.out.at<float>(), kDefaultStream));
+      synchronize();
+      auto same = [](const DeviceBytes& a, const DeviceBytes& b, std::size_t count) {
+        const std::vector<float> x = from_device(a.at<float>(), count), y = from_device(b.at<float>(), count);
+        return std::memcmp(x.data(), y.data(), count * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same(four.pre, one.pre, kTokens * n));
+      EXPECT_TRUE(same(four.post, one.post, kTokens * n));
+      EXPECT_TRUE(same(four.comb, one.comb, kTokens * n * n));
+      EXPECT_TRUE(same(four.carried, one.carried, kTokens * n));
+      EXPECT_TRUE(same(four.out, one.out, static_cast<std::size_t>(kTokens * d)));
+    }
+  EXPECT_FALSE(hc_enter(nullptr, 1, 4, nullptr, nullptr, 1e-6f, 20, nullptr, nullptr, nullptr, nullptr, nullptr, 1024,
+                        nullptr, 1e-6f, nullptr, kDefaultStream));
+  EXPECT_FALSE(hc_enter(nullptr, 1, 3, nullptr, nullptr, 1e-6f, 20, nullptr, nullptr, nullptr, nullptr, nullptr, 4096,
+                        nullptr, 1e-6f, nullptr, kDefaultStream));
+}
+
+// hc_post_norm against hc_post then rms_norm of the flattened streams: the same streams and the
+// same normed rows, bit for bit; it declines widths that are not a multiple of 256 and stream
+// counts other than 4.
+TEST(CudaHyperConnections, PostNormGivesPostThenRmsNormsBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(17);
+  constexpr int64_t kTokens = 5;
+  constexpr int64_t n = 4;
+  for (const int64_t d : {int64_t{512}, int64_t{4096}, int64_t{5120}, int64_t{7168}}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    const std::vector<float> post = random_floats(static_cast<std::size_t>(kTokens * n), rng, 1.0f, 1.0f);
+    const std::vector<float> comb = random_floats(static_cast<std::size_t>(kTokens * n * n), rng, 0.5f, 0.25f);
+    const std::vector<float> output = random_floats(static_cast<std::size_t>(kTokens * d), rng, 2.0f);
+    const std::vector<float> streams = random_floats(static_cast<std::size_t>(kTokens * n * d), rng, 3.0f);
+    const DeviceBytes dpost = to_device(post), dcomb = to_device(comb), doutput = to_device(output);
+    DeviceBytes two = to_device(streams), one = to_device(streams);
+    const std::size_t flat_floats = static_cast<std::size_t>(kTokens * n * d);
+    DeviceBytes two_flat(flat_floats * sizeof(float)), one_flat(flat_floats * sizeof(float));
+    hc_post(dpost.at<float>(), dcomb.at<float>(), doutput.at<float>(), kTokens, n, d, two.at<float>(), kDefaultStream);
+    rms_norm(two.at<float>(), kTokens, n * d, nullptr, 1e-6f, two_flat.at<float>(), kDefaultStream);
+    ASSERT_TRUE(hc_post_norm(dpost.at<float>(), dcomb.at<float>(), doutput.at<float>(), kTokens, n, d,
+                             one.at<float>(), 1e-6f, one_flat.at<float>(), kDefaultStream));
+    synchronize();
+    auto same = [&](const DeviceBytes& a, const DeviceBytes& b) {
+      const std::vector<float> x = from_device(a.at<float>(), flat_floats), y = from_device(b.at<float>(), flat_floats);
+      return std::memcmp(x.data(), y.data(), flat_floats * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(two, one));
+    EXPECT_TRUE(same(two_flat, one_flat));
+  }
+  EXPECT_FALSE(hc_post_norm(nullptr, nullptr, nullptr, 1, 4, 300, nullptr, 1e-6f, nullptr, kDefaultStream));
+  EXPECT_FALSE(hc_post_norm(nullptr, nullptr, nullptr, 1, 3, 4096, nullptr, 1e-6f, nullptr, kDefaultStream));
 }
 
 TEST(CudaHyperConnections, HeadMatchesHyperHead) {

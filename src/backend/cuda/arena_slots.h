@@ -51,6 +51,11 @@ enum Slot : int {
   kLowRankByGroup,
   kTokenIds,  // the pass's token ids on the device, staged or taken from the previous pass's draws
   kLinearSplit,
+  // The same three for the linears of a pass's side branch (CudaForwardPass::SideBranch), which
+  // run at the same time as the main stream's.
+  kSideSplitInput,
+  kSideMmaPartials,
+  kSideLinearSplit,
   // Attention's middle (device_attention.cpp).
   kCallRows,
   kCompressorKv,

@@ -25,6 +25,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/linear_runner.h"
 #include "backend/cuda/op_profile.h"
+#include "backend/cuda/side_branch.h"
 #include "backend/cuda/staging.h"
 #include "backend/cuda/step_graphs.h"
 #include "core/error.h"
@@ -115,8 +116,12 @@ class CudaForwardPass final : public model::ForwardPass {
   float* streams() const { return streams_ + first_ * shape_.hc.streams * shape_.hc.hidden; }
   float* carried_pre() const { return carried_pre_ + first_ * shape_.hc.streams; }
   // The site's mix from flattened, unit-RMS streams projected by fn: pre / post / comb.
-  void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits);
-  void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out);
+  // normed: flat already holds the streams' RMSNorm (the exit before made it).
+  void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits,
+           bool normed = false);
+  SideLane side_lane() const;  // the pass's side branch (side_branch.h)
+  void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out,
+                  const LinearRunner& linear);
   // An attention sublayer's parts on the device: the projections of sublayer_in_ (the low-rank
   // query, the heads normed and rotated, the K = V row normed and rotated) and the grouped output
   // projection of the attended rows [rows_, heads * d] into sublayer_out_.
@@ -131,6 +136,8 @@ class CudaForwardPass final : public model::ForwardPass {
   // The end of a graph pass's device work (the head's logits): a capture becomes the key's graph
   // and runs; a replay runs the key's graph.
   void finish_graph();
+  // A captured graph's copy of the pass's staged bytes, ahead of every node the capture made.
+  cudaError_t copy_staging_first(cudaGraph_t graph);
   template <typename T>
   T* put(const std::vector<T>& values);
   // Per-row values of the call, padded to the bucket's rows with `fill` (as they are otherwise).
@@ -161,10 +168,14 @@ class CudaForwardPass final : public model::ForwardPass {
   int64_t live_rows_;
   int64_t first_ = 0;  // rows dropped from the front
   LinearRunner linear_;
+  LinearRunner side_linear_;
   float* streams_ = nullptr;
   float* sublayer_in_ = nullptr;
   float* sublayer_out_ = nullptr;
   float* carried_pre_ = nullptr;
+  // kFlat holds the current streams' RMSNorm, made by the last exit_site for the next enter_site;
+  // whatever else writes the streams (embed, engram) or moves their rows clears it.
+  bool flat_ready_ = false;
   float* pre_ = nullptr;
   float* post_ = nullptr;
   float* comb_ = nullptr;
@@ -221,9 +232,14 @@ class CudaBackend final : public model::Backend {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&setup_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "cudaEventCreate");
     cache_memory_.emplace(device_, stream_, mutex_, "cuda:" + std::to_string(device_));
     tile_counters_ = DeviceBuffer(static_cast<std::size_t>(k::kLinearMmaTileCounters) * sizeof(uint32_t));
     check(cudaMemset(tile_counters_.data(), 0, tile_counters_.bytes()), "cudaMemset");
+    side_tile_counters_ = DeviceBuffer(tile_counters_.bytes());
+    check(cudaMemset(side_tile_counters_.data(), 0, side_tile_counters_.bytes()), "cudaMemset");
     for (PassBank& bank : banks_) check(cudaEventCreateWithFlags(&bank.done, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
@@ -238,6 +254,9 @@ class CudaBackend final : public model::Backend {
     free_slots_.clear();
     for (PassBank& bank : banks_)
       if (bank.done) cudaEventDestroy(bank.done);
+    if (fork_event_) cudaEventDestroy(fork_event_);
+    if (join_event_) cudaEventDestroy(join_event_);
+    if (side_stream_) cudaStreamDestroy(side_stream_);
     if (setup_stream_) cudaStreamDestroy(setup_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -343,6 +362,10 @@ class CudaBackend final : public model::Backend {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   cudaStream_t setup_stream() const { return setup_stream_; }
+  // The events a pass forks its side branch from the stream with and joins it back by (one branch
+  // open at a time).
+  cudaEvent_t fork_event() const { return fork_event_; }
+  cudaEvent_t join_event() const { return join_event_; }
   WeightStore& weights() { return weights_; }
   Arena& arena() { return arena_; }
   Arena& sampler_arena() { return sampler_arena_; }
@@ -374,20 +397,26 @@ class CudaBackend final : public model::Backend {
     const std::lock_guard lock(slots_mutex_);
     free_slots_.push_back(std::move(slot));
   }
-  // The tensor-core linears' split input and partial sums for calls of up to `rows` rows.
+  // The tensor-core linears' split input and partial sums for calls of up to `rows` rows, for
+  // the stream and the side branch.
   void reserve_linear_buffers(int64_t rows) {
     if (simt_) return;
     const auto r = static_cast<std::size_t>(rows);
-    arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(k::linear_split_words(rows, widest_matrix_)));
-    arena_.get<float>(kMmaPartials, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
+    for (const int slot : {kSplitInput, kSideSplitInput})
+      arena_.get<uint32_t>(slot, static_cast<std::size_t>(k::linear_split_words(rows, widest_matrix_)));
+    for (const int slot : {kMmaPartials, kSideMmaPartials})
+      arena_.get<float>(slot, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
   }
   // How the pass runs linear: the SIMT kernel's split columns unless --batch-invariant, the
-  // tensor cores unless DEEPINFER_CUDA_SIMT=1.
-  LinearRunner linear_runner() {
-    float* split = options_.batch_invariant
-                       ? nullptr
-                       : arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats));
-    return LinearRunner(arena_, stream_, split, !simt_, static_cast<uint32_t*>(tile_counters_.data()));
+  // tensor cores unless DEEPINFER_CUDA_SIMT=1. side: the side branch's runner, on its stream with
+  // buffers and tile counters of its own.
+  LinearRunner linear_runner(bool side = false) {
+    float* split = options_.batch_invariant ? nullptr
+                                            : arena_.get<float>(side ? kSideLinearSplit : kLinearSplit,
+                                                                static_cast<std::size_t>(k::kLinearSplitFloats));
+    if (!side) return LinearRunner(arena_, stream_, split, !simt_, static_cast<uint32_t*>(tile_counters_.data()));
+    return LinearRunner(arena_, side_stream_, split, !simt_, static_cast<uint32_t*>(side_tile_counters_.data()),
+                        {kSideSplitInput, kSideMmaPartials});
   }
   // The layer's routed experts all fit expert_mma.cu's kernels (decided once per layer, on the
   // device descriptors); DEEPINFER_CUDA_SIMT=1 keeps them, and every linear, on part 1's SIMT
@@ -422,10 +451,15 @@ class CudaBackend final : public model::Backend {
   Options options_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t setup_stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr;
+  cudaEvent_t join_event_ = nullptr;
   WeightStore weights_;
   Arena arena_;
-  // linear_mma's tile counters: one set, as this backend's passes run one at a time on stream_.
+  // linear_mma's tile counters: one set for stream_ and one for side_stream_, as this backend's
+  // passes run one at a time.
   DeviceBuffer tile_counters_;
+  DeviceBuffer side_tile_counters_;
   // The sampler's buffers, apart: they follow the draws of a step (forks draw more), and a graph
   // never reads them, so their growth must not move the arena the graphs hold.
   Arena sampler_arena_;
@@ -491,6 +525,10 @@ class CudaBackend final : public model::Backend {
   std::unordered_map<const model::MoeWeights*, bool> tensor_core_experts_;
 };
 
+SideLane CudaForwardPass::side_lane() const {
+  return {backend_.stream(), &side_linear_, backend_.fork_event(), backend_.join_event()};
+}
+
 CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call)
     : backend_(backend),
       lock_(backend.mutex()),
@@ -501,12 +539,14 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       rows_(mode_ == PassMode::Eager ? call.rows : key_.rows),
       live_rows_(call.rows),
       linear_(backend.linear_runner()),
+      side_linear_(backend.linear_runner(/*side=*/true)),
       attention_(backend.weights(), backend.arena(), bank_.staging, backend.stream(), backend.setup_stream(),
-                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, backend.profile(),
+                 rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, side_lane(), backend.profile(),
                  backend.tensor_cores()) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
-  bank_.staging.reset(/*copying=*/mode_ != PassMode::Replay);
+  // A capture's puts reach the device through one copy at its graph's start (finish_graph).
+  bank_.staging.reset(/*copying=*/mode_ == PassMode::Eager || mode_ == PassMode::Warmup);
   const cudaEvent_t began = backend_.timing_event();
   check(cudaEventRecord(began, backend_.stream()), "cudaEventRecord");
   backend_.pass_began(began, rows_, mode_, false);
@@ -577,8 +617,9 @@ void CudaForwardPass::finish_graph() {
     cudaGraph_t graph = nullptr;
     capturing_ = false;
     check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cudaError_t status = copy_staging_first(graph);
     cudaGraphExec_t exec = nullptr;
-    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    if (status == cudaSuccess) status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(status, "cudaGraphInstantiate");
     if (backend_.arena().generation() != arena_generation_) {  // its addresses are stale
@@ -595,6 +636,25 @@ void CudaForwardPass::finish_graph() {
     check(cudaGraphLaunch(backend_.graphs().graph(key_), stream), "cudaGraphLaunch");
   }
   bank_.staging.set_copying(true);  // what follows (the sampler) runs eagerly
+}
+
+cudaError_t CudaForwardPass::copy_staging_first(cudaGraph_t graph) {
+  std::size_t root_count = 0;
+  if (cudaError_t status = cudaGraphGetRootNodes(graph, nullptr, &root_count); status != cudaSuccess) return status;
+  std::vector<cudaGraphNode_t> roots(root_count);
+  if (cudaError_t status = cudaGraphGetRootNodes(graph, roots.data(), &root_count); status != cudaSuccess)
+    return status;
+  for (const Staging::Range& range : bank_.staging.written()) {
+    cudaGraphNode_t copy = nullptr;
+    if (cudaError_t status = cudaGraphAddMemcpyNode1D(&copy, graph, nullptr, 0, range.device, range.host, range.bytes,
+                                                      cudaMemcpyHostToDevice);
+        status != cudaSuccess)
+      return status;
+    for (cudaGraphNode_t root : roots)
+      if (cudaError_t status = cudaGraphAddDependencies(graph, &copy, &root, nullptr, 1); status != cudaSuccess)
+        return status;
+  }
+  return cudaSuccess;
 }
 
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens,
@@ -620,6 +680,7 @@ void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const 
   const kernels::WeightMatrix& weights = backend_.weights().matrix(table);
   token_ids_ = backend_.arena().get<int32_t>(kTokenIds, static_cast<std::size_t>(rows_ + first_));
   k::resolve_token_ids(staged, device_sources, device_drawn, rows_, weights.rows, token_ids_, backend_.stream());
+  flat_ready_ = false;
   k::embed(weights, token_ids_, rows_, shape_.hc.streams, streams(), backend_.stream());
 }
 
@@ -638,14 +699,15 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
       std::span<const float>(embedded.data() + first_ * width, static_cast<std::size_t>(rows_ * width)), stream);
   float* kv = arena.get<float>(kEngramKv, static_cast<std::size_t>(rows_ * layer.wkv.rows));
   linear_(rows, rows_, store.matrix(layer.wkv), kv);
+  flat_ready_ = false;
   k::engram_gate(streams(), kv, store.floats(engram.gate_weight(index)), rows_, shape_.hc.streams, shape_.hc.hidden,
                  engram.eps(), stream);
 }
 
 void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat,
-                          float* logits) {
+                          float* logits, bool normed) {
   const int64_t width = shape_.hc.streams * shape_.hc.hidden;
-  k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
+  if (!normed) k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
   linear_(flat, rows, backend_.weights().matrix(hc.fn), logits);
 }
 
@@ -659,7 +721,12 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
   cudaStream_t stream = backend_.stream();
   float* flat = arena.get<float>(kFlat, r * static_cast<std::size_t>(n * d));
   float* logits = arena.get<float>(kMixLogits, r * static_cast<std::size_t>((2 + n) * n));
-  mix(hc, streams(), rows_, flat, logits);
+  mix(hc, streams(), rows_, flat, logits, flat_ready_);
+  flat_ready_ = false;
+  if (k::hc_enter(logits, rows_, n, weights.floats(hc.base), weights.floats(hc.scale), shape_.hc.hc_eps,
+                  shape_.hc.sinkhorn_iters, pre_, post_, comb_, shape_.single_pass ? carried_pre() : nullptr, streams(),
+                  d, weights.floats(norm), shape_.norm_eps, sublayer_in_, stream))
+    return;
   k::hc_mix(logits, rows_, n, weights.floats(hc.base), weights.floats(hc.scale), shape_.hc.hc_eps,
             shape_.hc.sinkhorn_iters, pre_, post_, comb_, stream);
   if (shape_.single_pass) {
@@ -673,7 +740,13 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
 
 void CudaForwardPass::exit_site() {
   const OpProfile::Section timed(backend_.profile(), "exit_site", backend_.stream());
-  k::hc_post(post_, comb_, sublayer_out_, rows_, shape_.hc.streams, shape_.hc.hidden, streams(), backend_.stream());
+  const int64_t n = shape_.hc.streams, d = shape_.hc.hidden;
+  // The next site's normed streams too, where one kernel does both (an exit is followed by the
+  // next site's entry but at the pass's end).
+  float* flat = backend_.arena().get<float>(kFlat, static_cast<std::size_t>(rows_ * n * d));
+  flat_ready_ = k::hc_post_norm(post_, comb_, sublayer_out_, rows_, n, d, streams(), shape_.hc.norm_eps, flat,
+                                backend_.stream());
+  if (!flat_ready_) k::hc_post(post_, comb_, sublayer_out_, rows_, n, d, streams(), backend_.stream());
 }
 
 void CudaForwardPass::attention(const model::AttentionWeights& weights,
@@ -722,14 +795,19 @@ CudaForwardPass::Projections CudaForwardPass::project_attention(const model::Att
   float* kv = arena.get<float>(kKv, r * static_cast<std::size_t>(d));
   const float* inv_freq = store.floats(weights.rope.inv_freq());
   const int64_t rope_dims = weights.rope.rope_dims();
+  // The K = V row beside the query's two projections.
+  SideBranch side(side_lane());
+  side.linear()(sublayer_in_, rows_, store.matrix(weights.wkv), kv);
+  k::rms_norm_rope(kv, rows_, 1, d, store.floats(weights.kv_norm), weights.eps, rope_dims, inv_freq, device_positions,
+                   side.stream());
   linear_(sublayer_in_, rows_, store.matrix(weights.wq_a), q_residual);
   k::rms_norm(q_residual, rows_, rank, store.floats(weights.q_norm), weights.eps, q_residual, stream);
   linear_(q_residual, rows_, store.matrix(weights.wq_b), q);
-  if (weights.q_head_norm) k::rms_norm(q, rows_ * heads, d, nullptr, weights.eps, q, stream);
-  k::rope(q, rows_, heads, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
-  linear_(sublayer_in_, rows_, store.matrix(weights.wkv), kv);
-  k::rms_norm(kv, rows_, d, store.floats(weights.kv_norm), weights.eps, kv, stream);
-  k::rope(kv, rows_, 1, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
+  if (weights.q_head_norm)
+    k::rms_norm_rope(q, rows_, heads, d, nullptr, weights.eps, rope_dims, inv_freq, device_positions, stream);
+  else
+    k::rope(q, rows_, heads, d, rope_dims, inv_freq, device_positions, /*inverse=*/false, stream);
+  side.join();
   return {q_residual, q, kv};
 }
 
@@ -787,17 +865,17 @@ void CudaForwardPass::output_attention(const model::AttentionWeights& weights, c
 }
 
 void CudaForwardPass::expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit,
-                                 float* out) {
+                                 float* out, const LinearRunner& linear) {
   WeightStore& weights = backend_.weights();
-  cudaStream_t stream = backend_.stream();
+  cudaStream_t stream = linear.stream();
   const int64_t inner = expert.w1.rows;
   const auto size = static_cast<std::size_t>(rows * inner);
   float* gate = backend_.arena().get<float>(kSharedGate, size);
   float* up = backend_.arena().get<float>(kSharedUp, size);
-  linear_(x, rows, weights.matrix(expert.w1), gate);
-  linear_(x, rows, weights.matrix(expert.w3), up);
+  linear(x, rows, weights.matrix(expert.w1), gate);
+  linear(x, rows, weights.matrix(expert.w3), up);
   k::swiglu(gate, up, rows, inner, limit, nullptr, stream);
-  linear_(gate, rows, weights.matrix(expert.w2), out);
+  linear(gate, rows, weights.matrix(expert.w2), out);
 }
 
 void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int32_t> token_ids,
@@ -814,6 +892,15 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 
   (void)token_ids;  // the same ids are on the device since embed
   const int32_t* ids = token_ids_ + first_;
+  // The shared expert beside the router and the routed experts; joined for the combine.
+  float* shared = nullptr;
+  SideBranch side(side_lane());
+  if (!weights.shared.empty()) {
+    if (weights.shared.size() != 1) fail("CUDA backend: ", weights.shared.size(), " shared experts (one is supported)");
+    shared = arena.get<float>(kSharedOut, r * static_cast<std::size_t>(d));
+    expert_ffn(weights.shared.front(), sublayer_in_, rows_, weights.swiglu_limit, shared, side.linear());
+  }
+
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
   linear_(sublayer_in_, rows_, store.matrix(weights.gate), router);
   k::RouterParams params;
@@ -839,8 +926,20 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   int32_t* sorted_token = arena.get<int32_t>(kPairToken, static_cast<std::size_t>(pairs));
   int64_t* sorted_pair = arena.get<int64_t>(kSortedPair, static_cast<std::size_t>(pairs));
   int64_t* position_of = arena.get<int64_t>(kPositionOf, static_cast<std::size_t>(pairs));
-  k::moe_sort(chosen, pairs, top_k, scratch, scratch_bytes, sorted_expert, sorted_token, sorted_pair, position_of,
-              stream);
+  // On the tensor cores: tiles of an expert's sorted pairs, 16 or 32 on wgmma for prefill-sized
+  // calls, else expert_mma's 4 or 8; the sort and the tiles in one launch for decode-sized calls.
+  const bool tensor_core_experts = backend_.experts_on_tensor_cores(weights);
+  const int wgmma_tile_pairs = tensor_core_experts ? k::expert_wgmma_tile_pairs(pairs, experts) : 0;
+  const int tile_pairs = wgmma_tile_pairs > 0 ? wgmma_tile_pairs : k::expert_tile_pairs(pairs, experts);
+  const int64_t bound = tensor_core_experts ? k::expert_tile_bound(pairs, experts, tile_pairs) : 0;
+  int32_t* tiles = tensor_core_experts ? arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound)) : nullptr;
+  int32_t* tile_count = tensor_core_experts ? arena.get<int32_t>(kExpertTileCount, 1) : nullptr;
+  if (!tensor_core_experts || !k::moe_sort_tiles(chosen, pairs, top_k, sorted_expert, sorted_token, sorted_pair,
+                                                 position_of, tiles, tile_count, stream, tile_pairs)) {
+    k::moe_sort(chosen, pairs, top_k, scratch, scratch_bytes, sorted_expert, sorted_token, sorted_pair, position_of,
+                stream);
+    if (tensor_core_experts) k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, tile_pairs);
+  }
   const int32_t* identity_device = backend_.identity(pairs);
 
   // The experts' descriptor arrays were uploaded at attach (for_each_device_tensor); they are
@@ -863,16 +962,9 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
     k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
   }
-  if (backend_.experts_on_tensor_cores(weights)) {
-    // Tiles of an expert's sorted pairs: 16 or 32 on wgmma for prefill-sized calls (gate and up in
-    // f32 between the two launches, the SwiGLU taken as the second stages them), else expert_mma's
-    // 4 or 8 (h split, in gate's buffer, between its two kernels).
-    const int wgmma_tile_pairs = k::expert_wgmma_tile_pairs(pairs, experts);
-    const int tile_pairs = wgmma_tile_pairs > 0 ? wgmma_tile_pairs : k::expert_tile_pairs(pairs, experts);
-    const int64_t bound = k::expert_tile_bound(pairs, experts, tile_pairs);
-    auto* tiles = arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound));
-    auto* tile_count = arena.get<int32_t>(kExpertTileCount, 1);
-    k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, tile_pairs);
+  if (tensor_core_experts) {
+    // wgmma: gate and up in f32 between the two launches, the SwiGLU taken as the second stages
+    // them; expert_mma: h split, in gate's buffer, between its two kernels.
     const int gate_up_scales = std::max(store.descriptor_array_max_e8m0(&weights.experts),
                                         store.descriptor_array_max_e8m0(&weights.experts.front().w3));
     const int down_scales = store.descriptor_array_max_e8m0(&weights.experts.front().w2);
@@ -901,13 +993,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     k::linear_gathered(gate, identity_device, pairs, w2_device, sorted_expert, d, inner, sorted_out, stream);
   }
   k::gather_rows(sorted_out, position_of, pairs, d, contributions, stream);
-
-  float* shared = nullptr;
-  if (!weights.shared.empty()) {
-    if (weights.shared.size() != 1) fail("CUDA backend: ", weights.shared.size(), " shared experts (one is supported)");
-    shared = arena.get<float>(kSharedOut, r * static_cast<std::size_t>(d));
-    expert_ffn(weights.shared.front(), sublayer_in_, rows_, weights.swiglu_limit, shared);
-  }
+  side.join();
   k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
                  sublayer_out_, stream);
   if (routing) {
@@ -928,6 +1014,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 }
 
 void CudaForwardPass::drop_front_rows(int64_t rows) {
+  flat_ready_ = false;  // its rows no longer line up with streams()
   first_ += rows;
   rows_ -= rows;
   live_rows_ -= rows;  // (eager: no padding rows)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "backend/cuda/arena_slots.h"
@@ -149,9 +150,8 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
     float* pooled = arena_.get<float>(kPooled, static_cast<std::size_t>(count * d));
     k::compressor_pool(params, layer.rows, device_rings, staging_.put(entry_segment, stream_),
                        staging_.put(entry_index, stream_), count, kv, gate, pooled, stream_);
-    k::rms_norm(pooled, count, d, weights_.floats(compressor.norm), compressor.eps, pooled, stream_);
-    k::rope(pooled, count, 1, d, layer.rope_dims, layer.inv_freq, staging_.put(entry_position, stream_),
-            /*inverse=*/false, stream_);
+    k::rms_norm_rope(pooled, count, 1, d, weights_.floats(compressor.norm), compressor.eps, layer.rope_dims,
+                     layer.inv_freq, staging_.put(entry_position, stream_), stream_);
     k::store_rows(pooled, count, d, k::RowFormat::F32, staging_.put(destinations, stream_),
                   stream_);
   }
@@ -161,18 +161,18 @@ void DeviceAttention::compress(Layer& layer, const model::CompressorWeights& com
 
 // V4.1 kv source: the latents of the groups that close in this call become the group's FP4
 // entries and index keys (model/shared_indexer.cpp publish_latents).
-void DeviceAttention::publish_latents(Layer& layer) {
+void DeviceAttention::publish_latents(Layer& layer, cudaStream_t stream, const LinearRunner& linear) {
   const model::LatentCompressorWeights& latent = *layer.weights.latent_compressor;
   const model::IndexKeyWeights& keys = *layer.weights.index_keys;
   const int64_t rows = layer.in.rows;
   const int64_t d = latent.head_dim;
   const int64_t ratio = latent.ratio;
   float* kv = arena_.get<float>(kCompressorKv, static_cast<std::size_t>(rows * d));
-  linear_(layer.in.x, rows, weights_.matrix(latent.wkv), kv);
+  linear(layer.in.x, rows, weights_.matrix(latent.wkv), kv);
   float* gate = nullptr;
   if (latent.wgate) {
     gate = arena_.get<float>(kCompressorGate, static_cast<std::size_t>(rows * d));
-    linear_(layer.in.x, rows, weights_.matrix(*latent.wgate), gate);
+    linear(layer.in.x, rows, weights_.matrix(*latent.wgate), gate);
   }
   std::vector<int32_t> entry_segment, entry_index, entry_position;
   std::vector<std::byte*> entry_destinations, key_destinations;
@@ -207,14 +207,14 @@ void DeviceAttention::publish_latents(Layer& layer) {
     params.head_dim = static_cast<int32_t>(d);
     params.width = static_cast<int32_t>(d);
     params.capacity = static_cast<int32_t>(ratio);
-    const k::CompressorRing* device_rings = staging_.put(rings, stream_);
+    const k::CompressorRing* device_rings = staging_.put(rings, stream);
     if (count > 0) {
       latents = arena_.get<float>(kPooled, static_cast<std::size_t>(count * d));
-      k::compressor_pool(params, layer.rows, device_rings, staging_.put(entry_segment, stream_),
-                         staging_.put(entry_index, stream_), count, kv, gate, latents, stream_);
+      k::compressor_pool(params, layer.rows, device_rings, staging_.put(entry_segment, stream),
+                         staging_.put(entry_index, stream), count, kv, gate, latents, stream);
     }
-    k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream_), segment_slots(layer), kv,
-                       gate, stream_);
+    k::compressor_keep(params, layer.rows, device_rings, staging_.put(keep_from, stream), segment_slots(layer), kv,
+                       gate, stream);
   } else {
     if (context_bound_ > 0) {  // the bucket's padding rows close nothing
       count = rows;
@@ -224,19 +224,19 @@ void DeviceAttention::publish_latents(Layer& layer) {
     if (count != rows) fail("CUDA backend: a ratio-1 kv source closed ", count, " entries for ", rows, " rows");
   }
   if (count == 0) return;
-  k::rms_norm(latents, count, d, weights_.floats(latent.norm), latent.eps, latents, stream_);
+  k::rms_norm(latents, count, d, weights_.floats(latent.norm), latent.eps, latents, stream);
   // Index keys from the unrotated latent, then the entries from the rotated one.
   const int64_t index_d = keys.wk.rows;
-  const int32_t* positions = staging_.put(entry_position, stream_);
+  const int32_t* positions = staging_.put(entry_position, stream);
   float* key_rows = arena_.get<float>(kLatentKeys, static_cast<std::size_t>(count * index_d));
-  linear_(latents, count, weights_.matrix(keys.wk), key_rows);
-  k::rms_norm(key_rows, count, index_d, weights_.floats(keys.k_norm), layer.weights.eps, key_rows, stream_);
-  k::rope(key_rows, count, 1, index_d, layer.rope_dims, layer.inv_freq, positions, /*inverse=*/false, stream_);
+  linear(latents, count, weights_.matrix(keys.wk), key_rows);
+  k::rms_norm_rope(key_rows, count, 1, index_d, weights_.floats(keys.k_norm), layer.weights.eps, layer.rope_dims,
+                   layer.inv_freq, positions, stream);
   k::store_rows(key_rows, count, index_d, k::RowFormat::Fp4Ue8m0x32,
-                staging_.put(key_destinations, stream_), stream_);
-  k::rope(latents, count, 1, d, layer.rope_dims, layer.inv_freq, positions, /*inverse=*/false, stream_);
+                staging_.put(key_destinations, stream), stream);
+  k::rope(latents, count, 1, d, layer.rope_dims, layer.inv_freq, positions, /*inverse=*/false, stream);
   k::store_rows(latents, count, d, k::RowFormat::Fp4E4m3x16,
-                staging_.put(entry_destinations, stream_), stream_);
+                staging_.put(entry_destinations, stream), stream);
 }
 
 // The scores of every row against its visible keys, then (candidate source) the kept blocks and
@@ -467,9 +467,12 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   }
   if (weights.shared_compressed) {
     if (!first.group.group) fail("CSA2 layer run without its group's state");
+    // The latents (which the picks read as keys) beside the index queries' projections.
+    std::optional<SideBranch> side;
     if (weights.latent_compressor) {
       const OpProfile::Section timed(profile_, "attention.core: latents", stream_);
-      publish_latents(layer);
+      if (weights.index_queries) side.emplace(side_);
+      publish_latents(layer, side ? side->stream() : stream_, side ? side->linear() : linear_);
     }
     if (weights.index_queries) {
       const OpProfile::Section timed(profile_, "attention.core: select", stream_);
@@ -482,6 +485,7 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
       k::rope(q, rows, queries.heads, queries.head_dim, layer.rope_dims, layer.inv_freq, in.positions,
               /*inverse=*/false, stream_);
       k::fake_quantize_rows(q, q_count, queries.head_dim, k::RowFormat::Fp4Ue8m0x32, stream_);
+      if (side) side->join();
       select(layer);
     }
     params.entries = region_of(*first.pages, first.group.group->entries);

@@ -15,6 +15,7 @@
 #include "backend/cuda/staging.h"
 #include "backend/cuda/linear_runner.h"
 #include "backend/cuda/op_profile.h"
+#include "backend/cuda/side_branch.h"
 #include "model/attention.h"
 
 namespace deepinfer::backend::cuda {
@@ -43,12 +44,12 @@ struct AttentionInputs {
 // step of its key. 0: sizes exact.
 class DeviceAttention {
  public:
-  // linear: how the pass runs linear (linear_runner.h); profile: times the middle's parts
-  // (DEEPINFER_CUDA_PROFILE=1); tensor_cores false keeps the sink attention on its SIMT kernel
-  // (DEEPINFER_CUDA_SIMT=1).
+  // linear: how the pass runs linear (linear_runner.h); side: the pass's side branch
+  // (side_branch.h); profile: times the middle's parts (DEEPINFER_CUDA_PROFILE=1); tensor_cores
+  // false keeps the sink attention on its SIMT kernel (DEEPINFER_CUDA_SIMT=1).
   DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
                   cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, const LinearRunner& linear,
-                  OpProfile& profile, bool tensor_cores)
+                  const SideLane& side, OpProfile& profile, bool tensor_cores)
       : weights_(weights),
         arena_(arena),
         staging_(staging),
@@ -57,6 +58,7 @@ class DeviceAttention {
         call_rows_(call_rows),
         context_bound_(context_bound),
         linear_(linear),
+        side_(side),
         profile_(profile),
         tensor_cores_(tensor_cores) {}
 
@@ -71,7 +73,8 @@ class DeviceAttention {
   struct Layer;
   std::byte* const* block_table(const model::CachePages* pages);
   void compress(Layer& layer, const model::CompressorWeights& compressor, bool indexer_keys);
-  void publish_latents(Layer& layer);
+  // On `stream` with `linear` (the side branch's, beside the index queries).
+  void publish_latents(Layer& layer, cudaStream_t stream, const LinearRunner& linear);
   void select(Layer& layer);
   void index_v4(Layer& layer);
   void download_picks(Layer& layer, bool picked);
@@ -90,6 +93,7 @@ class DeviceAttention {
   int64_t call_rows_;
   int64_t context_bound_;
   LinearRunner linear_;
+  SideLane side_;
   OpProfile& profile_;
   bool tensor_cores_;
   bool tables_ready_ = false;

@@ -16,11 +16,23 @@ namespace deepinfer::backend::cuda {
 
 class LinearRunner {
  public:
+  // The arena slots of a runner's tensor-core buffers: one set per stream that runs linears at
+  // the same time as another (the pass's side branch has its own).
+  struct Slots {
+    int split_input;
+    int partials;
+  };
   // split: linear's SIMT split workspace (null under --batch-invariant); tensor_cores false keeps
   // every weight on the SIMT kernel (DEEPINFER_CUDA_SIMT=1).
   // tile_counters: linear_mma's (kLinearMmaTileCounters zeroed words, for this stream alone).
-  LinearRunner(Arena& arena, cudaStream_t stream, float* split, bool tensor_cores, uint32_t* tile_counters)
-      : arena_(arena), stream_(stream), split_(split), tensor_cores_(tensor_cores), tile_counters_(tile_counters) {}
+  LinearRunner(Arena& arena, cudaStream_t stream, float* split, bool tensor_cores, uint32_t* tile_counters,
+               Slots slots = {kSplitInput, kMmaPartials})
+      : arena_(arena),
+        stream_(stream),
+        split_(split),
+        tensor_cores_(tensor_cores),
+        tile_counters_(tile_counters),
+        slots_(slots) {}
 
   void operator()(const float* x, int64_t tokens, const kernels::WeightMatrix& w, float* y) const {
     kernels::cuda::LinearWorkspace workspace;
@@ -28,10 +40,10 @@ class LinearRunner {
     workspace.tile_counters = tile_counters_;
     if (tokens > 0 && runs_on_tensor_cores(w)) {
       workspace.x_split_words = kernels::cuda::linear_mma_split_words(tokens, w);
-      workspace.x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(workspace.x_split_words));
+      workspace.x_split = arena_.get<uint32_t>(slots_.split_input, static_cast<std::size_t>(workspace.x_split_words));
       workspace.partial_floats = kernels::cuda::linear_mma_partial_floats(tokens, w);
       if (workspace.partial_floats > 0)
-        workspace.partials = arena_.get<float>(kMmaPartials, static_cast<std::size_t>(workspace.partial_floats));
+        workspace.partials = arena_.get<float>(slots_.partials, static_cast<std::size_t>(workspace.partial_floats));
     }
     kernels::cuda::linear(x, tokens, w, y, stream_, workspace);
   }
@@ -44,8 +56,8 @@ class LinearRunner {
     if (tokens == 0) return true;
     const int64_t words = kernels::cuda::linear_mma_split_words(tokens, w);
     const int64_t partial_floats = kernels::cuda::linear_mma_partial_floats(tokens, w);
-    auto* x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(words));
-    float* partials = partial_floats > 0 ? arena_.get<float>(kMmaPartials, static_cast<std::size_t>(partial_floats)) : nullptr;
+    auto* x_split = arena_.get<uint32_t>(slots_.split_input, static_cast<std::size_t>(words));
+    float* partials = partial_floats > 0 ? arena_.get<float>(slots_.partials, static_cast<std::size_t>(partial_floats)) : nullptr;
     kernels::cuda::linear_mma(x, x_stride, tokens, w, y, y_stride, x_split, partials, stream_, tile_counters_);
     return true;
   }
@@ -59,8 +71,8 @@ class LinearRunner {
     if (tokens == 0) return true;
     const int64_t words = kernels::cuda::linear_mma_grouped_split_words(tokens, group, groups);
     const int64_t partial_floats = kernels::cuda::linear_mma_grouped_partial_floats(tokens, group, groups);
-    auto* x_split = arena_.get<uint32_t>(kSplitInput, static_cast<std::size_t>(words));
-    float* partials = partial_floats > 0 ? arena_.get<float>(kMmaPartials, static_cast<std::size_t>(partial_floats)) : nullptr;
+    auto* x_split = arena_.get<uint32_t>(slots_.split_input, static_cast<std::size_t>(words));
+    float* partials = partial_floats > 0 ? arena_.get<float>(slots_.partials, static_cast<std::size_t>(partial_floats)) : nullptr;
     kernels::cuda::linear_mma_grouped(x, x_stride, tokens, group, group_weights, groups, y, y_stride, x_split, partials,
                                       stream_, tile_counters_);
     return true;
@@ -70,12 +82,15 @@ class LinearRunner {
     return tensor_cores_ && kernels::cuda::linear_mma_supports(w);
   }
 
+  cudaStream_t stream() const { return stream_; }
+
  private:
   Arena& arena_;
   cudaStream_t stream_;
   float* split_;
   bool tensor_cores_;
   uint32_t* tile_counters_;
+  Slots slots_;
 };
 
 }  // namespace deepinfer::backend::cuda

@@ -44,14 +44,23 @@ void* Staging::put_bytes(const void* values, std::size_t bytes, cudaStream_t str
     chunks_.push_back(chunk);
     offset_ = 0;
   }
+  written_.resize(chunks_.size(), 0);
   const Chunk& chunk = chunks_[chunk_];
   std::byte* host = chunk.host + offset_;
   std::byte* device = chunk.device + offset_;
   offset_ += padded;
+  written_[chunk_] = offset_;
   if (bytes == 0) return device;
   std::memcpy(host, values, bytes);
   if (copying_) check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync", bytes);
   return device;
+}
+
+std::vector<Staging::Range> Staging::written() const {
+  std::vector<Range> ranges;
+  for (std::size_t i = 0; i < written_.size(); ++i)
+    if (written_[i] > 0) ranges.push_back({chunks_[i].device, chunks_[i].host, written_[i]});
+  return ranges;
 }
 
 }  // namespace deepinfer::backend::cuda

@@ -3,9 +3,12 @@
 // tables, cache addresses, entry lists) goes through one staging area: pinned host chunks, each
 // mirrored by a device chunk at the same offsets. put() writes values into the next free bytes of
 // the pinned chunks and returns the device address beside them; while copying, it also queues the
-// copy of those bytes on the pass's stream. A captured graph (step_graphs.h) holds those copies as
-// nodes that read fixed pinned addresses, so a replay only writes the same puts again, in the same
-// order (the same offsets), and launches the graph: its copies move the new values.
+// copy of those bytes on the pass's stream. A captured graph (step_graphs.h) does not copy put by
+// put: a capture queues no copies, and the backend gives the graph one copy node per chunk written
+// (written()) ahead of all its other nodes, reading fixed pinned addresses; a replay only writes
+// the same puts again, in the same order (the same offsets), and launches the graph, whose copies
+// move the new values. (A copy node between two kernels also ends their programmatic overlap, and
+// a decode step made ~10 puts a layer.)
 //
 // Pinned memory makes each copy a true asynchronous DMA, so a byte may not be rewritten before the
 // copy that reads it has run: the backend has two staging areas that passes take in turn, each
@@ -33,6 +36,7 @@ class Staging {
     chunk_ = 0;
     offset_ = 0;
     copying_ = copying;
+    written_.assign(chunks_.size(), 0);
   }
   void set_copying(bool copying) { copying_ = copying; }
 
@@ -46,6 +50,14 @@ class Staging {
     return put(std::span<const T>(values), stream);
   }
 
+  // The bytes put since reset(), a range per chunk from its first byte.
+  struct Range {
+    void* device;
+    const void* host;
+    std::size_t bytes;
+  };
+  std::vector<Range> written() const;
+
  private:
   struct Chunk {
     std::byte* host = nullptr;
@@ -58,6 +70,7 @@ class Staging {
   std::size_t chunk_ = 0;
   std::size_t offset_ = 0;
   bool copying_ = true;
+  std::vector<std::size_t> written_;  // per chunk: the end of the bytes put since reset()
 };
 
 }  // namespace deepinfer::backend::cuda

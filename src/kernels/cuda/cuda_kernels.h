@@ -98,6 +98,11 @@ void linear_gathered(const float* x, const int32_t* x_row, int64_t pairs, const 
 // null (unweighted); out may alias x.
 void rms_norm(const float* x, int64_t count, int64_t n, const float* weight, float eps, float* out, Stream stream);
 
+// rms_norm of every head row of x [count, heads, head_dim] in place (weight [head_dim] or null),
+// then rope's forward rotation of it: the same values as the two calls, in one launch.
+void rms_norm_rope(float* x, int64_t count, int64_t heads, int64_t head_dim, const float* weight, float eps,
+                   int64_t rope_dims, const float* inv_freq, const int32_t* positions, Stream stream);
+
 // RoPE over the trailing rope_dims of each head: x [count, heads, head_dim]; row t at position
 // positions[t]; inv_freq [rope_dims / 2]. Interleaved pairs (2i, 2i+1), as model/rope.h.
 void rope(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope_dims, const float* inv_freq,
@@ -113,12 +118,25 @@ void embed(const WeightMatrix& table, const int32_t* ids, int64_t tokens, int64_
 // pre [tokens, n], post [tokens, n], comb [tokens, n, n]; base [(2 + n) * n], scale [3] device.
 void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
             int64_t sinkhorn_iters, float* pre, float* post, float* comb, Stream stream);
+// A site's entry after its logits: hc_mix, then hc_collapse of `streams` [tokens, n, d] with
+// carried_pre (V4.1's single pass: the pre of the site before, replaced by this site's pre once
+// read) or, when null, this site's pre, then rms_norm with norm_weight into out [tokens, d]: the
+// same bits in one launch. False, launching nothing, where that kernel does not apply (n != 4, or
+// rows narrow enough for rms_norm's warp kernel); the caller then runs the four.
+bool hc_enter(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
+              int64_t sinkhorn_iters, float* pre, float* post, float* comb, float* carried_pre,
+              const float* streams, int64_t d, const float* norm_weight, float norm_eps, float* out, Stream stream);
 // The V4 head's pre only: pre[t, i] = sigmoid(logits[t, i] * scale[0] + base[i]) + hc_eps.
 void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale,
                  float hc_eps, float* pre, Stream stream);
 // collapsed[t] = sum_i pre[t, i] * streams[t, i] over [tokens, n, d].
 void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t n, int64_t d, float* collapsed,
                  Stream stream);
+// hc_post, then rms_norm (no weight, norm_eps) of each token's n * d streams into flat: the next
+// site's first step, the same bits in one launch. False, launching nothing, where d is not a
+// multiple of 256 or n * d is narrow enough for rms_norm's warp kernel; the caller runs hc_post.
+bool hc_post_norm(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
+                  float* streams, float norm_eps, float* flat, Stream stream);
 // streams[t, k] = post[t, k] * output[t] + sum_j comb[t, j, k] * streams[t, j], in place.
 void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
              float* streams, Stream stream);
@@ -183,6 +201,11 @@ bool expert_mma_supports(const WeightMatrix& device_weight);
 int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs = kExpertTilePairs);
 void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream,
                   int tile_pairs = kExpertTilePairs);
+// moe_sort then expert_tiles in one launch, with the same results, for calls of at most 1024
+// pairs (decode steps); false, launching nothing, for larger ones.
+bool moe_sort_tiles(const int32_t* experts, int64_t pairs, int64_t top_k, int32_t* sorted_expert,
+                    int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of, int32_t* tiles,
+                    int32_t* tile_count, Stream stream, int tile_pairs = kExpertTilePairs);
 // max_e8m0: the largest scale byte of the call's matrices where known (WeightMatrix::max_e8m0);
 // at most 128 the decode takes one multiply a word instead of two (the same bits).
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,

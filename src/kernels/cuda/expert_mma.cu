@@ -404,6 +404,52 @@ void check_tile_pairs(const char* who, int tile_pairs) {
     fail(who, ": tiles of ", tile_pairs, " pairs (", kExpertTilePairs, " or ", kExpertWideTilePairs, ")");
 }
 
+// moe_sort and expert_tiles in one block, for steps of at most kTileThreads pairs (decode
+// batches): pair i's sorted position is the number of pairs before it in (expert, index) order, a
+// count over the pairs in shared memory, which is the stable order CUB's radix sort gives; then
+// expert_tiles_kernel's single round over those positions. One launch where there were four
+// (iota, CUB's sort, the finish, the tiles; CUB's sort also waits for its predecessor to drain).
+__global__ void __launch_bounds__(kTileThreads)
+    moe_sort_tiles_kernel(const int32_t* __restrict__ experts, int pairs, int top_k, int capacity,
+                          int32_t* __restrict__ sorted_expert, int32_t* __restrict__ sorted_token,
+                          int64_t* __restrict__ sorted_pair, int64_t* __restrict__ position_of, int4* __restrict__ tiles,
+                          int32_t* __restrict__ tile_count) {
+  await_previous_grid();
+  using Scan = cub::BlockScan<int, kTileThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int32_t keys[kTileThreads];
+  __shared__ int32_t sorted[kTileThreads];
+  const int i = static_cast<int>(threadIdx.x);
+  int32_t expert = 0;
+  if (i < pairs) keys[i] = expert = experts[i];
+  __syncthreads();
+  if (i < pairs) {
+    int position = 0;
+    for (int j = 0; j < pairs; ++j) {
+      const int32_t other = keys[j];
+      position += other < expert || (other == expert && j < i);
+    }
+    sorted[position] = expert;
+    sorted_expert[position] = expert;
+    sorted_token[position] = i / top_k;
+    sorted_pair[position] = i;
+    position_of[i] = position;
+  }
+  __syncthreads();
+  int starts = 0;
+  if (i < pairs) {
+    expert = sorted[i];
+    starts = (i - first_of(sorted, i, expert)) % capacity == 0;
+  }
+  int offset = 0, total = 0;
+  Scan(temp).ExclusiveSum(starts, offset, total);
+  if (starts) {
+    const int run_end = past_of(sorted, i, pairs, expert);
+    tiles[offset] = make_int4(expert, i, run_end - i < capacity ? run_end - i : capacity, 0);
+  }
+  if (i == 0) *tile_count = total;
+}
+
 // What expert_tiles can cut: the mma.sync kernels' tiles and the wgmma kernels' (16 or 32 pairs).
 void check_tiling(const char* who, int tile_pairs) {
   if (tile_pairs != 16 && tile_pairs != 32) check_tile_pairs(who, tile_pairs);
@@ -437,6 +483,20 @@ void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, i
   launch(expert_tiles_kernel, 1, kTileThreads, 0, native(stream), sorted_expert, static_cast<int>(pairs), tile_pairs,
          reinterpret_cast<int4*>(tiles), tile_count);
   check_launch("cuda::expert_tiles");
+}
+
+bool moe_sort_tiles(const int32_t* experts, int64_t pairs, int64_t top_k, int32_t* sorted_expert,
+                    int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of, int32_t* tiles,
+                    int32_t* tile_count, Stream stream, int tile_pairs) {
+  if (pairs > kTileThreads) return false;
+  if (launches_skipped()) return true;
+  check_tiling("cuda::moe_sort_tiles", tile_pairs);
+  if (pairs < 0 || top_k <= 0) fail("cuda::moe_sort_tiles: bad sizes (pairs ", pairs, ", top_k ", top_k, ")");
+  launch(moe_sort_tiles_kernel, 1, kTileThreads, 0, native(stream), experts, static_cast<int>(pairs),
+         static_cast<int>(top_k), tile_pairs, sorted_expert, sorted_token, sorted_pair, position_of,
+         reinterpret_cast<int4*>(tiles), tile_count);
+  check_launch("cuda::moe_sort_tiles");
+  return true;
 }
 
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,

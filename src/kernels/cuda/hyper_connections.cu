@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_gate.h"
+#include "kernels/cuda/rms_norm.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
@@ -81,24 +82,16 @@ __global__ void __launch_bounds__(kMixThreads)
 constexpr int kFourStreams = 4;
 constexpr int kLanesPerToken = kFourStreams * kFourStreams;
 
-__global__ void __launch_bounds__(kMixThreads)
-    hc_mix4_kernel(const float* __restrict__ logits, int64_t tokens, const float* __restrict__ base,
-                   const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
-                   float* __restrict__ post, float* __restrict__ comb_out) {
-  await_previous_grid();
+// Lane l (< 16) of token t's group: element (l / 4, l % 4) of its matrix, and pre[l] (l < 4) or
+// post[l - 4] (l < 8). group_mask: the 16 lanes of the group, all live.
+__device__ __forceinline__ void mix4_lane(const float* __restrict__ row, int l, unsigned group_mask,
+                                          const float* __restrict__ base, const float* __restrict__ scale,
+                                          float hc_eps, int64_t iters, float* __restrict__ pre,
+                                          float* __restrict__ post, float* __restrict__ comb) {
   constexpr int n = kFourStreams;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t t = thread / kLanesPerToken;
-  const int l = static_cast<int>(thread % kLanesPerToken);
-  // Whole 16-lane groups are live or not (blockDim is a multiple of 16), so the shuffles below
-  // run in the groups of live tokens only; the mask names them.
-  const unsigned group_mask = 0xFFFFu << (threadIdx.x % kWarp / kLanesPerToken * kLanesPerToken);
-  if (t >= tokens) return;
   const int j = l / n, k = l % n;
-  const int mixes = (2 + n) * n;
-  const float* row = logits + t * mixes;
-  if (l < n) pre[t * n + l] = sigmoid(row[l] * scale[0] + base[l]) + hc_eps;
-  else if (l < 2 * n) post[t * n + l - n] = 2.0f * sigmoid(row[l] * scale[1] + base[l]);
+  if (l < n) pre[l] = sigmoid(row[l] * scale[0] + base[l]) + hc_eps;
+  else if (l < 2 * n) post[l - n] = 2.0f * sigmoid(row[l] * scale[1] + base[l]);
   float v = row[2 * n + l] * scale[2] + base[2 * n + l];
   auto lane_of = [](int jj, int kk) { return jj * n + kk; };
   float max_value = -INFINITY;
@@ -127,7 +120,107 @@ __global__ void __launch_bounds__(kMixThreads)
     normalize_row();
     normalize_column();
   }
-  comb_out[t * n * n + l] = v;
+  comb[l] = v;
+}
+
+__global__ void __launch_bounds__(kMixThreads)
+    hc_mix4_kernel(const float* __restrict__ logits, int64_t tokens, const float* __restrict__ base,
+                   const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
+                   float* __restrict__ post, float* __restrict__ comb_out) {
+  await_previous_grid();
+  constexpr int n = kFourStreams;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t t = thread / kLanesPerToken;
+  const int l = static_cast<int>(thread % kLanesPerToken);
+  // Whole 16-lane groups are live or not (blockDim is a multiple of 16), so the shuffles below
+  // run in the groups of live tokens only; the mask names them.
+  const unsigned group_mask = 0xFFFFu << (threadIdx.x % kWarp / kLanesPerToken * kLanesPerToken);
+  if (t >= tokens) return;
+  constexpr int mixes = (2 + n) * n;
+  mix4_lane(logits + t * mixes, l, group_mask, base, scale, hc_eps, iters, pre + t * n, post + t * n,
+            comb_out + t * n * n);
+}
+
+// The fused mHC kernels (hc_enter, hc_post_norm) run a block of kFusedThreads a token: at one
+// token a block is all that runs, and its loads must be in flight together (a 256-thread block
+// walking a token's 4 x 5120 streams column by column waited out a memory round trip a column:
+// 21-36 us a call). Each thread computes columns c = i, i + kFusedThreads, ... into shared memory;
+// then the first kRmsNormBlockThreads threads add the squares of the row in rms_norm_block_kernel's
+// order (thread i: elements i, i + 256, ... in increasing order) from shared memory, and block_sum
+// over all the threads adds the same per-warp sums plus zeros, in the same tree: rms_norm's bits.
+constexpr int kFusedThreads = 1024;
+constexpr int kFusedColumns = 4;  // columns a thread loads before it computes any
+constexpr std::size_t kMaxFusedShared = 200 * 1024;
+
+__device__ __forceinline__ double squares_in_norm_order(const float* row, int64_t width) {
+  const int tid = static_cast<int>(threadIdx.x);
+  double squares = 0.0;
+  if (tid < kRmsNormBlockThreads)
+    for (int64_t i = tid; i < width; i += kRmsNormBlockThreads) {
+      const double v = row[i];
+      squares += v * v;
+    }
+  return squares;
+}
+
+// A site's entry in one launch (hc_enter): lanes 0-15 of warp 0 mix the token's four streams as
+// hc_mix4_kernel does; every thread collapses its columns as hc_collapse_kernel does, with
+// `carried` (V4.1's pre of the site before, then replaced by this site's pre) or this site's pre;
+// then the norm as above: the four kernels' bits in one launch. Shared: the collapsed row [d].
+__global__ void __launch_bounds__(kFusedThreads)
+    hc_enter_kernel(const float* __restrict__ logits, const float* __restrict__ base,
+                    const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
+                    float* __restrict__ post, float* __restrict__ comb, float* carried,
+                    const float* __restrict__ streams, int64_t d, const float* __restrict__ norm_weight,
+                    float norm_eps, float* __restrict__ out) {
+  await_previous_grid();
+  constexpr int n = kFourStreams;
+  extern __shared__ float collapsed[];
+  __shared__ float weights[n];
+  __shared__ double scratch[kWarp];
+  const int64_t t = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  float* token_pre = pre + t * n;
+  auto mix = [&] {
+    if (tid < kLanesPerToken)
+      mix4_lane(logits + t * (2 + n) * n, tid, 0xFFFFu, base, scale, hc_eps, iters, token_pre, post + t * n,
+                comb + t * n * n);
+  };
+  if (carried) {
+    if (tid < n) weights[tid] = carried[t * n + tid];
+  } else {
+    mix();
+    __syncwarp();
+    if (tid < n) weights[tid] = token_pre[tid];
+  }
+  __syncthreads();
+  float p[n];
+#pragma unroll
+  for (int i = 0; i < n; ++i) p[i] = weights[i];
+  const float* s = streams + t * n * d;
+  for (int64_t first = tid; first < d; first += int64_t{kFusedThreads} * kFusedColumns) {
+    float v[kFusedColumns][n];
+#pragma unroll
+    for (int u = 0; u < kFusedColumns; ++u) {
+      const int64_t c = first + int64_t{u} * kFusedThreads;
+#pragma unroll
+      for (int i = 0; i < n; ++i) v[u][i] = c < d ? s[i * d + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kFusedColumns; ++u) {
+      const int64_t c = first + int64_t{u} * kFusedThreads;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) sum += p[i] * v[u][i];
+      if (c < d) collapsed[c] = sum;
+    }
+  }
+  if (carried) mix();  // V4.1: this site's mix is needed by its exit and the next site only
+  __syncthreads();
+  double squares = squares_in_norm_order(collapsed, d);
+  squares = block_sum(squares, scratch);  // barriers: the mix's pre is written
+  if (carried && tid < n) carried[t * n + tid] = token_pre[tid];
+  normalize(collapsed, d, norm_weight, norm_eps, out + t * d, squares, tid, kFusedThreads);
 }
 
 __global__ void hc_head_pre_kernel(const float* __restrict__ logits, int64_t tokens, int64_t n,
@@ -160,7 +253,23 @@ __global__ void hc_collapse_kernel(const float* __restrict__ pre, const float* _
   }
 }
 
-// One thread per (t, d): it reads all n streams at d before writing any, so in place is safe.
+// Column c of token t's n streams after the site: it reads all n streams at c before writing any,
+// so in place is safe. (hc_post_norm_kernel does the same operations for n = 4.)
+__device__ __forceinline__ void post_column(const float* post, const float* comb, const float* output, int64_t t,
+                                            int n, int64_t d, int64_t c, float* streams) {
+  float* s = streams + t * n * d + c;
+  float previous[kMaxStreams];
+  for (int j = 0; j < n; ++j) previous[j] = s[j * d];
+  const float* m = comb + t * n * n;
+  const float out = output[t * d + c];
+  for (int k = 0; k < n; ++k) {
+    float mixed = 0.0f;
+    for (int j = 0; j < n; ++j) mixed += m[j * n + k] * previous[j];
+    s[k * d] = post[t * n + k] * out + mixed;
+  }
+}
+
+// One thread per (t, d).
 __global__ void hc_post_kernel(const float* post, const float* comb, const float* output, int64_t tokens, int n,
                                int64_t d, float* streams) {
   await_previous_grid();
@@ -169,21 +278,71 @@ __global__ void hc_post_kernel(const float* post, const float* comb, const float
        item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t t, c;
     split_index(item, d, t, c);
-    float* s = streams + t * n * d + c;
-    float previous[kMaxStreams];
-    for (int j = 0; j < n; ++j) previous[j] = s[j * d];
-    const float* m = comb + t * n * n;
-    const float out = output[item];
-    for (int k = 0; k < n; ++k) {
-      float mixed = 0.0f;
-      for (int j = 0; j < n; ++j) mixed += m[j * n + k] * previous[j];
-      s[k * d] = post[t * n + k] * out + mixed;
+    post_column(post, comb, output, t, n, d, c, streams);
+  }
+}
+
+// hc_post_norm: hc_post's columns (post_column's operations, four streams) by the block's threads,
+// written to the streams and to shared memory as the flattened row [n * d]; then the norm as
+// above into flat.
+__global__ void __launch_bounds__(kFusedThreads)
+    hc_post_norm_kernel(const float* __restrict__ post, const float* __restrict__ comb,
+                        const float* __restrict__ output, int64_t d, float* __restrict__ streams, float norm_eps,
+                        float* __restrict__ flat) {
+  await_previous_grid();
+  constexpr int n = kFourStreams;
+  extern __shared__ float row[];
+  __shared__ double scratch[kWarp];
+  const int64_t t = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  float m[n * n], gain[n];
+#pragma unroll
+  for (int i = 0; i < n * n; ++i) m[i] = comb[t * n * n + i];
+#pragma unroll
+  for (int k = 0; k < n; ++k) gain[k] = post[t * n + k];
+  float* s = streams + t * n * d;
+  for (int64_t first = tid; first < d; first += int64_t{kFusedThreads} * kFusedColumns) {
+    float previous[kFusedColumns][n], out[kFusedColumns];
+#pragma unroll
+    for (int u = 0; u < kFusedColumns; ++u) {
+      const int64_t c = first + int64_t{u} * kFusedThreads;
+#pragma unroll
+      for (int j = 0; j < n; ++j) previous[u][j] = c < d ? s[j * d + c] : 0.0f;
+      out[u] = c < d ? output[t * d + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kFusedColumns; ++u) {
+      const int64_t c = first + int64_t{u} * kFusedThreads;
+      if (c >= d) continue;
+#pragma unroll
+      for (int k = 0; k < n; ++k) {
+        float mixed = 0.0f;
+#pragma unroll
+        for (int j = 0; j < n; ++j) mixed += m[j * n + k] * previous[u][j];
+        const float value = gain[k] * out[u] + mixed;
+        s[k * d + c] = value;
+        row[k * d + c] = value;
+      }
     }
   }
+  __syncthreads();
+  double squares = squares_in_norm_order(row, n * d);
+  squares = block_sum(squares, scratch);
+  normalize(row, n * d, nullptr, norm_eps, flat + t * n * d, squares, tid, kFusedThreads);
 }
 
 void check_streams(const char* what, int64_t n) {
   if (n < 1 || n > kMaxStreams) fail(what, ": ", n, " streams; this kernel handles 1 to ", kMaxStreams);
+}
+
+
+// Dynamic shared memory past the default 48 KiB needs the kernel's opt-in (idempotent).
+template <typename Kernel>
+void allow_shared(Kernel kernel, std::size_t bytes, const char* who) {
+  if (bytes <= 48 * 1024) return;
+  const cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (status != cudaSuccess) fail(who, ": ", bytes, " bytes of shared memory refused: ", cudaGetErrorString(status));
 }
 
 }  // namespace
@@ -207,6 +366,22 @@ void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, c
   check_launch("cuda::hc_mix");
 }
 
+bool hc_enter(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
+              int64_t sinkhorn_iters, float* pre, float* post, float* comb, float* carried_pre,
+              const float* streams, int64_t d, const float* norm_weight, float norm_eps, float* out, Stream stream) {
+  const std::size_t shared = static_cast<std::size_t>(d) * sizeof(float);
+  if (n != kFourStreams || d <= kWarpRowLimit || shared > kMaxFusedShared) return false;
+  if (launches_skipped()) return true;
+  if (tokens < 0) fail("cuda::hc_enter: negative token count ", tokens);
+  if (tokens == 0) return true;
+  if (tokens >= (int64_t{1} << 31)) fail("cuda::hc_enter: ", tokens, " tokens, over 2^31");
+  allow_shared(hc_enter_kernel, shared, "cuda::hc_enter");
+  launch(hc_enter_kernel, static_cast<unsigned>(tokens), kFusedThreads, shared, native(stream), logits, base, scale,
+         hc_eps, sinkhorn_iters, pre, post, comb, carried_pre, streams, d, norm_weight, norm_eps, out);
+  check_launch("cuda::hc_enter");
+  return true;
+}
+
 void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
                  float* pre, Stream stream) {
   if (launches_skipped()) return;
@@ -225,6 +400,22 @@ void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t
   launch(hc_collapse_kernel, grid_for(tokens * d, kThreads), kThreads, 0, native(stream), pre, streams, tokens, n, d,
          collapsed);
   check_launch("cuda::hc_collapse");
+}
+
+bool hc_post_norm(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
+                  float* streams, float norm_eps, float* flat, Stream stream) {
+  const std::size_t shared = static_cast<std::size_t>(n * d) * sizeof(float);
+  if (n != kFourStreams || n * d <= kWarpRowLimit || d % kRmsNormBlockThreads != 0 || shared > kMaxFusedShared)
+    return false;
+  if (launches_skipped()) return true;
+  if (tokens < 0) fail("cuda::hc_post_norm: negative token count ", tokens);
+  if (tokens == 0) return true;
+  if (tokens >= (int64_t{1} << 31)) fail("cuda::hc_post_norm: ", tokens, " tokens, over 2^31");
+  allow_shared(hc_post_norm_kernel, shared, "cuda::hc_post_norm");
+  launch(hc_post_norm_kernel, static_cast<unsigned>(tokens), kFusedThreads, shared, native(stream), post, comb, output,
+         d, streams, norm_eps, flat);
+  check_launch("cuda::hc_post_norm");
+  return true;
 }
 
 void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,

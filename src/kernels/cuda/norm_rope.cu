@@ -7,60 +7,15 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch_gate.h"
+#include "kernels/cuda/rms_norm.cuh"
 
 namespace deepinfer::kernels::cuda {
 namespace {
 
 using namespace detail;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kRmsNormBlockThreads;
 constexpr int kRowsPerWarpBlock = kThreads / kWarp;
-// Rows up to this width take one warp each; wider rows take a block of kThreads each. The choice
-// depends on n alone, so a row's reduction order does too. (At 4096, the hidden width's norms ran
-// 128 elements a lane on one warp: at one token a launch then used one warp of the device.)
-constexpr int64_t kWarpRowLimit = 1024;
-
-// Loads issued before their uses (see sum_of_squares): 32 covers a lane's whole share of a row
-// up to 1024 wide (the warp kernel) and of a 4096-wide row in a block in one round trip.
-constexpr int kInFlight = 32;
-
-__device__ __forceinline__ void normalize(const float* x, int64_t n, const float* weight, float eps, float* out,
-                                          double sum_squares, int first, int step) {
-  const float inverse_rms = 1.0f / sqrtf(static_cast<float>(sum_squares / static_cast<double>(n)) + eps);
-  for (int64_t base = first; base < n; base += kInFlight * step) {
-    float v[kInFlight], w[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int64_t i = base + u * step;
-      v[u] = i < n ? x[i] : 0.0f;
-      w[u] = weight && i < n ? weight[i] : 1.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int64_t i = base + u * step;
-      const float normalized = v[u] * inverse_rms;
-      if (i < n) out[i] = weight ? w[u] * normalized : normalized;
-    }
-  }
-}
-
-// Thread `first` of a group of `step` threads: the squares of elements first, first + step, ...
-// added in order in double (each product x^2 is exact in double). kInFlight loads are issued
-// before their adds: a loop that loaded one element per add waited out a memory round trip per
-// element (12 us a 4096-wide row, one warp at one token), and with 8 in flight a 16,384-wide row
-// (the mHC's 4 x 4096) still took 8 round trips a pass, ~8 us.
-__device__ __forceinline__ double sum_of_squares(const float* xr, int64_t n, int64_t first, int64_t step) {
-  double sum = 0.0;
-  for (int64_t base = first; base < n; base += kInFlight * step) {
-    float v[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) v[u] = base + u * step < n ? xr[base + u * step] : 0.0f;
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (base + u * step < n) sum += static_cast<double>(v[u]) * static_cast<double>(v[u]);
-  }
-  return sum;
-}
 
 // Each thread's sum_of_squares, then the fixed butterfly / block tree combines them.
 __global__ void __launch_bounds__(kThreads)
@@ -86,6 +41,38 @@ __global__ void __launch_bounds__(kThreads)
   normalize(xr, n, weight, eps, out + row * n, sum, static_cast<int>(threadIdx.x), kThreads);
 }
 
+// Pair i of a rotated tail at `position`: both kernels below rotate through this one function.
+__device__ __forceinline__ void rotate_pair(float* tail, int64_t i, int32_t position, const float* inv_freq,
+                                            bool inverse) {
+  const float angle = static_cast<float>(position) * inv_freq[i];
+  const float cosine = cosf(angle);
+  const float sine = inverse ? -sinf(angle) : sinf(angle);
+  const float even = tail[2 * i];
+  const float odd = tail[2 * i + 1];
+  tail[2 * i] = even * cosine + (-odd) * sine;
+  tail[2 * i + 1] = odd * cosine + even * sine;
+}
+
+// rms_norm_warp_kernel, then rope_kernel's rotation of the row's tail by the same warp: one
+// launch where there were two (a head row of q, the K = V row, a pooled entry), the same
+// operations on the same values. The lanes' normalised values are in `out` before the warp's
+// barrier, which orders them for the lanes that rotate them.
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_rope_kernel(float* x, int64_t count, int64_t heads, int64_t n, const float* weight, float eps,
+                         int64_t rope_dims, const float* inv_freq, const int32_t* positions) {
+  await_previous_grid();
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + static_cast<int>(threadIdx.x) / kWarp;
+  if (row >= count * heads) return;
+  float* xr = x + row * n;
+  double sum = sum_of_squares(xr, n, lane, kWarp);
+  sum = warp_sum(sum);
+  normalize(xr, n, weight, eps, xr, sum, lane, kWarp);
+  __syncwarp();
+  const int32_t position = positions[row / heads];
+  for (int64_t i = lane; i < rope_dims / 2; i += kWarp) rotate_pair(xr + (n - rope_dims), i, position, inv_freq, false);
+}
+
 // One thread per rotated pair (t, h, i).
 __global__ void rope_kernel(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope_dims,
                             const float* inv_freq, const int32_t* positions, bool inverse) {
@@ -97,14 +84,7 @@ __global__ void rope_kernel(float* x, int64_t count, int64_t heads, int64_t head
     int64_t head, i, t, h;
     split_index(item, pairs, head, i);  // head = t * heads + h
     split_index(head, heads, t, h);
-    float* tail = x + head * head_dim + (head_dim - rope_dims);
-    const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-    const float cosine = cosf(angle);
-    const float sine = inverse ? -sinf(angle) : sinf(angle);
-    const float even = tail[2 * i];
-    const float odd = tail[2 * i + 1];
-    tail[2 * i] = even * cosine + (-odd) * sine;
-    tail[2 * i + 1] = odd * cosine + even * sine;
+    rotate_pair(x + head * head_dim + (head_dim - rope_dims), i, positions[t], inv_freq, inverse);
   }
 }
 
@@ -123,6 +103,26 @@ void rms_norm(const float* x, int64_t count, int64_t n, const float* weight, flo
     launch(rms_norm_block_kernel, static_cast<unsigned>(count), kThreads, 0, native(stream), x, n, weight, eps, out);
   }
   check_launch("cuda::rms_norm");
+}
+
+void rms_norm_rope(float* x, int64_t count, int64_t heads, int64_t head_dim, const float* weight, float eps,
+                   int64_t rope_dims, const float* inv_freq, const int32_t* positions, Stream stream) {
+  if (launches_skipped()) return;
+  if (count < 0 || heads < 0 || head_dim < 0 || rope_dims < 0)
+    fail("cuda::rms_norm_rope: negative size (count ", count, ", heads ", heads, ", head_dim ", head_dim,
+         ", rope_dims ", rope_dims, ")");
+  if (rope_dims % 2 != 0) fail("cuda::rms_norm_rope: odd rope_dims ", rope_dims);
+  if (head_dim < rope_dims) fail("RoPE over ", rope_dims, " dims applied to a vector of ", head_dim);
+  if (count * heads == 0 || head_dim == 0) return;
+  if (head_dim > kWarpRowLimit) {  // the block kernel's rows: two launches
+    rms_norm(x, count * heads, head_dim, weight, eps, x, stream);
+    rope(x, count, heads, head_dim, rope_dims, inv_freq, positions, /*inverse=*/false, stream);
+    return;
+  }
+  const int64_t blocks = (count * heads + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock;
+  launch(rms_norm_rope_kernel, static_cast<unsigned>(blocks), kThreads, 0, native(stream), x, count, heads, head_dim,
+         weight, eps, rope_dims, inv_freq, positions);
+  check_launch("cuda::rms_norm_rope");
 }
 
 void rope(float* x, int64_t count, int64_t heads, int64_t head_dim, int64_t rope_dims, const float* inv_freq,
