@@ -67,6 +67,27 @@ __device__ int past_of(const int32_t* sorted, int begin, int end, int32_t value)
 
 // One block: each pair whose place in its expert's run is a multiple of the capacity starts a
 // tile; a block scan numbers the starts in pair order.
+// One round of the cut: sorted position i (< pairs) starts a tile where it lies a multiple of
+// `capacity` into its expert's run; the round's tiles go to tiles[0 ..) in position order. Every
+// thread of the block calls it and gets the round's tile count.
+template <typename Scan>
+__device__ int cut_tiles(const int32_t* sorted, int i, int pairs, int capacity, int4* tiles,
+                         typename Scan::TempStorage& temp) {
+  int starts = 0;
+  int32_t expert = 0;
+  if (i < pairs) {
+    expert = sorted[i];
+    starts = (i - first_of(sorted, i, expert)) % capacity == 0;
+  }
+  int offset = 0, total = 0;
+  Scan(temp).ExclusiveSum(starts, offset, total);
+  if (starts) {
+    const int run_end = past_of(sorted, i, pairs, expert);
+    tiles[offset] = make_int4(expert, i, run_end - i < capacity ? run_end - i : capacity, 0);
+  }
+  return total;
+}
+
 __global__ void __launch_bounds__(kTileThreads)
     expert_tiles_kernel(const int32_t* __restrict__ sorted_expert, int pairs, int capacity, int4* __restrict__ tiles,
                         int32_t* __restrict__ tile_count) {
@@ -78,20 +99,7 @@ __global__ void __launch_bounds__(kTileThreads)
   if (tid == 0) carry = 0;
   __syncthreads();
   for (int base = 0; base < pairs; base += kTileThreads) {
-    const int i = base + tid;
-    int starts = 0;
-    int32_t expert = 0;
-    if (i < pairs) {
-      expert = sorted_expert[i];
-      starts = (i - first_of(sorted_expert, i, expert)) % capacity == 0;
-    }
-    int offset = 0, total = 0;
-    Scan(temp).ExclusiveSum(starts, offset, total);
-    if (starts) {
-      const int run_end = past_of(sorted_expert, i, pairs, expert);
-      const int count = run_end - i < capacity ? run_end - i : capacity;
-      tiles[carry + offset] = make_int4(expert, i, count, 0);
-    }
+    const int total = cut_tiles<Scan>(sorted_expert, base + tid, pairs, capacity, tiles + carry, temp);
     __syncthreads();
     if (tid == 0) carry += total;
     __syncthreads();
@@ -436,17 +444,7 @@ __global__ void __launch_bounds__(kTileThreads)
     position_of[i] = position;
   }
   __syncthreads();
-  int starts = 0;
-  if (i < pairs) {
-    expert = sorted[i];
-    starts = (i - first_of(sorted, i, expert)) % capacity == 0;
-  }
-  int offset = 0, total = 0;
-  Scan(temp).ExclusiveSum(starts, offset, total);
-  if (starts) {
-    const int run_end = past_of(sorted, i, pairs, expert);
-    tiles[offset] = make_int4(expert, i, run_end - i < capacity ? run_end - i : capacity, 0);
-  }
+  const int total = cut_tiles<Scan>(sorted, i, pairs, capacity, tiles, temp);
   if (i == 0) *tile_count = total;
 }
 
