@@ -894,11 +894,12 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int32_t* ids = token_ids_ + first_;
   // The shared expert beside the router and the routed experts; joined for the combine.
   float* shared = nullptr;
-  SideBranch side(side_lane());
+  std::optional<SideBranch> side;
   if (!weights.shared.empty()) {
     if (weights.shared.size() != 1) fail("CUDA backend: ", weights.shared.size(), " shared experts (one is supported)");
     shared = arena.get<float>(kSharedOut, r * static_cast<std::size_t>(d));
-    expert_ffn(weights.shared.front(), sublayer_in_, rows_, weights.swiglu_limit, shared, side.linear());
+    side.emplace(side_lane());
+    expert_ffn(weights.shared.front(), sublayer_in_, rows_, weights.swiglu_limit, shared, side->linear());
   }
 
   float* router = arena.get<float>(kRouterLogits, r * static_cast<std::size_t>(experts));
@@ -993,7 +994,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     k::linear_gathered(gate, identity_device, pairs, w2_device, sorted_expert, d, inner, sorted_out, stream);
   }
   k::gather_rows(sorted_out, position_of, pairs, d, contributions, stream);
-  side.join();
+  if (side) side->join();
   k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
                  sublayer_out_, stream);
   if (routing) {

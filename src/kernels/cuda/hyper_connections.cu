@@ -336,13 +336,22 @@ void check_streams(const char* what, int64_t n) {
 }
 
 
-// Dynamic shared memory past the default 48 KiB needs the kernel's opt-in (idempotent).
-template <typename Kernel>
-void allow_shared(Kernel kernel, std::size_t bytes, const char* who) {
-  if (bytes <= 48 * 1024) return;
-  const cudaError_t status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (status != cudaSuccess) fail(who, ": ", bytes, " bytes of shared memory refused: ", cudaGetErrorString(status));
+// A fused mHC kernel's launch: a block of kFusedThreads a token, `shared` bytes of dynamic shared
+// memory (past the default 48 KiB with the kernel's opt-in, which is idempotent).
+template <typename... Params, typename... Args>
+void launch_fused(const char* who, void (*kernel)(Params...), int64_t tokens, std::size_t shared, Stream stream,
+                  Args&&... args) {
+  if (launches_skipped()) return;
+  if (tokens < 0) fail(who, ": negative token count ", tokens);
+  if (tokens == 0) return;
+  if (tokens >= (int64_t{1} << 31)) fail(who, ": ", tokens, " tokens, over 2^31");
+  if (shared > 48 * 1024) {
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    if (status != cudaSuccess) fail(who, ": ", shared, " bytes of shared memory refused: ", cudaGetErrorString(status));
+  }
+  launch(kernel, static_cast<unsigned>(tokens), kFusedThreads, shared, native(stream), std::forward<Args>(args)...);
+  check_launch(who);
 }
 
 }  // namespace
@@ -371,14 +380,8 @@ bool hc_enter(const float* logits, int64_t tokens, int64_t n, const float* base,
               const float* streams, int64_t d, const float* norm_weight, float norm_eps, float* out, Stream stream) {
   const std::size_t shared = static_cast<std::size_t>(d) * sizeof(float);
   if (n != kFourStreams || d <= kWarpRowLimit || shared > kMaxFusedShared) return false;
-  if (launches_skipped()) return true;
-  if (tokens < 0) fail("cuda::hc_enter: negative token count ", tokens);
-  if (tokens == 0) return true;
-  if (tokens >= (int64_t{1} << 31)) fail("cuda::hc_enter: ", tokens, " tokens, over 2^31");
-  allow_shared(hc_enter_kernel, shared, "cuda::hc_enter");
-  launch(hc_enter_kernel, static_cast<unsigned>(tokens), kFusedThreads, shared, native(stream), logits, base, scale,
-         hc_eps, sinkhorn_iters, pre, post, comb, carried_pre, streams, d, norm_weight, norm_eps, out);
-  check_launch("cuda::hc_enter");
+  launch_fused("cuda::hc_enter", hc_enter_kernel, tokens, shared, stream, logits, base, scale, hc_eps, sinkhorn_iters,
+               pre, post, comb, carried_pre, streams, d, norm_weight, norm_eps, out);
   return true;
 }
 
@@ -407,14 +410,8 @@ bool hc_post_norm(const float* post, const float* comb, const float* output, int
   const std::size_t shared = static_cast<std::size_t>(n * d) * sizeof(float);
   if (n != kFourStreams || n * d <= kWarpRowLimit || d % kRmsNormBlockThreads != 0 || shared > kMaxFusedShared)
     return false;
-  if (launches_skipped()) return true;
-  if (tokens < 0) fail("cuda::hc_post_norm: negative token count ", tokens);
-  if (tokens == 0) return true;
-  if (tokens >= (int64_t{1} << 31)) fail("cuda::hc_post_norm: ", tokens, " tokens, over 2^31");
-  allow_shared(hc_post_norm_kernel, shared, "cuda::hc_post_norm");
-  launch(hc_post_norm_kernel, static_cast<unsigned>(tokens), kFusedThreads, shared, native(stream), post, comb, output,
-         d, streams, norm_eps, flat);
-  check_launch("cuda::hc_post_norm");
+  launch_fused("cuda::hc_post_norm", hc_post_norm_kernel, tokens, shared, stream, post, comb, output, d, streams,
+               norm_eps, flat);
   return true;
 }
 
