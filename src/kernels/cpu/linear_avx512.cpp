@@ -5,8 +5,8 @@
 // (docs/BENCHMARKS.md: FP8 at 15%, FP4 at 7% of the read bandwidth). Here a few tokens take the
 // STREAMING kernel: each 16-column chunk of a weight row is decoded into a register and used at
 // once by every token, the row's accumulators stay in registers for the whole row (16 rows at a
-// time at 1 token, summed together by one transposed tree), the next row group is prefetched into
-// L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a
+// time at 1 token, 8 for FP8 and long BF16 rows, summed together by one transposed tree), the
+// next row group is prefetched into L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a
 // 16-row x 1024-column panel (512 for FP8) is decoded once into cache and swept by 4-row x
 // 6-token micro-kernels (24 accumulators), which is FMA-bound.
 //
@@ -702,12 +702,17 @@ void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t f
   const int64_t cols = m.w->cols;
   switch (tokens) {
     // 16 rows (a narrow model's LM head has rows of 512 bytes, and the transposed sum of 16 rows
-    // is what keeps its horizontal sums cheap); FP8 by stream_range_fp8.
+    // is what keeps its horizontal sums cheap); FP8 by stream_range_fp8. Long BF16 rows take 8:
+    // 16 interleaved row streams, each with its prefetches, outrun the loads one core keeps in
+    // flight, as FP8's did (BF16 4096 x 4096 at one token, one thread: 13.6-16.7 GB/s in 16-row
+    // groups, 19.4-22.7 in 8-row ones; docs/BENCHMARKS.md). Same sums either way: 8-row groups
+    // take the 16-row tree (store_sums).
     case 1:
       if constexpr (D == Decode::FP8)
         return stream_range_fp8<8, 1>(m, x, cols, y, first_row, end_row);
-      else
-        return stream_range<D, 16, 1>(m, x, cols, y, first_row, end_row);
+      else if constexpr (D == Decode::BF16Pairs)
+        if (m.full_chunks / 2 > kShortRowPairs) return stream_range<D, 8, 1>(m, x, cols, y, first_row, end_row);
+      return stream_range<D, 16, 1>(m, x, cols, y, first_row, end_row);
     case 2:
       if constexpr (D == Decode::FP8) return stream_range_fp8<4, 2>(m, x, cols, y, first_row, end_row);
       return stream_range<D, 4, 2>(m, x, cols, y, first_row, end_row);
