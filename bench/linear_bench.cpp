@@ -82,9 +82,9 @@ const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols,
     case WeightEncoding::F32: copies.data_bytes = rows * cols * 4; break;
   }
   copies.scale_bytes = scale_count;  // E8M0: one byte each
-  const int64_t one = copies.data_bytes + copies.scale_bytes + 64;
+  const int64_t one = (copies.data_bytes + copies.scale_bytes + 64 + 63) / 64 * 64;
   const int64_t count = cached ? 1 : (kColdBytes + one - 1) / one;
-  copies.storage.reset(new uint8_t[static_cast<std::size_t>(one * count)]);
+  copies.storage.reset(new uint8_t[static_cast<std::size_t>(one * count + 64)]);
   uint64_t state = 0x9E3779B97F4A7C15ull;
   for (int64_t i = 0; i + 8 <= one * count; i += 8) {
     uint64_t value = next_random(state);
@@ -95,7 +95,10 @@ const Copies& weight_copies(WeightEncoding encoding, int64_t rows, int64_t cols,
     std::memcpy(copies.storage.get() + i, &value, 8);
   }
   for (int64_t k = 0; k < count; ++k) {
-    uint8_t* base = copies.storage.get() + k * one + 1;  // unaligned, like safetensors data
+    // 36 bytes into a 64-byte line, like the synthetic V4's LM head: safetensors places a tensor
+    // where the one before it ended, rarely on a line.
+    uint8_t* lines = copies.storage.get() + k * one;
+    uint8_t* base = lines + (64 - reinterpret_cast<uintptr_t>(lines) % 64) % 64 + 36;
     WeightMatrix m;
     m.encoding = encoding;
     m.rows = rows;

@@ -351,6 +351,43 @@ TEST(Linear, BatchAndThreadInvariantBitForBit) {
   }
 }
 
+// BF16 rows starting anywhere in a 64-byte line: one token's AVX-512 kernel then reads whole lines
+// and rebuilds the rows' bytes from them (4-byte offsets by dwords, 2 mod 4 by words, odd ones by
+// plain unaligned loads). Every placement must give the bits of the batched product, one, two and
+// three tokens at a time, and the lines read past a row's ends (same line, so never a fault) must
+// not trip the sanitizers.
+TEST(Linear, Bf16RowsAnywhereInACacheLineGiveTheSameBits) {
+  std::mt19937 rng(11);
+  const int64_t rows = 130, tokens = 6;
+  // 256 columns: short rows, read one after the other; 1024 and 2080: long rows in row groups.
+  for (int64_t cols : {256, 1024, 2080}) {
+    TestWeight source = make_weight(WeightEncoding::BF16, rows, cols, rng, 0);
+    const std::vector<float> x = random_activations(tokens, cols, rng);
+    const auto bytes = static_cast<std::size_t>(rows * cols * 2);
+    for (auto path : available_paths()) {
+      const auto batched = run_linear(x, 0, tokens, source.matrix, pool_of(2), path);
+      for (int offset : {0, 1, 2, 4, 36, 60, 62}) {
+        // The matrix alone in its allocation, so the lines around it are the allocation's edges.
+        std::vector<uint8_t> storage(bytes + 64 + static_cast<std::size_t>(offset));
+        const auto start = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+        storage.resize(start + static_cast<std::size_t>(offset) + bytes);
+        uint8_t* placed_bytes = storage.data() + start + offset;
+        ASSERT_EQ(reinterpret_cast<uintptr_t>(placed_bytes) % 64, static_cast<uintptr_t>(offset));
+        std::memcpy(placed_bytes, source.data(), bytes);
+        WeightMatrix placed = source.matrix;
+        placed.data = placed_bytes;
+        const std::string what = describe(placed, path, tokens) + " at " + std::to_string(offset) + " bytes into a line";
+        for (int64_t count : {1, 2, 3})
+          for (int64_t first = 0; first + count <= tokens; first += count) {
+            const auto part = run_tokens(x, first, count, placed, pool_of(1 + first % 2), path);
+            ASSERT_TRUE(bitwise_equal(part.data(), batched.data() + first * rows, static_cast<std::size_t>(count * rows)))
+                << what << ", tokens " << first << ".." << first + count - 1;
+          }
+      }
+    }
+  }
+}
+
 // FP8 with E8M0 scales: a few tokens may take the scale on the activations instead of the weights
 // (the AVX-512 streaming kernel), which must give the bits of the per-weight decode, including
 // where it may not: tile rows whose x * 2^120 * s would overflow or turn subnormal, NaN scales, and

@@ -444,13 +444,68 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
 
 constexpr int64_t kShortRowPairs = 8;
 
-// BF16 rows in FP4's column order: a pair of chunks per 64-byte load (decode_chunk), the next row
-// group prefetched as stream_chunks does.
-template <int ROWS, int TOKENS>
+// ---- rows that do not start on a 64-byte line --------------------------------------------------
+//
+// A 64-byte load from an address that is not a multiple of 64 spans two cache lines, and streamed
+// from DRAM such loads ran at 15-19 GB/s where line-aligned ones ran at 26-31 (BF16 129280 x 256
+// at one token, one thread; docs/BENCHMARKS.md). Safetensors puts each tensor where the one before
+// it ended (the synthetic V4's LM head starts 36 bytes into a line), so BF16 rows are read as whole
+// lines, and each unaligned 64 bytes is rebuilt from two neighbouring lines by one two-source
+// permute: the same bytes, so the same bits. A row's first and last line also hold bytes that are
+// not the row's; a load of a line holding any byte of the row cannot fault (lines never straddle
+// pages), and it is written in assembly because AddressSanitizer cannot know that.
+enum class LineJoin {
+  None,    // rows start on a line, or at an odd address (plain unaligned loads)
+  Dwords,  // a multiple of 4 bytes into a line: vpermt2d
+  Words,   // 2 mod 4 bytes into a line: vpermt2w
+};
+
+LineJoin line_join_of(const void* data) {
+  const auto offset = reinterpret_cast<uintptr_t>(data) % 64;
+  if (offset == 0 || offset % 2 != 0) return LineJoin::None;
+  return offset % 4 == 0 ? LineJoin::Dwords : LineJoin::Words;
+}
+
+__attribute__((always_inline)) inline __m512i load_line(const uint8_t* line) {
+  __m512i value;
+  asm("vmovdqa64 %1, %0" : "=v"(value) : "m"(*reinterpret_cast<const __m512i*>(line)));
+  return value;
+}
+
+// The permute indices that take the 64 bytes starting `offset` bytes into the first line.
+template <LineJoin J>
+__m512i line_join_index(uintptr_t offset) {
+  if constexpr (J == LineJoin::Dwords) {
+    return _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm512_set1_epi32(static_cast<int>(offset / 4)));
+  } else {
+    alignas(64) static constexpr uint16_t kWords[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                        11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                        22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    return _mm512_add_epi16(_mm512_load_si512(kWords), _mm512_set1_epi16(static_cast<short>(offset / 2)));
+  }
+}
+
+template <LineJoin J>
+__attribute__((always_inline)) inline __m512i join_lines(__m512i first, __m512i second, __m512i index) {
+  if constexpr (J == LineJoin::Dwords)
+    return _mm512_permutex2var_epi32(first, index, second);
+  else
+    return _mm512_permutex2var_epi16(first, index, second);
+}
+
+// BF16 rows in FP4's column order: a pair of chunks per 64 bytes (decode_chunk), read as whole
+// lines (J, above), the next row group prefetched as stream_chunks does.
+template <int ROWS, int TOKENS, LineJoin J>
 void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y,
                             int64_t y_stride) {
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
   const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
+  // Rows are whole lines long (cols % 32 == 0), so every row starts as far into a line as the first.
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(base) % 64;
+  const uint8_t* lines = base - offset;
+  __m512i index = _mm512_setzero_si512();
+  if constexpr (J != LineJoin::None) index = line_join_index<J>(offset);
   __m512 acc[ROWS][TOKENS];
   zero_accumulators(acc);
   const int64_t pairs = m.full_chunks / 2;
@@ -464,13 +519,23 @@ void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64
         even[p] = _mm512_loadu_ps(x + p * 32);
         odd[p] = _mm512_loadu_ps(x + p * 32 + 16);
       }
+      // The group is one run of lines: line i * pairs + p + 1 ends row i's pair p.
+      __m512i line = _mm512_setzero_si512();
+      if constexpr (J != LineJoin::None) line = load_line(lines);
       for (int i = 0; i < ROWS; ++i) {
         // The group after the next: one group ahead (8 KiB here) reads 21-24 GB/s against the
         // streaming read's 28-31, two ahead 24-26 (docs/BENCHMARKS.md).
-        for (int64_t offset = 0; offset < m.row_bytes; offset += 64)
-          prefetch_ahead(next_group + (ROWS + i) * m.row_bytes + offset);
+        for (int64_t offset_in_row = 0; offset_in_row < m.row_bytes; offset_in_row += 64)
+          prefetch_ahead(next_group + (ROWS + i) * m.row_bytes + offset_in_row);
         for (int64_t p = 0; p < pairs; ++p) {
-          const __m512i pair = _mm512_loadu_si512(base + i * m.row_bytes + p * 64);
+          __m512i pair;
+          if constexpr (J == LineJoin::None) {
+            pair = _mm512_loadu_si512(base + i * m.row_bytes + p * 64);
+          } else {
+            const __m512i next = load_line(lines + (i * pairs + p + 1) * 64);
+            pair = join_lines<J>(line, next, index);
+            line = next;
+          }
           acc[i][0] = _mm512_fmadd_ps(even[p], bf16_pair_even(pair), acc[i][0]);
           acc[i][0] = _mm512_fmadd_ps(odd[p], bf16_pair_odd(pair), acc[i][0]);
         }
@@ -479,12 +544,23 @@ void stream_rows_bf16_pairs(const Matrix& m, int64_t row0, const float* x, int64
       return;
     }
   }
+  __m512i line[ROWS];  // J: each row's last line read
+  if constexpr (J != LineJoin::None)
+    for (int i = 0; i < ROWS; ++i) line[i] = load_line(lines + i * m.row_bytes);
   for (int64_t p = 0; p < pairs; ++p) {
-    for (int64_t offset = 0; offset < ROWS * 64; offset += 64) prefetch_ahead(next_group + p * ROWS * 64 + offset);
+    for (int64_t offset_in_group = 0; offset_in_group < ROWS * 64; offset_in_group += 64)
+      prefetch_ahead(next_group + p * ROWS * 64 + offset_in_group);
     __m512 even[TOKENS], odd[TOKENS];
     load_pair_activations<TOKENS>(x, x_stride, p, even, odd);
     for (int i = 0; i < ROWS; ++i) {
-      const __m512i pair = _mm512_loadu_si512(base + i * m.row_bytes + p * 64);
+      __m512i pair;
+      if constexpr (J == LineJoin::None) {
+        pair = _mm512_loadu_si512(base + i * m.row_bytes + p * 64);
+      } else {
+        const __m512i next = load_line(lines + i * m.row_bytes + (p + 1) * 64);
+        pair = join_lines<J>(line[i], next, index);
+        line[i] = next;
+      }
       accumulate_pair<TOKENS>(even, odd, bf16_pair_even(pair), bf16_pair_odd(pair), acc[i]);
     }
   }
@@ -548,9 +624,14 @@ template <Decode D, int ROWS, int TOKENS>
 void stream_rows(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
   if constexpr (D == Decode::FP4)
     stream_rows_fp4<ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
-  else if constexpr (D == Decode::BF16Pairs)
-    stream_rows_bf16_pairs<ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
-  else
+  else if constexpr (D == Decode::BF16Pairs) {
+    switch (line_join_of(m.bytes)) {
+      case LineJoin::None: return stream_rows_bf16_pairs<ROWS, TOKENS, LineJoin::None>(m, row0, x, x_stride, y, y_stride);
+      case LineJoin::Dwords:
+        return stream_rows_bf16_pairs<ROWS, TOKENS, LineJoin::Dwords>(m, row0, x, x_stride, y, y_stride);
+      case LineJoin::Words: return stream_rows_bf16_pairs<ROWS, TOKENS, LineJoin::Words>(m, row0, x, x_stride, y, y_stride);
+    }
+  } else
     stream_rows_chunked<D, ROWS, TOKENS>(m, row0, x, x_stride, y, y_stride);
 }
 
