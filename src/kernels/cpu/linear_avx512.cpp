@@ -5,10 +5,11 @@
 // (docs/BENCHMARKS.md: FP8 at 15%, FP4 at 7% of the read bandwidth). Here a few tokens take the
 // STREAMING kernel: each 16-column chunk of a weight row is decoded into a register and used at
 // once by every token, the row's accumulators stay in registers for the whole row (16 rows at a
-// time at 1 token, 8 for FP8 and long BF16 rows, summed together by one transposed tree), the
-// next row group is prefetched into L2 and its scales into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a
-// 16-row x 1024-column panel (512 for FP8) is decoded once into cache and swept by 4-row x
-// 6-token micro-kernels (24 accumulators), which is FMA-bound.
+// time at 1 token, 8 for FP8 and long BF16 rows, summed together by one transposed tree), BF16
+// rows are read as whole cache lines, the next row group is prefetched into L2 and its scales
+// into L1, and nothing is stored. Four or more tokens take the PANEL kernel: a 16-row x
+// 1024-column panel (512 for FP8) is decoded once into cache and swept by 4-row x 6-token
+// micro-kernels (24 accumulators), which is FMA-bound.
 //
 // Why f32 activations: the BF16 dot-product and VNNI instructions would round the activations to
 // BF16 or int8 first, which changes results by more than the reduction order; this path keeps the
@@ -447,7 +448,7 @@ constexpr int64_t kShortRowPairs = 8;
 // ---- rows that do not start on a 64-byte line --------------------------------------------------
 //
 // A 64-byte load from an address that is not a multiple of 64 spans two cache lines, and streamed
-// from DRAM such loads ran at 15-19 GB/s where line-aligned ones ran at 26-31 (BF16 129280 x 256
+// from DRAM such loads ran at 15-19 GB/s where line-aligned ones ran at 26-33 (BF16 129280 x 256
 // at one token, one thread; docs/BENCHMARKS.md). Safetensors puts each tensor where the one before
 // it ended (the synthetic V4's LM head starts 36 bytes into a line), so BF16 rows are read as whole
 // lines, and each unaligned 64 bytes is rebuilt from two neighbouring lines by one two-source
