@@ -607,6 +607,35 @@ __device__ __forceinline__ void sweep_row(int64_t vocab, const Load& load, const
   }
 }
 
+// sweep_row over an unmasked row whose start is 16-byte aligned: four logits a load (sanitized),
+// kInFlight loads issued before their uses, so a greedy row of 129,280 logits is 8 round trips a
+// thread instead of 32 (42 us a row at one load a logit).
+template <typename Use>
+__device__ __forceinline__ void sweep_row_by_fours(const float* raw, int64_t vocab, const Use& use) {
+  constexpr int kInFlight = 8;
+  const int64_t quads = vocab / 4;
+  const auto* row = reinterpret_cast<const float4*>(raw);
+  for (int64_t first = threadIdx.x; first < quads; first += int64_t{kThreads} * kInFlight) {
+    float4 value[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int64_t q = first + int64_t{u} * kThreads;
+      value[u] = q < quads ? row[q] : float4{};
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int64_t q = first + int64_t{u} * kThreads;
+      if (q < quads) {
+        use(4 * q, sanitized(value[u].x));
+        use(4 * q + 1, sanitized(value[u].y));
+        use(4 * q + 2, sanitized(value[u].z));
+        use(4 * q + 3, sanitized(value[u].w));
+      }
+    }
+  }
+  for (int64_t i = 4 * quads + threadIdx.x; i < vocab; i += kThreads) use(i, sanitized(raw[i]));
+}
+
 // ---- the kernel ----
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -670,10 +699,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                         params.presence_penalty != 0.0f || params.bias_end > params.bias_begin;
   if (error == kSampleOk && params.temperature == 0.0f && !adjusted) {
     uint64_t best_key = 0;
-    sweep_row(vocab, logit, [&](int64_t i, float value) {
+    const auto keep_best = [&](int64_t i, float value) {
       const uint64_t key = value_key(value, i);
       best_key = key > best_key ? key : best_key;
-    });
+    };
+    if (mask == nullptr && reinterpret_cast<uintptr_t>(raw) % sizeof(float4) == 0)
+      sweep_row_by_fours(raw, vocab, keep_best);
+    else
+      sweep_row(vocab, logit, keep_best);
     const int32_t best = token_of(block_extreme<true>(best_key, sh));
     if (!is_finite(logit(best)))
       error = kSampleNoFiniteMaximum;
