@@ -120,24 +120,26 @@ TEST(CudaLinearMma, BatchInvariantBitForBit) {
   }
 }
 
-// Calls of at most 8 FP8 tokens split x in their blocks, into shared memory, where a block's range
+// Calls of at most 8 tokens split x in their blocks, into shared memory, where a block's range
 // fits 48 KiB (linear_mma.cu, SplitInShared), and take split_rows' launch otherwise: the same words,
-// so the same bits. 33,792 rows make one range of 10 chunks: 6 tokens fit, 7 do not (on Hopper the
-// wgmma kernel takes matrices of this many rows from 8 tokens).
+// so the same bits, in both encodings. 33,792 rows make one range of 10 chunks: 6 tokens fit, 7 do
+// not (on Hopper the wgmma kernel takes matrices of this many rows from 8 tokens).
 TEST(CudaLinearMma, SmallCallsGiveTheSameBitsWhereverXIsSplit) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(31);
-  const HostWeight w = make_weight(WeightEncoding::FP8_E4M3, 33792, 1280, rng, ScaleEncoding::E8M0, 32, 32);
-  const DeviceWeight d = upload(w);
-  ASSERT_EQ(linear_mma_partial_floats(1, d.matrix), 0) << "the shape must make one column range";
-  for (const int64_t tokens : {int64_t{6}, int64_t{7}}) {
-    const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * 1280), rng, 2.0f);
-    const std::vector<float> batched = gpu_linear_mma(x, tokens, d.matrix);
-    for (int64_t t = 0; t < tokens; t += 3) {
-      const std::vector<float> row(x.begin() + t * 1280, x.begin() + (t + 1) * 1280);
-      EXPECT_TRUE(same_bits(gpu_linear_mma(row, 1, d.matrix),
-                            std::vector<float>(batched.begin() + t * 33792, batched.begin() + (t + 1) * 33792)))
-          << "token " << t << " of " << tokens;
+  for (const WeightEncoding encoding : {WeightEncoding::FP8_E4M3, WeightEncoding::BF16}) {
+    const HostWeight w = make_weight(encoding, 33792, 1280, rng, ScaleEncoding::E8M0, 32, 32);
+    const DeviceWeight d = upload(w);
+    ASSERT_EQ(linear_mma_partial_floats(1, d.matrix), 0) << "the shape must make one column range";
+    for (const int64_t tokens : {int64_t{6}, int64_t{7}}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * 1280), rng, 2.0f);
+      const std::vector<float> batched = gpu_linear_mma(x, tokens, d.matrix);
+      for (int64_t t = 0; t < tokens; t += 3) {
+        const std::vector<float> row(x.begin() + t * 1280, x.begin() + (t + 1) * 1280);
+        EXPECT_TRUE(same_bits(gpu_linear_mma(row, 1, d.matrix),
+                              std::vector<float>(batched.begin() + t * 33792, batched.begin() + (t + 1) * 33792)))
+            << "encoding " << static_cast<int>(encoding) << ", token " << t << " of " << tokens;
+      }
     }
   }
 }

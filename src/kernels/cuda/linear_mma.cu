@@ -60,17 +60,19 @@ constexpr int64_t kMaxGrid = 65535;
 constexpr int64_t kFoldLoadsPerThread = 32;
 
 // MMA column groups per warp (8 tokens each), by the call's token count: 2 up to 64 tokens (128
-// registers, 4 blocks an SM: at batch 1 the head then streams at the byte bound), 4 past it (162
-// registers, 3 blocks an SM, weights decoded once per 32 tokens). Measured on the H200
-// (docs/BENCHMARKS.md, "cuda_gemm_bench"). FP8 calls of at most 8 tokens (a decode step's
-// projections at batch 1; on Hopper the wgmma kernel takes most matrices from 2 tokens) take one
-// group and split their own x (SplitInShared). A token's bits do not depend on it: a token is its own
-// MMA column, reduced in the same order either way.
+// registers, 4 blocks an SM), 4 past it (162 registers, 3 blocks an SM, weights decoded once per
+// 32 tokens). Measured on the H200 (docs/BENCHMARKS.md, "cuda_gemm_bench"). Calls of at most 8
+// tokens (a decode step's projections, the router and the compressors at batch 1; on Hopper the
+// wgmma kernel takes most matrices from 2 tokens) take one group and split their own x
+// (SplitInShared), BF16 as FP8 (the head alone measured 3.6% slower so than behind split_rows,
+// the batch-1 step 1.4% faster: docs/BENCHMARKS.md, "What a one-token FP8 linear spends"). A
+// token's bits do not depend on it: a token is its own MMA column, reduced in the same order
+// either way.
 constexpr int64_t kOneGroupTokens = 8;
 constexpr int64_t kSmallCallMaxSharedBytes = 48 * 1024;
 constexpr int64_t kTwoGroupTokens = 64;
-int groups_for(int64_t tokens, WeightEncoding encoding) {
-  if (tokens <= kOneGroupTokens && encoding == WeightEncoding::FP8_E4M3) return 1;
+int groups_for(int64_t tokens) {
+  if (tokens <= kOneGroupTokens) return 1;
   return tokens <= kTwoGroupTokens ? 2 : 4;
 }
 
@@ -81,7 +83,7 @@ struct Plan : ColumnRanges {
 Plan plan_of(int64_t tokens, const WeightMatrix& w) {
   Plan p;
   static_cast<ColumnRanges&>(p) = dense::column_ranges(w);
-  const int64_t per_block = int64_t{kTokensPerGroup} * groups_for(tokens, w.encoding);
+  const int64_t per_block = int64_t{kTokensPerGroup} * groups_for(tokens);
   p.token_blocks = (tokens + per_block - 1) / per_block;
   return p;
 }
@@ -144,7 +146,7 @@ __device__ __forceinline__ void mma_tile(const uint32_t* __restrict__ x_split, c
                                          int64_t x_stride, int64_t tokens, const WeightMatrix& w,
                                          const Groups& grouping, int64_t range_chunks, float* __restrict__ out,
                                          int64_t out_stride) {
-  constexpr bool kSmall = kGroups == 1;  // a call of at most kOneGroupTokens FP8 tokens (groups_for)
+  constexpr bool kSmall = kGroups == 1;  // a call of at most kOneGroupTokens tokens (groups_for)
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
   const int64_t first_row =
@@ -403,10 +405,7 @@ using Kernel = void (*)(const uint32_t*, const float*, int64_t, int64_t, WeightM
 template <int kGroups>
 Kernel kernel_for(const WeightMatrix& w) {
   constexpr auto kFp8 = WeightEncoding::FP8_E4M3;
-  if (w.encoding == WeightEncoding::BF16) {
-    if constexpr (kGroups != 1) return linear_mma_kernel<WeightEncoding::BF16, kGroups, false, false>;
-    fail("cuda::linear_mma: BF16 weights run two or four groups a warp (groups_for)");
-  }
+  if (w.encoding == WeightEncoding::BF16) return linear_mma_kernel<WeightEncoding::BF16, kGroups, false, false>;
   if (!w.no_nan_codes) return linear_mma_kernel<kFp8, kGroups, true, false>;
   if (w.max_e8m0 <= kMaxFoldedE4m3Scale) return linear_mma_kernel<kFp8, kGroups, false, true>;
   return linear_mma_kernel<kFp8, kGroups, false, false>;
@@ -436,7 +435,7 @@ void run_linear_mma(const float* x, int64_t x_stride, int64_t tokens, const Weig
   }
   const dim3 grid(static_cast<unsigned>(p.token_blocks), static_cast<unsigned>(p.row_blocks),
                   static_cast<unsigned>(p.count));
-  int groups = groups_for(tokens, w.encoding);
+  int groups = groups_for(tokens);
   const int64_t tile_tokens = std::min<int64_t>(tokens, int64_t{kTokensPerGroup} * groups);
   // A small call splits x in its blocks when a block's rows are in one group and its range's split
   // fits the shared memory a block gets without opting in; else it runs as a two-group call (the
