@@ -65,7 +65,7 @@ constexpr int64_t kFoldLoadsPerThread = 32;
 // tokens (a decode step's projections, the router and the compressors at batch 1; on Hopper the
 // wgmma kernel takes most matrices from 2 tokens) take one group and split their own x
 // (SplitInShared), BF16 as FP8 (the head alone measured 3.6% slower so than behind split_rows,
-// the batch-1 step 1.4% faster: docs/BENCHMARKS.md, "One-token linears"). A token's bits do not
+// the batch-1 step 1.1% faster: docs/BENCHMARKS.md, "One-token linears"). A token's bits do not
 // depend on it: a token is its own MMA column, reduced in the same order either way.
 constexpr int64_t kOneGroupTokens = 8;
 constexpr int64_t kSmallCallMaxSharedBytes = 48 * 1024;
