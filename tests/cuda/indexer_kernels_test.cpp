@@ -1,4 +1,4 @@
-// The lightning indexer's CUDA kernels (kernels/cuda/indexer.cu) against the CPU code they
+// The lightning indexer's CUDA kernels (kernels/cuda/indexer.cu, indexer_mma.cu) against the CPU code they
 // mirror. Keys are written by model::PagedRows into host blocks (placed and encoded as the CPU
 // places them) and read back as the CPU reads them; the expected scores are the loops of
 // model/indexer.cpp and model/shared_indexer.cpp written out with model::dot, and must match bit
@@ -237,6 +237,11 @@ struct ScoreCase {
   bool quantized_q;  // V4.1: q fake-quantised to FP4 as select_entries does
   int64_t region_offset;
   std::vector<Segment> parts;
+  // > 0: inputs the tensor-core kernel must hand back to model::dot's order. Every fourth key and
+  // every third q head have their 32-value blocks scaled 2^(spread * b) apart, every fifth head
+  // has a zero block, every seventh is moved off the FP4 grid after quantising.
+  int32_t spread = 0;
+  bool tensor_cores = true;
 };
 
 struct ScoredCall {
@@ -265,7 +270,8 @@ ScoredCall score_on_device(const ScoreCase& c, std::mt19937& rng) {
     const int64_t entries = (segment.first_position + segment.rows) / kRatio;
     for (int64_t w = 0; w < entries; ++w)
       for (int64_t i = 0; i < d; ++i)
-        keys[s].push_back(w % 3 == 2 ? -2.0f * u[i] + 0.05f * normal(rng) : normal(rng));
+        keys[s].push_back((w % 3 == 2 ? -2.0f * u[i] + 0.05f * normal(rng) : normal(rng)) *
+                          (c.spread > 0 && w % 4 == 1 ? std::ldexp(1.0f, c.spread * static_cast<int>(i / 32)) : 1.0f));
   }
   PagedKeys paged(c.format, d, kRatio, c.region_offset, keys);
   for (std::size_t s = 0; s < keys.size(); ++s) call.segments[s].blocks = paged.table(s);
@@ -273,11 +279,19 @@ ScoredCall score_on_device(const ScoreCase& c, std::mt19937& rng) {
   ScoredCall out{std::move(call), std::move(paged), std::move(device_call), {}, {}};
 
   std::vector<float> q(static_cast<std::size_t>(out.call.rows() * heads * d));
-  for (std::size_t i = 0; i < q.size(); ++i) q[i] = u[i % d] + 0.3f * normal(rng);
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const auto h = static_cast<int64_t>(i) / d % heads;
+    const auto block = static_cast<int>(static_cast<int64_t>(i) % d / 32);
+    q[i] = u[i % d] + 0.3f * normal(rng);
+    if (c.spread > 0 && h % 3 == 1) q[i] = std::ldexp(q[i], -c.spread * block);
+    if (c.spread > 0 && h % 5 == 2 && block == 1) q[i] = 0.0f;
+  }
   if (c.quantized_q)
-    for (int64_t pair = 0; pair < out.call.rows() * heads; ++pair)
+    for (int64_t pair = 0; pair < out.call.rows() * heads; ++pair) {
       model::fake_quantize(model::CacheFormat::Fp4Ue8m0x32,
                            std::span<float>(q.data() + pair * d, static_cast<std::size_t>(d)));
+      if (c.spread > 0 && pair % heads % 7 == 6) q[pair * d + 3] += 0.001f;
+    }
   std::vector<float> head_weights(static_cast<std::size_t>(out.call.rows() * heads));
   for (float& x : head_weights) x = normal(rng);
 
@@ -298,6 +312,7 @@ ScoredCall score_on_device(const ScoreCase& c, std::mt19937& rng) {
   params.weight_scale = 1.0f / std::sqrt(static_cast<float>(heads));
   params.keys = out.keys.region();
   params.max_visible = out.call.max_visible;
+  params.tensor_cores = c.tensor_cores;
   const DeviceBytes device_q = to_device(q);
   const DeviceBytes device_weights = to_device(head_weights);
   out.scores = to_device(std::vector<float>(out.expected.size(), unwritten()));
@@ -420,10 +435,40 @@ TEST(CudaIndexScores, EveryKeyFormatAndDotTail) {
       {model::CacheFormat::Fp8Ue8m0x32, 3, 64, false, 5, {{40, 6}, {301, 3}}},
       {model::CacheFormat::Fp4E4m3x16, 5, 80, false, 12, {{77, 5}, {450, 2}}},
       {model::CacheFormat::F32, 2, 20, false, 8, {{3, 3}, {600, 4}}},
+      // V4.1's shape on the SIMT kernel (DEEPINFER_CUDA_SIMT=1).
+      {model::CacheFormat::Fp4Ue8m0x32, 64, 128, true, 3, {{40, 6}, {301, 3}}, 0, false},
   };
   for (const ScoreCase& c : cases)
     expect_scores_match(score_on_device(c, rng),
                         str_cat("format ", static_cast<int>(c.format), ", ", c.heads, " heads of ", c.head_dim));
+}
+
+TEST(CudaIndexScores, TensorCoresGiveTheCpusBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(44);
+  // Short rows; a row of 20 tiles; 40 rows of 30 tiles (two tiles a block); spans past the exact
+  // bound, zero blocks and queries off the FP4 grid.
+  const std::vector<Segment> parts = {{0, 5}, {611, 3}, {5000, 1}};
+  const std::vector<ScoreCase> cases = {
+      {model::CacheFormat::Fp4Ue8m0x32, 64, 128, true, 37, parts},
+      {model::CacheFormat::Fp4Ue8m0x32, 64, 128, true, 36, {{7600, 40}}},
+      {model::CacheFormat::Fp4Ue8m0x32, 64, 128, true, 0, parts, 6},
+      {model::CacheFormat::Fp4Ue8m0x32, 16, 32, true, 5, parts, 3},
+      {model::CacheFormat::Fp4Ue8m0x32, 48, 96, true, 12, parts, 4},
+      {model::CacheFormat::Fp4Ue8m0x32, 32, 64, false, 8, {{40, 6}, {301, 3}}},  // q not quantised at all
+  };
+  for (const ScoreCase& c : cases) {
+    IndexerParams params;
+    params.heads = c.heads;
+    params.head_dim = c.head_dim;
+    params.keys.format = static_cast<RowFormat>(c.format);
+    params.keys.width = c.head_dim;
+    ASSERT_TRUE(index_scores_on_tensor_cores(params)) << c.heads << " heads of " << c.head_dim;
+    params.tensor_cores = false;
+    EXPECT_FALSE(index_scores_on_tensor_cores(params));
+    expect_scores_match(score_on_device(c, rng), str_cat(c.heads, " heads of ", c.head_dim, " on the tensor cores, spread ",
+                                                         c.spread, c.quantized_q ? "" : ", q not quantised"));
+  }
 }
 
 TEST(CudaTopKEntries, TiesAndLargeRowsMatchCpu) {

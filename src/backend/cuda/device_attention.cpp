@@ -314,6 +314,7 @@ void DeviceAttention::select(Layer& layer) {
   params.score_scale = 1.0f / std::sqrt(static_cast<float>(selection.head_dim));
   params.weight_scale = 1.0f / std::sqrt(static_cast<float>(selection.heads));
   params.keys = selection.keys;
+  params.tensor_cores = tensor_cores_;
   params.max_visible = static_cast<int32_t>(max_visible);
   k::index_scores(params, layer.rows, layer.row_segment, rows, selection.q, selection.head_weights, scores, stream_);
 

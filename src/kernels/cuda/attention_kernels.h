@@ -122,7 +122,16 @@ struct IndexerParams {
   float weight_scale = 0;  // heads^-1/2
   PagedRegion keys;        // the index keys (V4: F32 indexer compressor entries; V4.1: FP4 keys)
   int32_t max_visible = 0; // the largest (position + 1) / ratio of the call: the scores' row stride
+  // false: the SIMT kernel even where the tensor-core one applies (DEEPINFER_CUDA_SIMT=1).
+  bool tensor_cores = true;
 };
+
+// Whether index_scores runs on the tensor cores for these parameters: V4.1's FP4 keys (e2m1
+// under E8M0 scales per 32) of 32 to 128 values, 16 to 64 heads in sixteens. The queries should
+// be fake-quantised the same way (select_entries does): the kernel multiplies their codes as
+// integers, and a (head, entry) whose q is not such codes, or whose block scales are too far
+// apart for every partial sum to be exact in f32, is summed in model::dot's order instead.
+bool index_scores_on_tensor_cores(const IndexerParams& params);
 
 // scores [call rows, max_visible]: for row t of segment s at position p and entry w < (p + 1) / ratio,
 // sum over h of relu(q[t, h] . key_w) * score_scale * (head_weights[t, h] * weight_scale), heads in

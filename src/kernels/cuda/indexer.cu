@@ -3,7 +3,9 @@
 //
 // Scores are bit-identical to the CPU's for the same inputs: every dot product runs in
 // model::dot's fixed order (dot_as_cpu) and the head sum in the CPU's order with the CPU's
-// rounding steps, so a top-k over them picks exactly the CPU's entries, ties included.
+// rounding steps, so a top-k over them picks exactly the CPU's entries, ties included. V4.1's
+// FP4 queries and keys take the tensor-core kernel of indexer_mma.cu, whose integer sums give
+// the same bits (it says why); this SIMT kernel serves the rest (V4's F32 keys).
 //
 // The top-k is a radix select per row: four 8-bit histogram passes over an order-preserving
 // integer form of the scores find the k-th best value T, then one pass in index order takes
@@ -16,90 +18,17 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention_kernels.h"
-#include "kernels/cuda/launch_gate.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/indexer_mma.h"
+#include "kernels/cuda/indexer_rows.cuh"
+#include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::kernels::cuda {
 namespace {
 
 using namespace detail;
 
-// ---- stored rows ----
-
-struct StoredRowLayout {
-  RowFormat format = RowFormat::F32;
-  bool quantized = false;  // false: f32 values (F32, or a width that does not block)
-  int64_t code_bytes = 0;  // where the scale bytes start
-  int64_t scale_bytes = 0;
-};
-
-StoredRowLayout stored_row_layout(RowFormat format, int64_t width) {
-  const int64_t block = format == RowFormat::Fp4E4m3x16 ? 16 : 32;
-  StoredRowLayout layout;
-  layout.format = format;
-  layout.quantized = format != RowFormat::F32 && width > 0 && width % block == 0;
-  if (!layout.quantized) {
-    layout.code_bytes = width * 4;
-  } else {
-    layout.code_bytes = format == RowFormat::Fp8Ue8m0x32 ? width : width / 2;
-    layout.scale_bytes = width / block;
-  }
-  return layout;
-}
-
-// Value i of a stored row, as model::dequantize_vector gives it (one product, same bits).
-__device__ __forceinline__ float stored_value(const uint8_t* row, int32_t i, const StoredRowLayout& layout) {
-  if (!layout.quantized) return __uint_as_float(load_u32_bytes(row + 4 * static_cast<int64_t>(i)));
-  const uint8_t* scales = row + layout.code_bytes;
-  if (layout.format == RowFormat::Fp8Ue8m0x32) return __fmul_rn(e4m3_value(row[i]), e8m0_value(scales[i / 32]));
-  const uint32_t codes = row[i / 2];
-  const float value = e2m1_value(i % 2 == 0 ? codes : codes >> 4);
-  if (layout.format == RowFormat::Fp4E4m3x16) return __fmul_rn(value, e4m3_value(scales[i / 16]));
-  return __fmul_rn(value, e8m0_value(scales[i / 32]));
-}
-
-// Entry w's row in a segment's block table (model/paged_rows.cpp row_address).
-__device__ __forceinline__ const uint8_t* entry_row(const PagedRegion& region, std::byte* const* blocks, int64_t w) {
-  const int64_t block = ((w + 1) * region.ratio - 1) / region.block_tokens;
-  const int64_t slot = w - block * region.block_tokens / region.ratio;
-  return reinterpret_cast<const uint8_t*>(blocks[block]) + region.offset + slot * region.row_bytes;
-}
-
-// (p + 1) / ratio for row `row` of its segment, never past the scores' row stride.
-__device__ __forceinline__ int32_t visible_entries(const SegmentRows* segments, const int32_t* row_segment,
-                                                   int64_t row, int32_t ratio, int32_t max_visible) {
-  const int32_t s = row_segment[row];
-  if (s < 0) return 0;  // a padding row of a fixed-size launch sees nothing
-  const SegmentRows& segment = segments[s];
-  const int64_t position = segment.first_position + (row - segment.row_begin);
-  const int64_t visible = (position + 1) / ratio;
-  return static_cast<int32_t>(visible < max_visible ? visible : max_visible);
-}
-
 // ---- scores ----
-
-// model::dot's order: 32 lane sums, lane L taking elements L mod 32 by FMA; the lanes folded
-// as the AVX2 branch folds them; then the n % 32 tail by FMA. Plain adds never contract.
-__device__ __forceinline__ float dot_as_cpu(const float* a, const float* b, int32_t n) {
-  const int32_t vector_end = n / 32 * 32;
-  float lanes[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int32_t i = 0; i < vector_end; i += 32) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) sums[q] = fmaf(a[i + 8 * q + j], b[i + 8 * q + j], sums[q]);
-    }
-    lanes[j] = (sums[0] + sums[1]) + (sums[2] + sums[3]);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) lanes[j] += lanes[j + 4];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) lanes[j] += lanes[j + 2];
-  float sum = lanes[0] + lanes[1];
-  for (int32_t i = vector_end; i < n; ++i) sum = fmaf(a[i], b[i], sum);
-  return sum;
-}
 
 constexpr int kScoreThreads = 256;
 constexpr int kTileEntries = 32;  // entries per block: their keys are decoded once into shared memory
@@ -171,7 +100,9 @@ __global__ void index_scores_kernel(IndexerParams params, StoredRowLayout key_la
   for (int32_t pair = threadIdx.x; pair < entries * heads; pair += blockDim.x) {
     const int32_t e = pair / heads;
     const int32_t h = pair - e * heads;
-    const float dot = dot_as_cpu(q_tile + h * tile.q_stride, key_tile + e * tile.q_stride, d);
+    const float* q_head = q_tile + h * tile.q_stride;
+    const float* key = key_tile + e * tile.q_stride;
+    const float dot = dot_as_cpu([&](int32_t i) { return q_head[i]; }, [&](int32_t i) { return key[i]; }, d);
     // std::max(dot, 0.0f): keeps dot unless it is below zero (a -0 stays -0).
     terms[e * tile.term_stride + h] = __fmul_rn(dot < 0.0f ? 0.0f : dot, params.score_scale);
   }
@@ -435,6 +366,10 @@ void index_scores(const IndexerParams& params, const SegmentRows* segments, cons
   const int64_t tiles = (int64_t{params.max_visible} + kTileEntries - 1) / kTileEntries;
   if (tiles > 65535) fail(kWhat, ": ", params.max_visible, " visible entries exceed one grid's tiles");
   if (rows == 0 || tiles == 0) return;
+  if (index_scores_on_tensor_cores(params)) {
+    index_scores_mma(params, segments, row_segment, rows, q, head_weights, scores, stream);
+    return;
+  }
 
   const ScoreTileLayout tile = score_tile_layout(params.heads, params.head_dim);
   const std::size_t shared_bytes = tile.bytes();
