@@ -117,6 +117,124 @@ __global__ void index_scores_kernel(IndexerParams params, StoredRowLayout key_la
   }
 }
 
+// Rows of 128 values (V4's index heads) take a register-tiled kernel with the same sums: a block
+// scores 64 entries for up to 64 heads, each thread 4 entries x 4 heads. model::dot's order at 128
+// values is 32 lane sums of 4 FMAs each (lane (j, s) taking elements 32 i + 8 s + j), so q and
+// the keys sit in shared memory with each lane sum's 4 values side by side: one 16-byte load
+// gives a lane sum's operands, and a thread reads 8 of them for 64 FMAs where the general kernel
+// reads two floats an FMA.
+constexpr int kTiledDim = 128;
+constexpr int kTiledHeads = 64;
+constexpr int kTiledEntries = 64;
+constexpr int kTiledPitch = kTiledDim + 4;  // floats: a warp's 16 key rows fall in distinct bank groups
+constexpr int kTiledTermPitch = kTiledHeads + 1;
+
+struct TiledShared {
+  float q[kTiledHeads * kTiledPitch];
+  float keys[kTiledEntries * kTiledPitch];
+  float terms[kTiledEntries * kTiledTermPitch];
+  float weights[kTiledHeads];
+  const uint8_t* key_rows[kTiledEntries];
+};
+
+// Where element c of a 128-value row sits: lane sum (j = c % 8, s = c / 8 % 4) at 4 (4 j + s),
+// its i-th value (c / 32) after that.
+__device__ __forceinline__ int32_t tiled_position(int32_t c) { return ((c % 8) * 4 + c / 8 % 4) * 4 + c / 32; }
+
+__global__ void __launch_bounds__(kScoreThreads, 1)
+    index_scores_tiled_kernel(IndexerParams params, StoredRowLayout key_layout,
+                              const SegmentRows* __restrict__ segments, const int32_t* __restrict__ row_segment,
+                              const float* __restrict__ q, const float* __restrict__ head_weights,
+                              float* __restrict__ scores) {
+  await_previous_grid();
+  extern __shared__ float4 tiled_words[];
+  TiledShared& s = *reinterpret_cast<TiledShared*>(tiled_words);
+  const int64_t row = blockIdx.x;
+  const int32_t visible = visible_entries(segments, row_segment, row, params.ratio, params.max_visible);
+  const int32_t first_entry = static_cast<int32_t>(blockIdx.y) * kTiledEntries;
+  if (first_entry >= visible) return;
+  const int32_t entries = min(kTiledEntries, visible - first_entry);
+  const int32_t heads = params.heads;
+  const int thread = static_cast<int>(threadIdx.x);
+
+  const float* row_q = q + row * heads * kTiledDim;
+  for (int32_t i = thread; i < kTiledHeads * kTiledDim; i += kScoreThreads) {
+    const int32_t h = i / kTiledDim;
+    const int32_t c = i % kTiledDim;
+    s.q[h * kTiledPitch + tiled_position(c)] = h < heads ? row_q[i] : 0.0f;
+  }
+  for (int32_t h = thread; h < heads; h += kScoreThreads)
+    s.weights[h] = __fmul_rn(head_weights[row * heads + h], params.weight_scale);
+  const SegmentRows& segment = segments[row_segment[row]];  // visible > 0: a real row
+  if (thread < entries) s.key_rows[thread] = entry_row(params.keys, segment.blocks, first_entry + thread);
+  __syncthreads();
+  for (int32_t i = thread; i < kTiledEntries * kTiledDim; i += kScoreThreads) {
+    const int32_t e = i / kTiledDim;
+    const int32_t c = i % kTiledDim;
+    s.keys[e * kTiledPitch + tiled_position(c)] = e < entries ? stored_value(s.key_rows[e], c, key_layout) : 0.0f;
+  }
+  __syncthreads();
+
+  // Thread (entry group, head group): entries eg + 16 k and heads hg + 16 m.
+  const int eg = thread % 16;
+  const int hg = thread / 16;
+  float held[4][4][4];  // [k][m]: lane sums 0..3, lanes 4..7 folded into them as they come
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float pair_sum[4][4];  // (sums[0] + sums[1]), then the lane's whole sum
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sums[2][4][4];
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int slot = (4 * j + 2 * half + t) * 4;
+        float4 key[4], query[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) key[k] = *reinterpret_cast<const float4*>(&s.keys[(eg + 16 * k) * kTiledPitch + slot]);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) query[m] = *reinterpret_cast<const float4*>(&s.q[(hg + 16 * m) * kTiledPitch + slot]);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            float sum = fmaf(query[m].x, key[k].x, 0.0f);
+            sum = fmaf(query[m].y, key[k].y, sum);
+            sum = fmaf(query[m].z, key[k].z, sum);
+            sums[t][k][m] = fmaf(query[m].w, key[k].w, sum);
+          }
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const float two = sums[0][k][m] + sums[1][k][m];
+          pair_sum[k][m] = half == 0 ? two : pair_sum[k][m] + two;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int m = 0; m < 4; ++m) held[k][m][j % 4] = j < 4 ? pair_sum[k][m] : held[k][m][j % 4] + pair_sum[k][m];
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int e = eg + 16 * k;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int h = hg + 16 * m;
+      const float dot = (held[k][m][0] + held[k][m][2]) + (held[k][m][1] + held[k][m][3]);
+      if (h < heads) s.terms[e * kTiledTermPitch + h] = __fmul_rn(dot < 0.0f ? 0.0f : dot, params.score_scale);
+    }
+  }
+  __syncthreads();
+  if (thread < entries) {
+    const float* entry_terms = s.terms + thread * kTiledTermPitch;
+    float score = 0.0f;
+    for (int32_t h = 0; h < heads; ++h) score = fmaf(entry_terms[h], s.weights[h], score);
+    scores[row * params.max_visible + first_entry + thread] = score;
+  }
+}
+
 // ---- selection ----
 
 constexpr int kSelectThreads = 512;
@@ -368,6 +486,21 @@ void index_scores(const IndexerParams& params, const SegmentRows* segments, cons
   if (rows == 0 || tiles == 0) return;
   if (index_scores_on_tensor_cores(params)) {
     index_scores_mma(params, segments, row_segment, rows, q, head_weights, scores, stream);
+    return;
+  }
+  if (params.head_dim == kTiledDim && params.heads <= kTiledHeads) {
+    constexpr std::size_t kTiledBytes = sizeof(TiledShared);
+    const cudaError_t raised = cudaFuncSetAttribute(
+        index_scores_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kTiledBytes));
+    if (raised != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail(kWhat, ": the tiled kernel's ", kTiledBytes, " bytes of shared memory: ", cudaGetErrorString(raised));
+    }
+    const dim3 grid(static_cast<unsigned>(rows),
+                    static_cast<unsigned>((int64_t{params.max_visible} + kTiledEntries - 1) / kTiledEntries));
+    launch(index_scores_tiled_kernel, grid, kScoreThreads, kTiledBytes, native(stream), params, key_layout, segments,
+           row_segment, q, head_weights, scores);
+    check_launch(kWhat);
     return;
   }
 
