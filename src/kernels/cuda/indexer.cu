@@ -141,7 +141,7 @@ struct TiledShared {
 // its i-th value (c / 32) after that.
 __device__ __forceinline__ int32_t tiled_position(int32_t c) { return ((c % 8) * 4 + c / 8 % 4) * 4 + c / 32; }
 
-__global__ void __launch_bounds__(kScoreThreads, 1)
+__global__ void __launch_bounds__(kScoreThreads, 2)
     index_scores_tiled_kernel(IndexerParams params, StoredRowLayout key_layout,
                               const SegmentRows* __restrict__ segments, const int32_t* __restrict__ row_segment,
                               const float* __restrict__ q, const float* __restrict__ head_weights,
