@@ -187,7 +187,8 @@ TEST(CudaLinear, BatchInvariantBitForBit) {
   weights.push_back(make_weight(WeightEncoding::F32, 24, 20480, rng));
   weights.push_back(make_weight(WeightEncoding::BF16, 384, 5120, rng));
   weights.push_back(make_weight(WeightEncoding::FP8_E4M3, 64, 5120, rng, ScaleEncoding::E8M0, 32, 32));
-  constexpr int64_t kTokens = 37;
+  // 70 tokens: F32 weights then take linear_rows_kernel (64 or more), one token linear_kernel.
+  constexpr int64_t kTokens = 70;
   for (const HostWeight& w : weights) {
     const int64_t cols = w.matrix.cols;
     const int64_t rows = w.matrix.rows;

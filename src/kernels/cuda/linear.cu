@@ -3,7 +3,8 @@
 //
 // Work split: a block of 8 warps takes 8 output rows (one warp each) and loops over tiles of 8
 // tokens, so each weight row is streamed once per token tile while the tile's activations come
-// from L1 / L2. Inside a warp, lane l takes the chunks of N consecutive columns starting at
+// from L1 / L2 (F32 weights in calls of 64 tokens or more: three rows a warp, linear_rows_kernel,
+// in the same order). Inside a warp, lane l takes the chunks of N consecutive columns starting at
 // N l + 32 N k, in increasing k, and accumulates each of its columns into one f32 sum per token
 // with fmaf in increasing column order; the 32 lane sums are then combined by a butterfly
 // (xor 16, 8, 4, 2, 1). N is the columns of 16 bytes of the weight's encoding (F32 4, BF16 8,
@@ -282,6 +283,87 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Calls of many tokens on F32 weights (V4.1's mHC projections: 24 rows of 4 x 5120 columns, at
+// every site of a prefill): a warp takes kRowsPerWarp rows for its token tile, so the tile's
+// activations are loaded once for all of them where linear_kernel loads them once a row. Each
+// (row, token) sum keeps linear_kernel's order (the lane's chunks, then the butterfly), so the
+// bits are the same whichever kernel a call takes.
+constexpr int kRowsPerWarp = 3;
+constexpr int64_t kRowsKernelTokens = 64;  // fewer tokens: one row a warp, for more blocks
+
+__global__ void __launch_bounds__(kThreads)
+    linear_rows_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y,
+                       bool x_vector, int64_t range_columns) {
+  constexpr WeightEncoding E = WeightEncoding::F32;
+  constexpr ScaleEncoding S = ScaleEncoding::None;
+  await_previous_grid();
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp) * kRowsPerWarp;
+  if (first_row >= w.rows) return;  // the whole warp
+  const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_columns;
+  const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
+  y += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
+  RowView v[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    v[r] = make_row<E, S>(w, first_row + r < w.rows ? first_row + r : first_row, vector_weights<E>(w));
+  const int64_t tiles = (tokens + kTileTokens - 1) / kTileTokens;
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int64_t t0 = tile * kTileTokens;
+    const int count = static_cast<int>(tokens - t0 < kTileTokens ? tokens - t0 : kTileTokens);
+    const float* xr[kTileTokens];
+#pragma unroll
+    for (int t = 0; t < kTileTokens; ++t) xr[t] = x + (t0 + (t < count ? t : 0)) * w.cols;
+    float acc[kRowsPerWarp][kTileTokens];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+      for (int t = 0; t < kTileTokens; ++t) acc[r][t] = 0.0f;
+    int64_t c0 = begin + int64_t{kChunk<E>} * lane;
+    for (; c0 + kChunk<E> <= end; c0 += kWarpStride<E>) {
+      float wv[kRowsPerWarp][kChunk<E>];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) chunk<E, S>(v[r], c0, wv[r]);
+#pragma unroll
+      for (int t = 0; t < kTileTokens; ++t) {
+        if (t < count) {
+          float a[4];
+          if (x_vector) {
+            const float4 q = *reinterpret_cast<const float4*>(xr[t] + c0);
+            a[0] = q.x;
+            a[1] = q.y;
+            a[2] = q.z;
+            a[3] = q.w;
+          } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) a[k] = xr[t][c0 + k];
+          }
+#pragma unroll
+          for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[r][t] = fmaf(a[k], wv[r][k], acc[r][t]);
+        }
+      }
+    }
+    if (c0 < end) {  // the row's last, partial chunk (one lane at most)
+      const int remaining = static_cast<int>(end - c0);
+      for (int j = 0; j < remaining; ++j) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          const float wj = element<E, S>(v[r], c0 + j);
+#pragma unroll
+          for (int t = 0; t < kTileTokens; ++t)
+            if (t < count) acc[r][t] = fmaf(xr[t][c0 + j], wj, acc[r][t]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (first_row + r < w.rows) store_tile(acc[r], count, y + t0 * w.rows + first_row + r, w.rows);
+  }
+}
+
 // y[i] = sum over ranges z in order of partials[z * count + i].
 __global__ void __launch_bounds__(kThreads)
     add_ranges_kernel(const float* __restrict__ partials, int64_t count, int64_t ranges, float* __restrict__ y) {
@@ -404,8 +486,14 @@ void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float*
   dim3 grid = grid_of(w.rows, tokens);
   grid.z = static_cast<unsigned>(ranges.count);
   float* out = ranges.count > 1 ? workspace : y;
-  launch(linear_kernel<E, S>, grid, kThreads, 0, stream, x, tokens, w, out, vector_activations(x, w.cols),
-         ranges.columns);
+  if (E == WeightEncoding::F32 && tokens >= kRowsKernelTokens) {
+    grid.x = static_cast<unsigned>((w.rows + kRowsPerBlock * kRowsPerWarp - 1) / (kRowsPerBlock * kRowsPerWarp));
+    launch(linear_rows_kernel, grid, kThreads, 0, stream, x, tokens, w, out, vector_activations(x, w.cols),
+           ranges.columns);
+  } else {
+    launch(linear_kernel<E, S>, grid, kThreads, 0, stream, x, tokens, w, out, vector_activations(x, w.cols),
+           ranges.columns);
+  }
   if (ranges.count > 1) {
     const int64_t count = tokens * w.rows;
     launch(add_ranges_kernel, grid_for(count, kThreads), kThreads, 0, stream, workspace, count, ranges.count, y);
