@@ -250,6 +250,14 @@ __device__ __forceinline__ void store_tile(float (&acc)[kTileTokens], int count,
   }
 }
 
+// The activation rows of the token tile starting at t0 (count live; the rest repeat the first, whose
+// sums are never stored).
+__device__ __forceinline__ void tile_rows(const float* x, int64_t t0, int count, int64_t cols,
+                                          const float* (&xr)[kTileTokens]) {
+#pragma unroll
+  for (int t = 0; t < kTileTokens; ++t) xr[t] = x + (t0 + (t < count ? t : 0)) * cols;
+}
+
 // Every row's chunks are 16-byte aligned.
 template <WeightEncoding E>
 __device__ __forceinline__ bool vector_weights(const WeightMatrix& w) {
@@ -275,8 +283,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t0 = tile * kTileTokens;
     const int count = static_cast<int>(tokens - t0 < kTileTokens ? tokens - t0 : kTileTokens);
     const float* xr[kTileTokens];
-#pragma unroll
-    for (int t = 0; t < kTileTokens; ++t) xr[t] = x + (t0 + (t < count ? t : 0)) * w.cols;
+    tile_rows(x, t0, count, w.cols, xr);
     float acc[kTileTokens];
     dot_tile<E, S>(v, end, xr, count, x_vector, acc, begin);
     store_tile(acc, count, y + t0 * w.rows + row, w.rows);
@@ -313,8 +320,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t0 = tile * kTileTokens;
     const int count = static_cast<int>(tokens - t0 < kTileTokens ? tokens - t0 : kTileTokens);
     const float* xr[kTileTokens];
-#pragma unroll
-    for (int t = 0; t < kTileTokens; ++t) xr[t] = x + (t0 + (t < count ? t : 0)) * w.cols;
+    tile_rows(x, t0, count, w.cols, xr);
     float acc[kRowsPerWarp][kTileTokens];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
