@@ -180,15 +180,22 @@ inline BlockScale block_scale(const Matrix& m, int64_t row, int64_t block) {
 // The scales of blocks [first_block, first_block + count) of `row` (count <= 16) as block_scale
 // gives them: FP8 2^120 * scale, FP4 the scale itself. Returns whether an FP8 block among them
 // needs the scalar decoder (2^120 * scale overflowed).
+// Inlined: a call per row and group spills the accumulators around it (FP4 at one token, 4096 x
+// 4096: 17.1-17.5 GB/s called, 18.4-18.7 inlined; docs/BENCHMARKS.md).
 template <Decode D>
-bool block_scales(const Matrix& m, int64_t row, int64_t first_block, int count, float* out) {
+__attribute__((always_inline)) inline bool block_scales(const Matrix& m, int64_t row, int64_t first_block, int count,
+                                                        float* out) {
   const WeightMatrix& w = *m.w;
   const int64_t start = scale_row_start(w, row) + first_block;
   const auto lanes = static_cast<__mmask16>((1u << count) - 1u);
   __m512 scale;
   if (w.scale_encoding == ScaleEncoding::E8M0) {
-    // 2^(b - 127) as f32 bits b << 23; b = 0 is the subnormal 2^-127 and b = 255 is NaN.
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, static_cast<const uint8_t*>(w.scales) + start));
+    // 2^(b - 127) as f32 bits b << 23; b = 0 is the subnormal 2^-127 and b = 255 is NaN. A whole
+    // 16 by a plain load: with the masked byte load FP4's one-token decode ran 15 GB/s where it
+    // now runs 18 (docs/BENCHMARKS.md; the profile put a fifth of its time on that load).
+    const uint8_t* bytes = static_cast<const uint8_t*>(w.scales) + start;
+    const __m512i b = _mm512_cvtepu8_epi32(count == kLanes ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes))
+                                                           : _mm_maskz_loadu_epi8(lanes, bytes));
     __m512i bits = _mm512_slli_epi32(b, 23);
     bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()), _mm512_set1_epi32(1 << 22));
     bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(255)),
@@ -408,13 +415,39 @@ __attribute__((always_inline)) inline void accumulate_pair(const __m512 (&even)[
   for (int t = 0; t < TOKENS; ++t) acc[t] = _mm512_fmadd_ps(odd[t], w_odd, acc[t]);
 }
 
-// FP4 rows: a pair of chunks per load (decode_chunk), the group's scale times the e2m1 table
-// computed right where it is used (a table per row kept across the pair loop would not fit the
-// registers beside the accumulators).
+// FP4 pairs [first_pair, end) of ROWS rows, one group of scale blocks (scales[i][j]: row i's
+// block first_block + j), into the accumulators: the group's scale times the e2m1 table computed
+// right where it is used (a table per row kept across the pair loop would not fit the registers
+// beside the accumulators). A function of its own: written inline in stream_rows_fp4, the same
+// loop compiled to a chain of row-pointer adds and ran 16 GB/s where this runs 18
+// (docs/BENCHMARKS.md).
+template <int ROWS, int TOKENS>
+__attribute__((always_inline)) inline void stream_pairs_fp4(const Matrix& m, const uint8_t* base, int64_t first_pair,
+                                                            int64_t end, const float (&scales)[ROWS][kLanes],
+                                                            const float* x, int64_t x_stride,
+                                                            __m512 (&acc)[ROWS][TOKENS]) {
+  const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
+  const int64_t pairs_per_block = m.chunks_per_block / 2;
+  for (int64_t p = first_pair; p < end; ++p) {
+    // Real checkpoints' groups are 32 columns, one pair: no division.
+    const int j = static_cast<int>(pairs_per_block == 1 ? p - first_pair : (p - first_pair) / pairs_per_block);
+    for (int64_t offset = 0; offset < ROWS * 16; offset += 64) prefetch_ahead(next_group + p * ROWS * 16 + offset);
+    __m512 even[TOKENS], odd[TOKENS];
+    load_pair_activations<TOKENS>(x, x_stride, p, even, odd);
+    for (int i = 0; i < ROWS; ++i) {
+      const __m512 table = _mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scales[i][j]));
+      const __m512i bytes =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * m.row_bytes + p * 16)));
+      accumulate_pair<TOKENS>(even, odd, _mm512_permutexvar_ps(bytes, table),
+                              _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table), acc[i]);
+    }
+  }
+}
+
+// FP4 rows: a pair of chunks per load (decode_chunk), scale blocks 16 at a time.
 template <int ROWS, int TOKENS>
 void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_stride, float* y, int64_t y_stride) {
   const uint8_t* base = m.bytes + row0 * m.row_bytes;
-  const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
   __m512 acc[ROWS][TOKENS];
   zero_accumulators(acc);
   const int64_t pairs = m.full_chunks / 2;  // FP4 rows hold whole pairs (decode_of)
@@ -425,20 +458,8 @@ void stream_rows_fp4(const Matrix& m, int64_t row0, const float* x, int64_t x_st
   for (int64_t first_block = 0; first_block < blocks; first_block += kLanes) {
     const int count = static_cast<int>(std::min<int64_t>(kLanes, blocks - first_block));
     for (int i = 0; i < ROWS; ++i) block_scales<Decode::FP4>(m, row0 + i, first_block, count, scales[i]);
-    const int64_t end = (first_block + count) * pairs_per_block;
-    for (int64_t p = first_block * pairs_per_block; p < end; ++p) {
-      const int j = static_cast<int>(p / pairs_per_block - first_block);
-      for (int64_t offset = 0; offset < ROWS * 16; offset += 64) prefetch_ahead(next_group + p * ROWS * 16 + offset);
-      __m512 even[TOKENS], odd[TOKENS];
-      load_pair_activations<TOKENS>(x, x_stride, p, even, odd);
-      for (int i = 0; i < ROWS; ++i) {
-        const __m512 table = _mm512_mul_ps(e2m1_table(), _mm512_set1_ps(scales[i][j]));
-        const __m512i bytes =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * m.row_bytes + p * 16)));
-        accumulate_pair<TOKENS>(even, odd, _mm512_permutexvar_ps(bytes, table),
-                                _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table), acc[i]);
-      }
-    }
+    stream_pairs_fp4<ROWS, TOKENS>(m, base, first_block * pairs_per_block, (first_block + count) * pairs_per_block,
+                                   scales, x, x_stride, acc);
   }
   store_sums<ROWS, TOKENS>(acc, y, y_stride, row0);
 }
@@ -784,15 +805,16 @@ void stream(const Matrix& m, const float* x, int64_t tokens, float* y, int64_t f
   const int64_t cols = m.w->cols;
   switch (tokens) {
     // 16 rows (a narrow model's LM head has rows of 512 bytes, and the transposed sum of 16 rows
-    // is what keeps its horizontal sums cheap); FP8 by stream_range_fp8. Long BF16 rows take 8:
-    // 16 interleaved row streams, each with its prefetches, outrun the loads one core keeps in
-    // flight, as FP8's did (BF16 4096 x 4096 at one token, one thread: 13.6-16.7 GB/s in 16-row
-    // groups, 19.4-22.7 in 8-row ones; docs/BENCHMARKS.md). Same sums either way: 8-row groups
-    // take the 16-row tree (store_sums).
+    // is what keeps its horizontal sums cheap); FP8 by stream_range_fp8. Long BF16 and FP4 rows
+    // take 8: 16 interleaved row streams, each with its prefetches, outrun the loads one core
+    // keeps in flight, as FP8's did (one token, one thread, 4096 x 4096 from DRAM: BF16
+    // 13.6-16.7 GB/s in 16-row groups, 19.4-22.7 in 8-row ones; FP4 16.4-17.7 and 16.7-18.5,
+    // though 16 rows run faster from cache; docs/BENCHMARKS.md). Same sums either way: 8-row
+    // groups take the 16-row tree (store_sums).
     case 1:
       if constexpr (D == Decode::FP8)
         return stream_range_fp8<8, 1>(m, x, cols, y, first_row, end_row);
-      else if constexpr (D == Decode::BF16Pairs)
+      else if constexpr (D == Decode::BF16Pairs || D == Decode::FP4)
         if (m.full_chunks / 2 > kShortRowPairs) return stream_range<D, 8, 1>(m, x, cols, y, first_row, end_row);
       return stream_range<D, 16, 1>(m, x, cols, y, first_row, end_row);
     case 2:
