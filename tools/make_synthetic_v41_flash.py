@@ -194,7 +194,7 @@ def derive_schedule_v4(text, layers, ratios_override):
 
 
 def apply_widths(text, widths):
-    """--hidden / --experts / --experts-per-tok / --vocab, applied after --small (None: unchanged)."""
+    """--hidden / --experts / --experts-per-tok / --expert-width / --vocab, applied after --small (None: unchanged)."""
     for key, value in widths.items():
         if value is not None:
             text[key] = value
@@ -596,6 +596,8 @@ def main():
     parser.add_argument("--hidden", type=int, help="hidden_size (after --small; default: unchanged)")
     parser.add_argument("--experts", type=int, help="n_routed_experts (after --small; default: unchanged)")
     parser.add_argument("--experts-per-tok", type=int, help="num_experts_per_tok (after --small; default: unchanged)")
+    parser.add_argument("--expert-width", type=int,
+                        help="moe_intermediate_size, routed and shared experts (after --small; default: unchanged)")
     parser.add_argument("--vocab", type=int, help="vocab_size (after --small; default: unchanged)")
     parser.add_argument("--dtype", choices=("release", "bf16"), default="release",
                         help="release: FP8 dense + FP4 experts as DeepSeek ships (default); bf16: every linear BF16, "
@@ -629,7 +631,8 @@ def main():
         sys.exit(f"--base-config has model_type {base.get('model_type')!r}, not a --family {args.family} config")
     ratios = [int(r) for r in args.ratios.split(",")] if args.ratios else None
     widths = {"hidden_size": args.hidden, "n_routed_experts": args.experts,
-              "num_experts_per_tok": args.experts_per_tok, "vocab_size": args.vocab}
+              "num_experts_per_tok": args.experts_per_tok, "moe_intermediate_size": args.expert_width,
+              "vocab_size": args.vocab}
     for key, value in widths.items():
         if value is not None and value < 1:
             sys.exit(f"{key} must be >= 1")
