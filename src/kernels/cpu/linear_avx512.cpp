@@ -426,17 +426,18 @@ __attribute__((always_inline)) inline void stream_pairs_fp4(const Matrix& m, con
                                                             int64_t end, const float (&scales)[ROWS][kLanes],
                                                             const float* x, int64_t x_stride,
                                                             __m512 (&acc)[ROWS][TOKENS]) {
-  const char* next_group = reinterpret_cast<const char*>(base + ROWS * m.row_bytes);
+  const char* group_after_next = reinterpret_cast<const char*>(base + 2 * ROWS * m.row_bytes);
   const int64_t pairs_per_block = m.chunks_per_block / 2;
   for (int64_t p = first_pair; p < end; ++p) {
     // Real checkpoints' groups are 32 columns, one pair: no division.
     const int j = static_cast<int>(pairs_per_block == 1 ? p - first_pair : (p - first_pair) / pairs_per_block);
-    // The next group's lines in the order its pass will read them: every fourth pair, the line
-    // of each row that pass needs at this pair (a row reads 16 bytes a pair). Asked for front to
-    // back instead, its last rows arrived just before they were needed: FP4 4096 x 4096 at one
-    // token, one thread, 17.5-18.2 -> 18.7-19.6 GB/s (docs/BENCHMARKS.md).
+    // The group after the next, its lines in the order its pass will read them: every fourth
+    // pair, the line of each row that pass needs at this pair (a row reads 16 bytes a pair). Asked
+    // for front to back, the next group's last rows arrived just before they were needed (FP4
+    // 4096 x 4096 at one token, one thread: 17.5-18.2 GB/s); in this order one group ahead ran
+    // 57-61% of the read, two groups ahead 59-65% (docs/BENCHMARKS.md).
     if (p % 4 == 0)
-      for (int i = 0; i < ROWS; ++i) prefetch_ahead(next_group + i * m.row_bytes + p * 16);
+      for (int i = 0; i < ROWS; ++i) prefetch_ahead(group_after_next + i * m.row_bytes + p * 16);
     __m512 even[TOKENS], odd[TOKENS];
     load_pair_activations<TOKENS>(x, x_stride, p, even, odd);
     for (int i = 0; i < ROWS; ++i) {
