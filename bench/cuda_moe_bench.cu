@@ -9,7 +9,9 @@
 // average 6 an expert, else 4); DEEPINFER_BENCH_TILE_PAIRS=4 or 8 forces one size. Where the
 // backend would take the wgmma kernels (expert_wgmma_tile_pairs: prefill-sized calls on Hopper;
 // DEEPINFER_CUDA_EXPERT_WGMMA=16 / 32 forces them), their chain runs too and its y is compared
-// with expert_mma's bit for bit.
+// with expert_mma's bit for bit. Grids: as the backend picks them (ExpertGrid::kAuto: the narrow
+// one where the wide grid would leave the SMs few warps); DEEPINFER_BENCH_EXPERT_GRID=wide or
+// narrow forces one.
 //
 // What a decode step's MoE layer runs for its routed experts, each variant one CUDA graph of
 // back-to-back calls (each call on the next layer's weights, --layers sets of all experts, so the
@@ -298,6 +300,7 @@ Options parse(int argc, char** argv) {
 struct Step {
   int64_t tokens = 0, pairs = 0, tile_bound = 0;
   int tile_pairs = 0;  // as the backend picks them (expert_tile_pairs); DEEPINFER_BENCH_TILE_PAIRS overrides
+  kc::ExpertGrid grid = kc::ExpertGrid::kAuto;  // DEEPINFER_BENCH_EXPERT_GRID overrides
   std::size_t scratch_bytes = 0;
   DeviceBuffer x, experts, scratch, sorted_expert, sorted_token, sorted_pair, position_of, tiles, tile_count, x_split,
       h_split, y, sink;
@@ -330,6 +333,8 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
     st.tile_pairs = kc::expert_tile_pairs(st.pairs, s.experts);
     if (const char* forced = std::getenv("DEEPINFER_BENCH_TILE_PAIRS"); forced != nullptr) st.tile_pairs = std::atoi(forced);
     st.tile_bound = kc::expert_tile_bound(st.pairs, s.experts, st.tile_pairs);
+    if (const char* forced = std::getenv("DEEPINFER_BENCH_EXPERT_GRID"); forced != nullptr)
+      st.grid = std::string(forced) == "narrow" ? kc::ExpertGrid::kNarrow : kc::ExpertGrid::kWide;
     st.scratch_bytes = kc::moe_sort_scratch_bytes(st.pairs);
     const auto p = static_cast<std::size_t>(st.pairs);
     st.x = DeviceBuffer(static_cast<std::size_t>(tokens * s.hidden) * 4, "x");
@@ -377,12 +382,12 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
       kc::expert_gate_up(st.x_split.as<uint32_t>(), st.sorted_token.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(),
                          st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(tiled), layer.w3.device(tiled),
                          s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks, kMaxFilledE8m0,
-                         st.tile_pairs);
+                         st.tile_pairs, st.grid);
     };
     const auto down = [&](const Layer& layer, bool tiled = true) {
       kc::expert_down(st.h_split.as<uint32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(),
                       st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0,
-                      st.tile_pairs);
+                      st.tile_pairs, st.grid);
     };
     // The wgmma chain: sort, its tiles, gate / up, down (with the SwiGLU as it stages h).
     const auto wgmma_tiles = [&]() {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -156,7 +157,8 @@ struct SortedCall {
 
 ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x, int64_t tokens, int64_t top_k,
                 const std::vector<int32_t>& choice, int64_t inner, int64_t hidden, float limit,
-                const std::vector<float>* pair_scale, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs) {
+                const std::vector<float>* pair_scale, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs,
+                ExpertGrid grid = ExpertGrid::kAuto) {
   const SortedCall call(x, experts, top_k, choice, pair_scale, tile_pairs);
   const int64_t pairs = call.pairs;
   DeviceBytes x_split(static_cast<std::size_t>(split_words(tokens, hidden)) * 4),
@@ -167,9 +169,9 @@ ExpertRun run_experts(const Experts& e, int experts, const std::vector<float>& x
   expert_gate_up(x_split.at<uint32_t>(), call.sorted_token.at<int32_t>(), pairs, call.tiles.at<int32_t>(),
                  call.tile_count.at<int32_t>(), call.bound, e.w1_array.at<WeightMatrix>(),
                  e.w3_array.at<WeightMatrix>(), inner, hidden, limit, call.scales(), h_split.at<uint32_t>(),
-                 kDefaultStream, max_e8m0, tile_pairs);
+                 kDefaultStream, max_e8m0, tile_pairs, grid);
   expert_down(h_split.at<uint32_t>(), pairs, call.tiles.at<int32_t>(), call.tile_count.at<int32_t>(), call.bound,
-              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream, max_e8m0, tile_pairs);
+              e.w2_array.at<WeightMatrix>(), hidden, inner, y.at<float>(), kDefaultStream, max_e8m0, tile_pairs, grid);
   synchronize();
   run.h = from_device(reinterpret_cast<const uint16_t*>(h_split.at<uint32_t>()),
                       static_cast<std::size_t>(2 * split_words(pairs, inner)));
@@ -314,6 +316,48 @@ TEST(CudaExpertMma, WideTilesGiveTheSameBits) {
     ASSERT_EQ(narrow.sorted_pair, wide.sorted_pair);
     EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0);
     EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0);
+  }
+}
+
+// The narrow grid (one 16-row tile a warp: gate_up's w1 and w3 rows on a warp pair, down's 16
+// rows a warp) against the wide one, bit for bit: one token and a batch with tiles of one and two
+// MMA groups, with and without pair scales, both decodes (folded scales and two multiplies) and
+// both code layouts.
+TEST(CudaExpertMma, NarrowGridGivesTheWideGridsBits) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(37);
+  constexpr int kExperts = 6;
+  constexpr int64_t kTopK = 3, kInner = 384, kHidden = 256;
+  for (const WeightLayout layout : {WeightLayout::ExpertTiles, WeightLayout::RowMajor}) {
+    const Experts e = make_experts(kExperts, kInner, kHidden, rng, layout, [](HostWeight& w) {
+      for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
+    });
+    for (const int64_t tokens : {int64_t{1}, int64_t{9}}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * kHidden), rng);
+      std::vector<int32_t> choice;
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t s = 0; s < kTopK; ++s) choice.push_back(static_cast<int32_t>((t + 2 * s) % kExperts));
+      std::vector<float> pair_scale(choice.size());
+      std::uniform_real_distribution<float> weight(0.1f, 1.5f);
+      for (auto& s : pair_scale) s = weight(rng);
+      for (const std::vector<float>* scales : {static_cast<const std::vector<float>*>(nullptr),
+                                               static_cast<const std::vector<float>*>(&pair_scale)})
+        for (const int max_e8m0 : {128, 255}) {
+          const auto run = [&](ExpertGrid grid) {
+            return run_experts(e, kExperts, x, tokens, kTopK, choice, kInner, kHidden, 7.0f, scales, max_e8m0,
+                               kExpertTilePairs, grid);
+          };
+          const ExpertRun wide = run(ExpertGrid::kWide), narrow = run(ExpertGrid::kNarrow);
+          const std::string where = "tokens " + std::to_string(tokens) + ", max_e8m0 " + std::to_string(max_e8m0) +
+                                    (scales ? ", pair scales" : "");
+          ASSERT_EQ(narrow.sorted_pair, wide.sorted_pair) << where;
+          EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0) << where;
+          EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0) << where;
+          bool nonzero = false;
+          for (const float v : narrow.y) nonzero |= v != 0.0f;
+          EXPECT_TRUE(nonzero) << where;
+        }
+    }
   }
 }
 

@@ -208,13 +208,18 @@ bool moe_sort_tiles(const int32_t* experts, int64_t pairs, int64_t top_k, int32_
                     int32_t* tile_count, Stream stream, int tile_pairs = kExpertTilePairs);
 // max_e8m0: the largest scale byte of the call's matrices where known (WeightMatrix::max_e8m0);
 // at most 128 the decode takes one multiply a word instead of two (the same bits).
+// grid: a call whose grid would leave the SMs few warps (a decode step of a token or two) gives
+// each warp one 16-row tile instead of two, twice the warps for the same bytes (kNarrow; 4-pair
+// tiles only); kAuto picks by the grid's size against the SM count. The same bits either way.
+enum class ExpertGrid { kAuto, kWide, kNarrow };
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
-                    Stream stream, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs);
+                    Stream stream, int max_e8m0 = 255, int tile_pairs = kExpertTilePairs,
+                    ExpertGrid grid = ExpertGrid::kAuto);
 void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
                  int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
-                 int max_e8m0 = 255, int tile_pairs = kExpertTilePairs);
+                 int max_e8m0 = 255, int tile_pairs = kExpertTilePairs, ExpertGrid grid = ExpertGrid::kAuto);
 
 // The same experts for prefill-sized calls on Hopper (sm90/expert_wgmma.cu): tiles of
 // tile_pairs = 16 or 32 pairs (expert_tiles cuts them), each tile's weights decoded once for all

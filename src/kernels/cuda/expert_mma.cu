@@ -18,6 +18,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -37,7 +39,6 @@ using namespace mma;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMmaThreads = kWarpsPerBlock * kWarp;
 constexpr int kTileRowsGateUp = 16;   // per warp: 16 rows of w1 and the same 16 of w3
-constexpr int kTileRowsDown = 32;     // per warp: two 16-row tiles of w2
 constexpr int kTileThreads = 1024;
 constexpr int64_t kMaxGridY = 65535;
 
@@ -129,15 +130,19 @@ constexpr int kMaxGroups = kExpertWideTilePairs / kTokensPerMma;
 // one is multiplied; the activations (L1 / L2 hits, read by every row block) are loaded by
 // multiply_chunk itself, where the weights' decode hides their latency and the registers of a
 // second set are not needed.
+// M: the row tiles a warp streams (two: gate_up's w1 and w3 rows, or down's two 16-row tiles;
+// one in the narrow kernels below).
+template <int M>
 struct Chunk {
-  uint4 weights[2][2];
-  uint32_t scales[2][2];
+  uint4 weights[M][2];
+  uint32_t scales[M][2];
 };
 
 // Chunk c of this lane (segment 4 c + q of its rows).
-__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t c, int q, Chunk& chunk) {
+template <int M>
+__device__ __forceinline__ void load_chunk(const RowTile (&tiles)[M], int64_t c, int q, Chunk<M>& chunk) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + c * tiles[m].chunk_bytes);
@@ -145,9 +150,9 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[2], int64_t c,
     }
 }
 
-template <int G, bool Folded>
-__device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_t* const (&x_words)[kMaxGroups],
-                                               int64_t segment, float (&acc)[2][G][4]) {
+template <int M, int G, bool Folded>
+__device__ __forceinline__ void multiply_chunk(const Chunk<M>& chunk, const uint32_t* const (&x_words)[kMaxGroups],
+                                               int64_t segment, float (&acc)[M][G][4]) {
   // Up to two groups every activation word of the chunk is loaded first (their latency hidden by
   // the decode); three or four groups' would take 64 registers, so those load a quarter at a time.
   constexpr bool kPreload = G <= 2;
@@ -161,9 +166,9 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 #pragma unroll
       for (int i = 0; i < 4; ++i) preloaded[u][i] = x_at(u, i);
   }
-  uint32_t scale[2][2];
+  uint32_t scale[M][2];
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) scale[m][h] = scale_pair<Folded>(chunk.scales[m][h]);
 #pragma unroll
@@ -177,7 +182,7 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // MMA j = 2 i + half
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < M; ++m) {
         uint32_t a0, a1, a2, a3;
         e2m1_a_words<Folded>(word_of(chunk.weights[m][0], i), word_of(chunk.weights[m][1], i), scale[m][0],
                              scale[m][1], half, a0, a1, a2, a3);
@@ -191,21 +196,21 @@ __device__ __forceinline__ void multiply_chunk(const Chunk& chunk, const uint32_
 
 // acc[m][u] += the two row tiles times the lane's activation columns, over all chunks in order,
 // with the next chunk's loads in flight while one is multiplied.
-template <int G, bool Folded>
-__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[2], const uint32_t* const (&x_words)[kMaxGroups],
-                                              int64_t cols, float (&acc)[2][G][4]) {
+template <int M, int G, bool Folded>
+__device__ __forceinline__ void multiply_rows(const RowTile (&tiles)[M], const uint32_t* const (&x_words)[kMaxGroups],
+                                              int64_t cols, float (&acc)[M][G][4]) {
   const int q = static_cast<int>(threadIdx.x) % 4;
   const int64_t chunks = cols / kChunkColumns;
-  Chunk even, odd;
+  Chunk<M> even, odd;
   load_chunk(tiles, 0, q, even);
   int64_t c = 0;
   for (; c + 2 <= chunks; c += 2) {
     load_chunk(tiles, c + 1, q, odd);
-    multiply_chunk<G, Folded>(even, x_words, 4 * c + q, acc);
+    multiply_chunk<M, G, Folded>(even, x_words, 4 * c + q, acc);
     if (c + 2 < chunks) load_chunk(tiles, c + 2, q, even);
-    multiply_chunk<G, Folded>(odd, x_words, 4 * (c + 1) + q, acc);
+    multiply_chunk<M, G, Folded>(odd, x_words, 4 * (c + 1) + q, acc);
   }
-  if (c < chunks) multiply_chunk<G, Folded>(even, x_words, 4 * c + q, acc);
+  if (c < chunks) multiply_chunk<M, G, Folded>(even, x_words, 4 * c + q, acc);
 }
 
 // The split activation words of this lane's column in each group (column_of: pair slot
@@ -226,32 +231,24 @@ __device__ __forceinline__ int column_words(const uint32_t* x_split, const int32
   return (tile.z + kTokensPerMma - 1) / kTokensPerMma;
 }
 
-// One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
-template <int G, bool Folded>
-__device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kMaxGroups],
-                                             const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
-                                             int64_t first_row, int64_t inner, int64_t cols, float limit,
+// A tile's outputs from its row sums (token_sums of the w1 and w3 accumulators): h = swiglu(gate,
+// up) * pair_scale, split, for rows first_row + g and first_row + g + 8 of each live pair.
+template <int G>
+__device__ __forceinline__ void store_swiglu(int4 tile, const float (&gate)[G][2], const float (&up)[G][2],
+                                             int64_t first_row, int64_t inner, float limit,
                                              const float* __restrict__ pair_scale_of, uint16_t* halves) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
-  float acc[2][G][4] = {};
-  if (tile.x >= 0) {
-    const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
-    multiply_rows<G, Folded>(rows, words, cols, acc);
-  }
   const int64_t plane_halves = inner;  // a split plane of an inner-wide row, in u16
 #pragma unroll
   for (int u = 0; u < G; ++u) {
-    float gate[2], up[2];
-    token_sums(acc[0][u], gate);
-    token_sums(acc[1][u], up);
     const int slot = kTokensPerMma * u + q / 2;
     if (q % 2 != 0 || slot >= tile.z) continue;
     const int64_t pair = tile.y + slot;
     const float scale = pair_scale_of ? pair_scale_of[pair] : 1.0f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float value = swiglu_value(gate[h], up[h], limit);
+      float value = swiglu_value(gate[u][h], up[u][h], limit);
       if (pair_scale_of) value = value * scale;
       uint32_t term[kPlanes];
       split_value(value, term);
@@ -260,6 +257,26 @@ __device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&
       for (int p = 0; p < kPlanes; ++p) halves[(kPlanes * pair + p) * plane_halves + at] = static_cast<uint16_t>(term[p]);
     }
   }
+}
+
+// One tile of gate_up_kernel with G live groups: h = swiglu(w1 x, w3 x) * pair_scale, split.
+template <int G, bool Folded>
+__device__ __forceinline__ void gate_up_tile(int4 tile, const uint32_t* const (&words)[kMaxGroups],
+                                             const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3,
+                                             int64_t first_row, int64_t inner, int64_t cols, float limit,
+                                             const float* __restrict__ pair_scale_of, uint16_t* halves) {
+  float acc[2][G][4] = {};
+  if (tile.x >= 0) {
+    const RowTile rows[2] = {row_tile(w1[tile.x], first_row), row_tile(w3[tile.x], first_row)};
+    multiply_rows<2, G, Folded>(rows, words, cols, acc);
+  }
+  float gate[G][2], up[G][2];
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    token_sums(acc[0][u], gate[u]);
+    token_sums(acc[1][u], up[u]);
+  }
+  store_swiglu<G>(tile, gate, up, first_row, inner, limit, pair_scale_of, halves);
 }
 
 // grid: (row blocks of 64 inner rows, tiles). Writes h = swiglu(w1 x, w3 x) * pair_scale, split.
@@ -292,25 +309,109 @@ __global__ void __launch_bounds__(kMmaThreads, MaxGroups > 2 ? 2 : 3)
   }
 }
 
-// One tile of down_kernel with G live groups: y[pair, r] = (w2 h)[r].
+// ---------------------------------------------------------------------------------------------
+// Narrow grids. A decode step of one token has six tiles, and the kernels above give them 216
+// blocks (V4.1-Flash's gate_up) on 132 SMs: ~7 warps an SM, too few to cover the decode's and the
+// MMAs' latencies, so gate_up ran at 2.6x its bytes there. The narrow kernels give each warp one
+// 16-row tile instead of two (gate_up: a warp pair, w1's rows on one and w3's on the other,
+// swapping the up sums through shared memory; down: 16 rows a warp), twice the warps for the same
+// bytes. Each accumulator sees the same MMAs in the same order, so the bits are the wide grid's.
+
+constexpr int kWarpPairsPerBlock = kWarpsPerBlock / 2;
+// Four blocks an SM (128 registers; one 16-row tile a warp needs fewer than two): a one-token
+// gate_up's 432 narrow blocks then fit the 132 SMs in one wave.
+constexpr int kNarrowBlocksPerSm = 4;
+
+// The two warps of pair `pair` of the block (named barrier 1 + pair; 0 is __syncthreads').
+__device__ __forceinline__ void warp_pair_barrier(int pair) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + pair), "r"(2 * kWarp) : "memory");
+}
+
 template <int G, bool Folded>
+__device__ __forceinline__ void gate_up_narrow_tile(int4 tile, const uint32_t* const (&words)[kMaxGroups],
+                                                    const WeightMatrix* __restrict__ w, bool is_up, int pair,
+                                                    int64_t first_row, int64_t inner, int64_t cols, float limit,
+                                                    const float* __restrict__ pair_scale_of, uint16_t* halves,
+                                                    float (*up_swap)[2][kWarp][2]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  float acc[1][G][4] = {};
+  if (tile.x >= 0) {
+    const RowTile rows[1] = {row_tile(w[tile.x], first_row)};
+    multiply_rows<1, G, Folded>(rows, words, cols, acc);
+  }
+  float sums[G][2];
+#pragma unroll
+  for (int u = 0; u < G; ++u) token_sums(acc[0][u], sums[u]);
+  if (is_up) {
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      up_swap[pair][u][lane][0] = sums[u][0];
+      up_swap[pair][u][lane][1] = sums[u][1];
+    }
+  }
+  warp_pair_barrier(pair);
+  if (!is_up) {
+    float up[G][2];
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      up[u][0] = up_swap[pair][u][lane][0];
+      up[u][1] = up_swap[pair][u][lane][1];
+    }
+    store_swiglu<G>(tile, sums, up, first_row, inner, limit, pair_scale_of, halves);
+  }
+  warp_pair_barrier(pair);  // the swap slots are free for the next tile
+}
+
+// grid: (row blocks of 32 inner rows, tiles); gate_up_kernel's results, 4-pair tiles only.
+template <bool Folded>
+__global__ void __launch_bounds__(kMmaThreads, kNarrowBlocksPerSm)
+    gate_up_narrow_kernel(const uint32_t* __restrict__ x_split, const int32_t* __restrict__ x_row,
+                          const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
+                          const WeightMatrix* __restrict__ w1, const WeightMatrix* __restrict__ w3, int64_t inner,
+                          int64_t cols, float limit, const float* __restrict__ pair_scale_of,
+                          uint32_t* __restrict__ h_split) {
+  await_previous_grid();
+  __shared__ float up_swap[kWarpPairsPerBlock][2][kWarp][2];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, pair = warp / 2;
+  const bool is_up = warp % 2 != 0;
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * kWarpPairsPerBlock + pair) * kTileRowsGateUp;
+  if (first_row >= inner) return;  // both warps of the pair
+  const int count = *tile_count;
+  auto* halves = reinterpret_cast<uint16_t*>(h_split);
+  const WeightMatrix* w = is_up ? w3 : w1;
+  for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
+    const int4 tile = tiles[index];
+    const uint32_t* words[kMaxGroups];
+    if (column_words(x_split, x_row, tile, cols, words) == 1)  // warp-uniform, and alike in the pair
+      gate_up_narrow_tile<1, Folded>(tile, words, w, is_up, pair, first_row, inner, cols, limit, pair_scale_of,
+                                     halves, up_swap);
+    else
+      gate_up_narrow_tile<2, Folded>(tile, words, w, is_up, pair, first_row, inner, cols, limit, pair_scale_of,
+                                     halves, up_swap);
+  }
+}
+
+// One tile of down_kernel with G live groups: y[pair, r] = (w2 h)[r], over M 16-row tiles a warp.
+template <int M, int G, bool Folded>
 __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&words)[kMaxGroups],
                                           const WeightMatrix* __restrict__ w2, int64_t first_row, int64_t rows,
                                           int64_t inner, float* __restrict__ y) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, q = lane % 4;
-  const bool second = first_row + 16 < rows;  // warp-uniform: rows is a multiple of 16
-  float acc[2][G][4] = {};
+  const bool second = M == 2 && first_row + 16 < rows;  // warp-uniform: rows is a multiple of 16
+  float acc[M][G][4] = {};
   if (tile.x >= 0) {
     const WeightMatrix& w = w2[tile.x];
     // Without a second tile the first is loaded twice and its copy dropped: one code path.
-    const RowTile tiles2[2] = {row_tile(w, first_row), row_tile(w, second ? first_row + 16 : first_row)};
-    multiply_rows<G, Folded>(tiles2, words, inner, acc);
+    RowTile row_tiles[M];
+    row_tiles[0] = row_tile(w, first_row);
+    if constexpr (M == 2) row_tiles[1] = row_tile(w, second ? first_row + 16 : first_row);
+    multiply_rows<M, G, Folded>(row_tiles, words, inner, acc);
   }
 #pragma unroll
   for (int u = 0; u < G; ++u) {
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < M; ++m) {
       if (m == 1 && !second) break;
       float value[2];
       token_sums(acc[m][u], value);
@@ -323,27 +424,29 @@ __device__ __forceinline__ void down_tile(int4 tile, const uint32_t* const (&wor
   }
 }
 
-// grid: (row blocks of 128 output rows, tiles). y[pair, r] = (w2 h)[r].
-template <bool Folded, int MaxGroups>
-__global__ void __launch_bounds__(kMmaThreads, MaxGroups > 2 ? 2 : 3)
+// grid: (row blocks of 4 x 16 M output rows, tiles). y[pair, r] = (w2 h)[r]. M = 1: the narrow
+// grid (above), 4-pair tiles only.
+template <bool Folded, int MaxGroups, int M = 2>
+__global__ void __launch_bounds__(kMmaThreads, M == 1 ? kNarrowBlocksPerSm : MaxGroups > 2 ? 2 : 3)
     down_kernel(const uint32_t* __restrict__ h_split, const int4* __restrict__ tiles,
                 const int32_t* __restrict__ tile_count, const WeightMatrix* __restrict__ w2, int64_t rows,
                 int64_t inner, float* __restrict__ y) {
+  static_assert(M == 2 || MaxGroups <= 2);
   await_previous_grid();
   const int64_t first_row =
-      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * kTileRowsDown;
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp) * 16 * M;
   if (first_row >= rows) return;
   const int count = *tile_count;
   for (int64_t index = blockIdx.y; index < count; index += gridDim.y) {
     const int4 tile = tiles[index];
     const uint32_t* words[kMaxGroups];
     switch (column_words(h_split, nullptr, tile, inner, words)) {  // warp-uniform
-      case 1: down_tile<1, Folded>(tile, words, w2, first_row, rows, inner, y); break;
-      case 2: down_tile<2, Folded>(tile, words, w2, first_row, rows, inner, y); break;
+      case 1: down_tile<M, 1, Folded>(tile, words, w2, first_row, rows, inner, y); break;
+      case 2: down_tile<M, 2, Folded>(tile, words, w2, first_row, rows, inner, y); break;
       default:
         if constexpr (MaxGroups > 2) {
-          if (tile.z <= 3 * kTokensPerMma) down_tile<3, Folded>(tile, words, w2, first_row, rows, inner, y);
-          else down_tile<4, Folded>(tile, words, w2, first_row, rows, inner, y);
+          if (tile.z <= 3 * kTokensPerMma) down_tile<M, 3, Folded>(tile, words, w2, first_row, rows, inner, y);
+          else down_tile<M, 4, Folded>(tile, words, w2, first_row, rows, inner, y);
         }
     }
   }
@@ -358,6 +461,21 @@ void check_sizes(const char* who, int64_t pairs, int64_t rows, int64_t cols, int
     fail(who, ": ", rows, " x ", cols, " experts; this kernel needs rows a multiple of 16 and columns of ",
          kChunkColumns);
   if (pairs >= (int64_t{1} << 31)) fail(who, ": ", pairs, " pairs, over 2^31");
+}
+
+// Blocks of the wide grid below which a call takes the narrow one: two an SM (the wide kernels
+// fit three; at one token V4.1-Flash's gate_up has 216 blocks for 132 SMs).
+bool narrow_grid(ExpertGrid grid, int64_t wide_blocks) {
+  if (grid != ExpertGrid::kAuto) return grid == ExpertGrid::kNarrow;
+  static std::array<std::atomic<int>, 64> sm_counts{};  // per device; 0 unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= static_cast<int>(sm_counts.size())) return false;
+  int sms = sm_counts[static_cast<size_t>(device)].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return false;
+    sm_counts[static_cast<size_t>(device)].store(sms, std::memory_order_relaxed);
+  }
+  return wide_blocks < 2 * int64_t{sms};
 }
 
 }  // namespace
@@ -500,35 +618,45 @@ bool moe_sort_tiles(const int32_t* experts, int64_t pairs, int64_t top_k, int32_
 void expert_gate_up(const uint32_t* x_split, const int32_t* x_row, int64_t pairs, const int32_t* tiles,
                     const int32_t* tile_count, int64_t tile_bound, const WeightMatrix* w1, const WeightMatrix* w3,
                     int64_t inner, int64_t cols, float limit, const float* pair_scale, uint32_t* h_split,
-                    Stream stream, int max_e8m0, int tile_pairs) {
+                    Stream stream, int max_e8m0, int tile_pairs, ExpertGrid grid) {
   if (launches_skipped()) return;
   check_sizes("cuda::expert_gate_up", pairs, inner, cols, tile_bound);
   check_tile_pairs("cuda::expert_gate_up", tile_pairs);
   if (pairs == 0 || inner == 0 || tile_bound == 0) return;
-  const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsGateUp;
-  const dim3 grid(static_cast<unsigned>((inner + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
   const bool folded = max_e8m0 <= kMaxFoldedE2m1Scale, wide = tile_pairs == kExpertWideTilePairs;
+  const int64_t row_blocks = (inner + kWarpsPerBlock * kTileRowsGateUp - 1) / (kWarpsPerBlock * kTileRowsGateUp);
+  if (!wide && narrow_grid(grid, row_blocks * grid_y(tile_bound))) {
+    const int64_t narrow_blocks = (inner + kWarpPairsPerBlock * kTileRowsGateUp - 1) / (kWarpPairsPerBlock * kTileRowsGateUp);
+    launch(folded ? gate_up_narrow_kernel<true> : gate_up_narrow_kernel<false>,
+           dim3(static_cast<unsigned>(narrow_blocks), grid_y(tile_bound)), kMmaThreads, 0, native(stream), x_split,
+           x_row, reinterpret_cast<const int4*>(tiles), tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
+    check_launch("cuda::expert_gate_up");
+    return;
+  }
   const auto kernel = folded ? (wide ? gate_up_kernel<true, 4> : gate_up_kernel<true, 2>)
                              : (wide ? gate_up_kernel<false, 4> : gate_up_kernel<false, 2>);
-  launch(kernel, grid, kMmaThreads, 0, native(stream), x_split, x_row, reinterpret_cast<const int4*>(tiles), tile_count,
-         w1, w3, inner, cols, limit, pair_scale, h_split);
+  launch(kernel, dim3(static_cast<unsigned>(row_blocks), grid_y(tile_bound)), kMmaThreads, 0, native(stream), x_split,
+         x_row, reinterpret_cast<const int4*>(tiles), tile_count, w1, w3, inner, cols, limit, pair_scale, h_split);
   check_launch("cuda::expert_gate_up");
 }
 
 void expert_down(const uint32_t* h_split, int64_t pairs, const int32_t* tiles, const int32_t* tile_count,
                  int64_t tile_bound, const WeightMatrix* w2, int64_t rows, int64_t inner, float* y, Stream stream,
-                 int max_e8m0, int tile_pairs) {
+                 int max_e8m0, int tile_pairs, ExpertGrid grid) {
   if (launches_skipped()) return;
   check_sizes("cuda::expert_down", pairs, rows, inner, tile_bound);
   check_tile_pairs("cuda::expert_down", tile_pairs);
   if (pairs == 0 || rows == 0 || tile_bound == 0) return;
-  const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kTileRowsDown;
-  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), grid_y(tile_bound));
   const bool folded = max_e8m0 <= kMaxFoldedE2m1Scale, wide = tile_pairs == kExpertWideTilePairs;
-  const auto kernel = folded ? (wide ? down_kernel<true, 4> : down_kernel<true, 2>)
-                             : (wide ? down_kernel<false, 4> : down_kernel<false, 2>);
-  launch(kernel, grid, kMmaThreads, 0, native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count, w2,
-         rows, inner, y);
+  const auto row_blocks = [&](int64_t rows_per_warp) {
+    return (rows + kWarpsPerBlock * rows_per_warp - 1) / (kWarpsPerBlock * rows_per_warp);
+  };
+  const bool narrow = !wide && narrow_grid(grid, row_blocks(32) * grid_y(tile_bound));
+  const auto kernel = narrow   ? (folded ? down_kernel<true, 2, 1> : down_kernel<false, 2, 1>)
+                      : folded ? (wide ? down_kernel<true, 4> : down_kernel<true, 2>)
+                               : (wide ? down_kernel<false, 4> : down_kernel<false, 2>);
+  launch(kernel, dim3(static_cast<unsigned>(row_blocks(narrow ? 16 : 32)), grid_y(tile_bound)), kMmaThreads, 0,
+         native(stream), h_split, reinterpret_cast<const int4*>(tiles), tile_count, w2, rows, inner, y);
   check_launch("cuda::expert_down");
 }
 
