@@ -482,11 +482,19 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
       host_attend_head(q.data() + (t * heads + h) * d, keys, d, params.scale, sink[h],
                        expected.data() + (t * heads + h) * d);
   }
-  // Both kernels where the tensor-core one applies (the SIMT one is DEEPINFER_CUDA_SIMT=1's).
-  for (const bool tensor_cores : {true, false}) {
+  // Both kernels where the tensor-core one applies (the SIMT one is DEEPINFER_CUDA_SIMT=1's), the
+  // tensor-core one also with its keys split over blocks where this call is small enough.
+  enum class Variant { kTensorCores, kSplitKeys, kSimt };
+  for (const Variant variant : {Variant::kTensorCores, Variant::kSplitKeys, Variant::kSimt}) {
+    const bool tensor_cores = variant != Variant::kSimt;
     if (tensor_cores && !c.tensor_cores) continue;
-    SCOPED_TRACE(tensor_cores ? "tensor cores" : "SIMT");
+    const int64_t split_floats = sink_attention_split_floats(total_rows, c.heads, c.head_dim);
+    if (variant == Variant::kSplitKeys && split_floats == 0) continue;
+    SCOPED_TRACE(variant == Variant::kTensorCores ? "tensor cores" : variant == Variant::kSplitKeys ? "split keys" : "SIMT");
     params.tensor_cores = tensor_cores;
+    DeviceBytes workspace = to_device(std::vector<float>(static_cast<std::size_t>(std::max<int64_t>(split_floats, 1)),
+                                                         std::numeric_limits<float>::quiet_NaN()));
+    params.split_workspace = variant == Variant::kSplitKeys ? workspace.at<float>() : nullptr;
     DeviceBytes out = to_device(std::vector<float>(q.size(), std::numeric_limits<float>::quiet_NaN()));
     sink_attention(params, device_segments.at<SegmentRows>(), device_row_segment.at<int32_t>(), total_rows,
                    device_q.at<float>(), out.at<float>(), kDefaultStream);
@@ -572,6 +580,27 @@ TEST(CudaSinkAttention, SixtyFourHeadsOf512) {
   c.tensor_cores = true;
   c.segments = {{3, 300, 173}, {2, 130, 3}};
   expect_sink_attention_matches_host(c, 4);
+}
+
+// A decode row of V4.1-Flash's shape at a long context (the window's 128 rows and 1,024 picks):
+// unsplit its keys are 36 tiles of one block; split, up to 16 ranges and the combining pass.
+TEST(CudaSinkAttention, V41FlashDecodeRowsWithTheirKeysSplit) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  AttentionCase c;
+  c.heads = 64;
+  c.head_dim = 512;
+  c.window = 128;
+  c.window_format = CacheFormat::Fp8Ue8m0x32;
+  c.compressed = CompressedKeys::Picked;
+  c.ratio = 4;
+  c.entry_format = CacheFormat::Fp4E4m3x16;
+  c.block_tokens = 256;
+  c.region_offset = 0;
+  c.topk = 1024;
+  c.tensor_cores = true;
+  c.segments = {{1, 4400, 4200}, {1, 600, 400}};  // 128 + 1,024 keys and 128 + 150
+  EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim), 0);
+  expect_sink_attention_matches_host(c, 9);
 }
 
 // The tensor-core kernel's edges: heads not a multiple of its 16, head_dim 128 (one k step per

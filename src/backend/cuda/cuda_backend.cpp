@@ -436,6 +436,7 @@ class CudaBackend final : public model::Backend {
   }
   // False under DEEPINFER_CUDA_SIMT=1: every kernel with a tensor-core and a SIMT form runs the SIMT one.
   bool tensor_cores() const { return !simt_; }
+  bool batch_invariant() const { return options_.batch_invariant; }
   StepGraphs& graphs() { return *graphs_; }
   GraphCounts& graph_counts() { return graph_counts_; }
   GraphCounts graph_counts() const {
@@ -542,7 +543,7 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       side_linear_(backend.linear_runner(/*side=*/true)),
       attention_(backend.weights(), backend.arena(), bank_.staging, backend.stream(), backend.setup_stream(),
                  rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, side_lane(), backend.profile(),
-                 backend.tensor_cores()) {
+                 backend.tensor_cores(), /*split_keys=*/!backend.batch_invariant()) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   // A capture's puts reach the device through one copy at its graph's start (finish_graph).
@@ -1353,6 +1354,18 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
     const std::size_t groups = a.wo_a_groups.size();
     pairs = std::max(pairs, r * groups);
     if (groups > 0) low_rank = std::max(low_rank, groups * static_cast<std::size_t>(a.wo_a_groups.front().rows));
+  }
+  if (!options_.batch_invariant && !simt_) {
+    // Calls of a few rows split their keys; the most splits' floats of any row count up to `rows`.
+    int64_t split_floats = 0;
+    for (const model::LayerWeights& layer : model.layers())
+      for (int64_t call_rows = 1; call_rows <= rows; ++call_rows) {
+        const int64_t floats = k::sink_attention_split_floats(call_rows, static_cast<int32_t>(layer.attention.heads),
+                                                              static_cast<int32_t>(layer.attention.head_dim));
+        if (floats == 0) break;  // and none for larger calls
+        split_floats = std::max(split_floats, floats);
+      }
+    if (split_floats > 0) arena_.get<float>(kSinkSplits, static_cast<std::size_t>(split_floats));
   }
   const std::size_t route_pairs = pairs;
   const std::size_t expert_pairs = r * static_cast<std::size_t>(c.num_experts_per_tok);

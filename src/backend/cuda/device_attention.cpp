@@ -502,6 +502,9 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   }
   {
     const OpProfile::Section timed(profile_, "attention.core: sink", stream_);
+    const int64_t split_floats =
+        split_keys_ && k::sink_attention_on_tensor_cores(params) ? k::sink_attention_split_floats(rows, params.heads, params.head_dim) : 0;
+    if (split_floats > 0) params.split_workspace = arena_.get<float>(kSinkSplits, static_cast<std::size_t>(split_floats));
     k::sink_attention(params, layer.rows, layer.row_segment, rows, in.q, attended, stream_);
   }
   k::rope(attended, rows, weights.heads, d, layer.rope_dims, layer.inv_freq, in.positions, /*inverse=*/true, stream_);

@@ -192,7 +192,16 @@ struct AttentionParams {
   int32_t pick_stride = 0;
   // false: part 1's SIMT kernel even where the tensor-core one applies (DEEPINFER_CUDA_SIMT=1).
   bool tensor_cores = true;
+  // Not null: where a call's blocks would leave SMs idle (a few decode rows), the tensor-core
+  // kernel splits each row's keys over several blocks and combines them in a second pass, in
+  // another order of sums than one block's; null (--batch-invariant) splits nothing, so a row's
+  // bits never depend on the call. sink_attention_split_floats(rows, heads, head_dim) floats.
+  float* split_workspace = nullptr;
 };
+
+// The floats of split_workspace a call of `rows` rows uses on the current device (0: it splits
+// nothing).
+int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim);
 
 // Whether sink_attention runs on the tensor cores for these parameters: every key format stores
 // BF16-exact values (FP8 or FP4 codes under a block scale, as V4.1's window and entries; not F32)

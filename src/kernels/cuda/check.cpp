@@ -2,6 +2,9 @@
 // whether kernels launch with programmatic dependent launch (cuda_common.cuh).
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <string_view>
 
@@ -25,6 +28,18 @@ bool programmatic_launch_enabled() {
     return setting == nullptr || std::string_view(setting) != "0";
   }();
   return enabled;
+}
+
+int current_device_sm_count() {
+  static std::array<std::atomic<int>, 64> sm_counts{};  // per device; 0 unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= static_cast<int>(sm_counts.size())) return 0;
+  int sms = sm_counts[static_cast<std::size_t>(device)].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+    sm_counts[static_cast<std::size_t>(device)].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
 }
 }  // namespace detail
 

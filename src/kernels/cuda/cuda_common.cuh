@@ -45,6 +45,9 @@ __device__ __forceinline__ void await_previous_grid() {
 
 bool programmatic_launch_enabled();  // check.cpp: DEEPINFER_PDL, read once
 
+// The current device's SM count, read once a device (check.cpp); 0 where it cannot be read.
+int current_device_sm_count();
+
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
             Args&&... args) {

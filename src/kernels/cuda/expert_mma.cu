@@ -467,14 +467,8 @@ void check_sizes(const char* who, int64_t pairs, int64_t rows, int64_t cols, int
 // fit three; at one token V4.1-Flash's gate_up has 216 blocks for 132 SMs).
 bool narrow_grid(ExpertGrid grid, int64_t wide_blocks) {
   if (grid != ExpertGrid::kAuto) return grid == ExpertGrid::kNarrow;
-  static std::array<std::atomic<int>, 64> sm_counts{};  // per device; 0 unknown
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= static_cast<int>(sm_counts.size())) return false;
-  int sms = sm_counts[static_cast<size_t>(device)].load(std::memory_order_relaxed);
-  if (sms == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return false;
-    sm_counts[static_cast<size_t>(device)].store(sms, std::memory_order_relaxed);
-  }
+  const int sms = current_device_sm_count();
+  if (sms == 0) return false;
   return wide_blocks < 2 * int64_t{sms};
 }
 

@@ -2,26 +2,40 @@
 // (model/attention.cpp attend_head over attention_core's keys), with every key read once for
 // 16 heads instead of once per head.
 //
-// Layout. One thread block per (call row, 16 heads): the 16 heads are one m16n8k16 MMA's M, so
-// S = Q K^T and O = P V are MMAs over the block's keys, which go through shared memory 32 at a
-// time, decoded once to BF16 (exact: FP8 and FP4 codes under power-of-two or e4m3 scales have at
-// most 6 significant bits). The head dimension is cut into 8 slices, one per warp:
-//   1. each warp's S is over its slice of the dimensions (a partial dot product per (head, key)),
-//      written to shared memory;
+// Layout. One thread block per (call row, 16 heads, key split): the 16 heads are one m16n8k16
+// MMA's M, so S = Q K^T and O = P V are MMAs over the block's keys, 32 at a time. The head
+// dimension is cut into 8 slices, one per warp, and a warp owns everything of its slice:
+//   0. it copies its slice of the next tile's stored rows (codes and the words of scales over
+//      them) into its own shared memory with cp.async, a tile ahead, so the loads' latency hides
+//      behind a tile of MMAs; then it decodes the staged codes to BF16 (exact: FP8 and FP4 codes
+//      under power-of-two or e4m3 scales have at most 6 significant bits; e4m3 through the
+//      hardware's e4m3x2 -> f16x2 conversion) in its own shared memory, with no block barrier;
+//   1. its S is over its slice (a partial dot product per (head, key)), written to shared memory;
 //   2. 256 threads, one per (head, key pair), sum the 8 partials in slice order, keep the online
 //      softmax (running max from the sink logit, as the SIMT kernel) and write the weights P;
-//   3. each warp rescales its accumulators and adds P V for its slice of the output dimensions.
-// So no warp computes S twice, and each warp's accumulators are 16 heads x 64 dimensions
-// (32 registers a lane) however wide the head.
+//   3. it rescales its accumulators and adds P V for its slice of the output dimensions.
+// Two block barriers a tile (before 2 and before 3); no warp computes S twice, and a warp's
+// accumulators are 16 heads x 64 dimensions (32 registers a lane) however wide the head.
+//
+// Key splits. Where a call's (row, 16 heads) blocks would leave SMs idle (a few decode rows) and
+// the caller gives a workspace, each row's keys are cut into up to kMaxSplits ranges of at
+// least kMinSplitKeys, one block each; a block writes its unnormalised output, running max and
+// weight sum, and sink_attention_combine_kernel rescales them to the largest max and divides by
+// the whole denominator. A row whose keys fit one range keeps the unsplit bits (the other
+// ranges are empty: weight 1 for its own, 0 sums for theirs). Without a workspace
+// (--batch-invariant) nothing is split, so a row's bits never depend on the call's size.
 //
 // Numerics (mma_common.cuh): q and the weights P are f32, split into three BF16 terms (24 bits);
 // the keys are exact in BF16; every MMA sums its 16 exact products from zero and an f32 add
 // takes them into the accumulator. So S and O are f32 sums in another order than the SIMT
 // kernel's, as two f32 orders differ.
 //
-// Shared memory per block: 32 keys x (head_dim + 8) BF16 (the 8 spread an ldmatrix's rows over
-// the banks) + 8 x 16 x 40 partial scores + 16 x 40 weights: 54 KiB at head_dim 512.
+// Shared memory per block: per warp its decoded keys (32 x (slice + 8) BF16; the 8 spread an
+// ldmatrix's rows over the banks) and two stages of staged codes (32 x slice bytes) and scale
+// words (32 x 2 words); then 8 x 16 x 40 partial scores and 16 x 40 weights: 97 KiB at
+// head_dim 512, two blocks an SM.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -42,33 +56,82 @@ using mma::kPlanes;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * kWarp;
 constexpr int kHeads = 16;     // one MMA's M
-constexpr int kTileKeys = 32;  // keys per pass through shared memory
+constexpr int kTileKeys = 32;  // keys per pass; a warp's lane l holds key l's row address
 constexpr int kMaxHeadDim = 512;
 constexpr int kMaxSliceDims = kMaxHeadDim / kWarps;
 constexpr int kMaxScoreSteps = kMaxSliceDims / 16;  // S's k steps in a warp's slice
 constexpr int kMaxOutputTiles = kMaxSliceDims / 8;  // O's n tiles in a warp's slice
 constexpr int kScoreStride = kTileKeys + 8;         // floats per (head) row of scores or weights
-constexpr int kKeyPad = 8;                          // BF16 past each key row
+constexpr int kKeyPad = 8;                          // BF16 past each decoded key row
 constexpr int kChunk = 8;                           // values decoded per 16-byte store
+constexpr int kStages = 2;                          // staged tiles: the one decoded, the one in flight
+constexpr int kScaleWords = 2;                      // 4-byte words of scales over a slice, at most
+constexpr int kMaxSplits = 16;
+constexpr int kMinSplitKeys = 2 * kTileKeys;
 
 static_assert(kThreads == kHeads * kTileKeys / 2, "step 2 takes two keys of one head per thread");
+static_assert(kTileKeys == kWarp, "a lane holds one key's row address");
 
 struct SharedLayout {
-  int key_stride = 0;  // BF16 per key row
-  std::size_t keys_bytes = 0;
+  int slice = 0;       // dimensions a warp owns
+  int key_stride = 0;  // BF16 per decoded key row
+  std::size_t keys_bytes = 0;   // a warp's decoded keys
+  std::size_t stage_bytes = 0;  // a warp's staged codes and scale words of one tile
+  std::size_t warp_bytes = 0;
   std::size_t bytes = 0;
 };
 
 __host__ __device__ inline SharedLayout shared_layout(int head_dim) {
   SharedLayout layout;
-  layout.key_stride = head_dim + kKeyPad;
+  layout.slice = head_dim / kWarps;
+  layout.key_stride = layout.slice + kKeyPad;
   layout.keys_bytes = static_cast<std::size_t>(kTileKeys) * layout.key_stride * 2;
-  layout.bytes = layout.keys_bytes + static_cast<std::size_t>(kWarps + 1) * kHeads * kScoreStride * sizeof(float);
+  layout.stage_bytes = static_cast<std::size_t>(kTileKeys) * (layout.slice + 4 * kScaleWords);
+  layout.warp_bytes = layout.keys_bytes + kStages * layout.stage_bytes;
+  layout.bytes = kWarps * layout.warp_bytes + static_cast<std::size_t>(kWarps + 1) * kHeads * kScoreStride * sizeof(float);
   return layout;
+}
+
+// Where a warp's slice of a row is, for one key format.
+struct SliceBytes {
+  RowFormat format = RowFormat::Fp8Ue8m0x32;
+  int code_offset = 0;   // the slice's first code byte
+  int code_bytes = 0;    // its code bytes
+  int block = 32;        // values under one scale byte
+  int scale_offset = 0;  // the first scale word over the slice, in bytes from the row
+  int scale_words = 0;   // 1 or 2
+  int scale_skip = 0;    // scale bytes in that word before the slice's first
+};
+
+__device__ __forceinline__ SliceBytes slice_bytes(RowFormat format, int head_dim, int dim0, int slice) {
+  SliceBytes s;
+  s.format = format;
+  const bool fp8 = format == RowFormat::Fp8Ue8m0x32;
+  s.code_offset = fp8 ? dim0 : dim0 / 2;
+  s.code_bytes = fp8 ? slice : slice / 2;
+  s.block = cache_block(format);
+  const int first_scale = dim0 / s.block;
+  const int last_scale = (dim0 + slice - 1) / s.block;
+  const int scales = static_cast<int>(code_bytes(format, head_dim));
+  s.scale_offset = scales + 4 * (first_scale / 4);
+  s.scale_words = last_scale / 4 - first_scale / 4 + 1;
+  s.scale_skip = first_scale % 4;
+  return s;
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int Bytes>
+__device__ __forceinline__ void copy_async(void* shared, const void* global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(shared_address(shared)), "l"(global), "n"(Bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void await_copies() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
@@ -99,84 +162,189 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t (&word)[kP
   for (int p = 0; p < kPlanes; ++p) word[p] = tx[p] | (ty[p] << 16);
 }
 
-// Code value times 2^-120 (e4m3) or 2^-126 (e2m1) by placing its bits under the f32 exponent's
-// low bits (exponent 0 lands on an f32 subnormal of the right value); the decoders below scale
-// them back exactly.
-__device__ __forceinline__ float e4m3_shifted(uint32_t byte) {
-  return __uint_as_float(((byte & 0x7fu) << 20) | ((byte & 0x80u) << 24));
+__device__ __forceinline__ uint32_t bf16x2_rn(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const uint32_t*>(&pair);
 }
+
+// Two e4m3 codes (bits 7..0 and 15..8) times `scale`, rounded to BF16: the f16 conversion is
+// exact (e4m3's range and 4 significant bits fit f16), so this is decode_value's f32 product
+// rounded once, as stored_value's floats are. A NaN code or scale gives a NaN.
+__device__ __forceinline__ uint32_t e4m3_pair_scaled(uint32_t codes, float scale) {
+  uint32_t halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<unsigned short>(codes & 0xffffu)));
+  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&halves));
+  return bf16x2_rn(v.x * scale, v.y * scale);
+}
+
+// e2m1 code value times 2^-126 by placing its bits under the f32 exponent's low bits (exponent
+// 0 lands on an f32 subnormal of the right value); times 2^126 it is the code's value, exactly.
 __device__ __forceinline__ float e2m1_shifted(uint32_t nibble) {
   return __uint_as_float(((nibble & 0x7u) << 22) | ((nibble & 0x8u) << 28));
 }
 
-__device__ __forceinline__ uint32_t load_u32_any(const uint8_t* p) {
-  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
-  return load_u32_bytes(p);
+// Values [first, first + 8) of a warp's slice (first a multiple of 8) from its staged codes and
+// scale words, as eight BF16 equal to stored_value's floats rounded to BF16.
+__device__ __forceinline__ uint4 decode_chunk(const SliceBytes& s, int dim0, const uint8_t* codes,
+                                              const uint8_t* scale_bytes, int first) {
+  const uint32_t scale_byte = scale_bytes[s.scale_skip + (dim0 + first) / s.block - (dim0 / s.block)];
+  uint4 out;
+  if (s.format == RowFormat::Fp8Ue8m0x32) {
+    const uint2 c = *reinterpret_cast<const uint2*>(codes + first);
+    const float scale = e8m0_value(scale_byte);
+    out.x = e4m3_pair_scaled(c.x, scale);
+    out.y = e4m3_pair_scaled(c.x >> 16, scale);
+    out.z = e4m3_pair_scaled(c.y, scale);
+    out.w = e4m3_pair_scaled(c.y >> 16, scale);
+    return out;
+  }
+  const uint32_t c = *reinterpret_cast<const uint32_t*>(codes + first / 2);
+  const bool nan_scale = s.format == RowFormat::Fp4E4m3x16 ? (scale_byte & 0x7fu) == 0x7fu : scale_byte == 255u;
+  const float scale = nan_scale ? quiet_nan()
+                      : s.format == RowFormat::Fp4E4m3x16 ? e4m3_value(scale_byte)
+                                                          : e8m0_value(scale_byte);
+  float v[kChunk];
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) v[i] = nan_scale ? scale : e2m1_shifted(c >> (4 * i)) * 0x1p126f * scale;
+  out.x = bf16x2_rn(v[0], v[1]);
+  out.y = bf16x2_rn(v[2], v[3]);
+  out.z = bf16x2_rn(v[4], v[5]);
+  out.w = bf16x2_rn(v[6], v[7]);
+  return out;
 }
 
-// Values [first, first + 8) of a stored row (a quantising format; first a multiple of 8) as
-// eight BF16, equal to stored_value's floats (decode_value's products, rounded to BF16 exactly).
-// A NaN code or scale takes decode_value's path, value by value.
-__device__ __forceinline__ uint4 decode_chunk(RowFormat format, int width, const uint8_t* row, int first) {
-  const uint8_t* scales = row + code_bytes(format, width);
-  const uint32_t scale_byte = scales[first / cache_block(format)];
-  float v[kChunk];
-  if (format == RowFormat::Fp8Ue8m0x32) {
-    const uint32_t low = load_u32_any(row + first);
-    const uint32_t high = load_u32_any(row + first + 4);
-    if (scale_byte == 255u || mma::e4m3_has_nan(low) || mma::e4m3_has_nan(high)) {
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) v[i] = decode_value(format, row[first + i], scale_byte);
+// A warp's staged tile: the codes of its slice for 32 keys (stride: the slice's FP8 bytes, the
+// widest), then 2 scale words a key.
+struct Stage {
+  uint8_t* codes;
+  uint8_t* scales;
+};
+
+__device__ __forceinline__ Stage stage_at(unsigned char* warp_base, const SharedLayout& layout, int stage) {
+  uint8_t* base = warp_base + layout.keys_bytes + static_cast<std::size_t>(stage) * layout.stage_bytes;
+  return {base, base + static_cast<std::size_t>(kTileKeys) * layout.slice};
+}
+
+// A warp's slice of a row for key format `format` (a tile's keys: params' window or entry format).
+struct WarpSlice {
+  int head_dim;
+  int dim0;
+  int slice;
+  __device__ __forceinline__ SliceBytes of(RowFormat format) const { return slice_bytes(format, head_dim, dim0, slice); }
+};
+
+template <int Unit>
+__device__ __forceinline__ void copy_bytes(uint8_t* to, const uint8_t* from, int bytes) {
+  for (int b = 0; b < bytes; b += Unit) {
+    if constexpr (Unit == 1) {
+      to[b] = from[b];
     } else {
-      const float scale = e8m0_value(scale_byte);
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i)
-        v[i] = e4m3_shifted(((i < 4 ? low : high) >> (8 * (i % 4))) & 0xffu) * 0x1p120f * scale;
+      copy_async<Unit>(to + b, from + b);
     }
-  } else {
-    const uint32_t codes = load_u32_any(row + first / 2);
-    const bool nan_scale = format == RowFormat::Fp4E4m3x16 ? (scale_byte & 0x7fu) == 0x7fu : scale_byte == 255u;
-    const float scale = nan_scale ? quiet_nan()
-                        : format == RowFormat::Fp4E4m3x16 ? e4m3_value(scale_byte)
-                                                          : e8m0_value(scale_byte);
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) v[i] = nan_scale ? scale : e2m1_shifted(codes >> (4 * i)) * 0x1p126f * scale;
   }
-  uint4 out;
-  out.x = mma::bf16_bits_rn(v[0]) | (mma::bf16_bits_rn(v[1]) << 16);
-  out.y = mma::bf16_bits_rn(v[2]) | (mma::bf16_bits_rn(v[3]) << 16);
-  out.z = mma::bf16_bits_rn(v[4]) | (mma::bf16_bits_rn(v[5]) << 16);
-  out.w = mma::bf16_bits_rn(v[6]) | (mma::bf16_bits_rn(v[7]) << 16);
-  return out;
+}
+
+// Starts the copy of a tile's slice into `stage`: lane l copies key l's codes (its row address
+// `row`, null past the tile) and the scale words over them. Each lane's copy is one line of its
+// row, so the lanes need no addresses of each other's; rows aligned to 16 bytes (as the caches
+// store V4.1-Flash's) copy 16 bytes at a time, others less, down to plain byte loads.
+__device__ __forceinline__ void stage_tile(const Stage& stage, const WarpSlice& ws, const uint8_t* row, bool entry,
+                                           RowFormat window, RowFormat entries, int lane) {
+  if (row == nullptr) return;
+  const SliceBytes s = ws.of(entry ? entries : window);
+  uint8_t* codes = stage.codes + lane * ws.slice;
+  const uint8_t* from = row + s.code_offset;
+  const auto misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(from) | s.code_bytes) & 15u;
+  if (misaligned == 0) {
+    copy_bytes<16>(codes, from, s.code_bytes);
+  } else if ((misaligned & 7u) == 0) {
+    copy_bytes<8>(codes, from, s.code_bytes);
+  } else if ((misaligned & 3u) == 0) {
+    copy_bytes<4>(codes, from, s.code_bytes);
+  } else {
+    copy_bytes<1>(codes, from, s.code_bytes);
+  }
+  // The scales start code_bytes(head_dim) (a multiple of 64) into the row.
+  uint8_t* scales = stage.scales + 4 * kScaleWords * lane;
+  if ((reinterpret_cast<uintptr_t>(row) & 3u) == 0) {
+    copy_bytes<4>(scales, row + s.scale_offset, 4 * s.scale_words);
+  } else {
+    copy_bytes<1>(scales, row + s.scale_offset, 4 * s.scale_words);
+  }
+}
+
+// Row t's keys [begin, end) for this block.
+struct KeyRange {
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+
+__device__ __forceinline__ KeyRange split_range(int32_t key_count, int split, int splits) {
+  if (splits == 1) return {0, key_count};
+  int32_t per = (key_count + splits - 1) / splits;
+  per = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
+  if (per < kMinSplitKeys) per = kMinSplitKeys;
+  const int32_t begin = split * per < key_count ? split * per : key_count;
+  const int32_t end = key_count - begin > per ? begin + per : key_count;
+  return {begin, end};
+}
+
+// Lane l's row address for key (first + l) of [.., end): null past the end.
+__device__ __forceinline__ const uint8_t* lane_row(const AttentionParams& params, const RowKeys& keys, int32_t first,
+                                                   int32_t end, int lane) {
+  const int32_t j = first + lane;
+  return j < end ? key_row(params, keys, j) : nullptr;
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
     sink_attention_mma_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
-                              const int32_t* row_segment, const float* q, float* attended) {
+                              const int32_t* row_segment, const float* q, float* attended, float* split_parts) {
   await_previous_grid();
   extern __shared__ __align__(16) unsigned char shared[];
-  __shared__ const uint8_t* tile_rows[kTileKeys];
   __shared__ float rescale[kHeads];
   __shared__ float denominator[kHeads];
   const int head_dim = params.head_dim;
   const SharedLayout layout = shared_layout(head_dim);
-  auto* keys_bf16 = reinterpret_cast<uint16_t*>(shared);
-  auto* partial = reinterpret_cast<float*>(shared + layout.keys_bytes);  // [kWarps][kHeads][kScoreStride]
-  float* weights = partial + kWarps * kHeads * kScoreStride;               // [kHeads][kScoreStride]
-
   const int64_t t = blockIdx.x;
   const int head0 = static_cast<int>(blockIdx.y) * kHeads;
+  const int split = static_cast<int>(blockIdx.z);
+  const int splits = static_cast<int>(gridDim.z);
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / kWarp;
   const int lane = thread % kWarp;
   const int g = lane / 4;  // the MMA fragments' row group
   const int c = lane % 4;  // and column pair
-  const int slice = head_dim / kWarps;
+  const int slice = layout.slice;
   const int dim0 = warp * slice;
   const int score_steps = slice / 16;
   const int output_tiles = slice / 8;
+  unsigned char* warp_base = shared + static_cast<std::size_t>(warp) * layout.warp_bytes;
+  auto* keys_bf16 = reinterpret_cast<uint16_t*>(warp_base);
+  auto* partial = reinterpret_cast<float*>(shared + kWarps * layout.warp_bytes);  // [kWarps][kHeads][kScoreStride]
+  float* weights = partial + kWarps * kHeads * kScoreStride;                       // [kHeads][kScoreStride]
+
   const RowKeys keys = row_keys(params, segments, row_segment, t);
-  const int64_t key_count = keys.window_keys + keys.entry_keys;
+  const KeyRange range = split_range(keys.window_keys + keys.entry_keys, split, splits);
+  const WarpSlice ws{head_dim, dim0, slice};
+  // Keys past the window's are entries (none without compressed keys, where the entry format
+  // is unused).
+  const RowFormat window_format = params.window_format;
+  const RowFormat entry_format = params.entries.format;
+
+  // The first two tiles' copies start before anything else: their latency hides behind q's split.
+  const uint8_t* row_ahead = nullptr;  // lane's key in the tile after the one in flight
+  {
+    const uint8_t* row0 = lane_row(params, keys, range.begin, range.end, lane);
+    stage_tile(stage_at(warp_base, layout, 0), ws, row0, range.begin + lane >= keys.window_keys, window_format,
+               entry_format, lane);
+    commit_copies();
+    const int32_t first1 = range.begin + kTileKeys;
+    const uint8_t* row1 = lane_row(params, keys, first1, range.end, lane);
+    stage_tile(stage_at(warp_base, layout, 1), ws, row1, first1 + lane >= keys.window_keys, window_format,
+               entry_format, lane);
+    commit_copies();
+    row_ahead = lane_row(params, keys, range.begin + 2 * kTileKeys, range.end, lane);
+  }
 
   // q's A fragments for this warp's slice: rows g and g + 8 (heads), columns 2c, 2c + 1 and 8
   // past them (dimensions), in three planes.
@@ -214,25 +382,36 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
 
-  const int chunks = head_dim / kChunk;
-  for (int64_t tile_first = 0; tile_first < key_count; tile_first += kTileKeys) {
-    const int64_t remaining = key_count - tile_first;
+  const int chunks = slice / kChunk;  // per key
+  int stage_index = 0;
+  for (int32_t tile_first = range.begin; tile_first < range.end; tile_first += kTileKeys) {
+    const int32_t remaining = range.end - tile_first;
     const int tile_size = static_cast<int>(remaining < kTileKeys ? remaining : kTileKeys);
-    if (thread < tile_size) tile_rows[thread] = key_row(params, keys, tile_first + thread);
-    __syncthreads();  // also: the previous tile's keys and weights are no longer read
-    // Keys past the tile's end are zeros: their weight is 0, and 0 x NaN would not be.
-    for (int item = thread; item < kTileKeys * chunks; item += kThreads) {
+
+    // 0. This tile's copies (all but the newest group are complete), decoded into the warp's keys;
+    // keys past the tile's end are zeros (their weight is 0, and 0 x NaN would not be).
+    await_copies<1>();
+    __syncwarp();
+    const Stage stage = stage_at(warp_base, layout, stage_index);
+    for (int item = lane; item < kTileKeys * chunks; item += kWarp) {
       const int key = item / chunks;
       const int first = (item - key * chunks) * kChunk;
       uint4 values = make_uint4(0u, 0u, 0u, 0u);
       if (key < tile_size) {
-        const bool entry = tile_first + key >= keys.window_keys;
-        values = entry ? decode_chunk(params.entries.format, head_dim, tile_rows[key], first)
-                       : decode_chunk(params.window_format, head_dim, tile_rows[key], first);
+        const SliceBytes s = ws.of(tile_first + key >= keys.window_keys ? entry_format : window_format);
+        values = decode_chunk(s, dim0, stage.codes + key * slice, stage.scales + 4 * kScaleWords * key, first);
       }
       *reinterpret_cast<uint4*>(keys_bf16 + key * layout.key_stride + first) = values;
     }
-    __syncthreads();
+    __syncwarp();
+    // The stage is free: the tile two ahead goes into it.
+    {
+      const int32_t ahead_first = tile_first + 2 * kTileKeys;
+      stage_tile(stage, ws, row_ahead, ahead_first + lane >= keys.window_keys, window_format, entry_format, lane);
+      commit_copies();
+      row_ahead = lane_row(params, keys, ahead_first + kTileKeys, range.end, lane);
+      stage_index ^= 1;
+    }
 
     // 1. Partial scores over this warp's slice: n tile j is keys 8 j .. 8 j + 7.
     const int key_tiles = (tile_size + 7) / 8;
@@ -240,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       // ldmatrix rows: lane l gives key 8 j + l % 8 at dimension 8 (l / 8) of a 32-wide span,
       // so the four matrices are two k steps' (b0, b1).
-      const uint16_t* key_at = keys_bf16 + (8 * j + lane % 8) * layout.key_stride + dim0 + 8 * (lane / 8);
+      const uint16_t* key_at = keys_bf16 + (8 * j + lane % 8) * layout.key_stride + 8 * (lane / 8);
 #pragma unroll
       for (int step = 0; step < kMaxScoreSteps; step += 2) {
         if (step >= score_steps) break;
@@ -316,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       // ldmatrix rows (transposed): lane l gives key 16 u + l % 8 + 8 ((l / 8) % 2) at dimension
       // 8 (l / 16) of a 16-wide span: (b0, b1) of two n tiles.
       const uint16_t* value_at =
-          keys_bf16 + (16 * u + lane % 8 + 8 * ((lane / 8) % 2)) * layout.key_stride + dim0 + 8 * (lane / 16);
+          keys_bf16 + (16 * u + lane % 8 + 8 * ((lane / 8) % 2)) * layout.key_stride + 8 * (lane / 16);
 #pragma unroll
       for (int n = 0; n < kMaxOutputTiles; n += 2) {
         if (n >= output_tiles) break;
@@ -329,6 +508,32 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
+    __syncwarp();  // the warp's keys are read before the next tile's decode overwrites them
+  }
+  await_copies<0>();  // no copy outlives the block
+
+  if (splits > 1) {
+    // This range's unnormalised output, running max and weight sum (an empty range: 0, the sink
+    // logit, 0), for sink_attention_combine_kernel.
+    const int64_t heads = params.heads;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = head0 + g + 8 * h;
+      if (head >= params.heads) continue;
+      float* out = split_parts + ((t * heads + head) * splits + split) * head_dim + dim0 + 2 * c;
+#pragma unroll
+      for (int n = 0; n < kMaxOutputTiles; ++n) {
+        if (n >= output_tiles) break;
+        *reinterpret_cast<float2*>(out + 8 * n) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+      }
+    }
+    if (softmax_key == 0 && head0 + softmax_head < params.heads) {
+      float* stats = split_parts + static_cast<int64_t>(gridDim.x) * heads * splits * head_dim +
+                     ((t * heads + head0 + softmax_head) * splits + split) * 2;
+      stats[0] = running_max;
+      stats[1] = weight_sum;
+    }
+    return;
   }
 
   // No keys: weight_sum 0 and acc 0, so the output is 0 (the sink takes all the mass).
@@ -349,6 +554,51 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// One block per (row, head): the ranges' outputs rescaled to the largest running max, summed in
+// range order and divided by the whole denominator (the ranges' sums, then the sink's term, as
+// one block sums them).
+constexpr int kCombineThreads = 128;
+
+__global__ void __launch_bounds__(kCombineThreads)
+    sink_attention_combine_kernel(const __grid_constant__ AttentionParams params, const float* split_parts,
+                                  int splits, float* attended) {
+  await_previous_grid();
+  const int64_t t = blockIdx.x;
+  const int head = static_cast<int>(blockIdx.y);
+  const int64_t heads = params.heads;
+  const int head_dim = params.head_dim;
+  const int64_t pair = t * heads + head;
+  const float* stats = split_parts + static_cast<int64_t>(gridDim.x) * heads * splits * head_dim + pair * splits * 2;
+  float largest = -INFINITY;
+  for (int s = 0; s < splits; ++s) largest = fmaxf(largest, stats[2 * s]);
+  float factor[kMaxSplits];
+  float d = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    factor[s] = s < splits ? expf(stats[2 * s] - largest) : 0.0f;
+    if (s < splits) d += stats[2 * s + 1] * factor[s];
+  }
+  d += expf(params.sink[head] - largest);
+  const float* parts = split_parts + pair * splits * head_dim;
+  for (int e = static_cast<int>(threadIdx.x); e < head_dim; e += kCombineThreads) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s)
+      if (s < splits) sum += parts[s * head_dim + e] * factor[s];
+    attended[pair * head_dim + e] = sum / d;
+  }
+}
+
+// Key splits for a call: where its blocks fill at most one an SM, as many as fill two an SM
+// (the kernel's residency), up to kMaxSplits.
+int key_splits(int64_t rows, int32_t heads) {
+  const int64_t blocks = rows * ((heads + kHeads - 1) / kHeads);
+  const int64_t slots = 2 * int64_t{current_device_sm_count()};
+  if (blocks <= 0 || 2 * blocks > slots) return 1;
+  const int64_t splits = slots / blocks;
+  return static_cast<int>(splits < kMaxSplits ? splits : kMaxSplits);
+}
+
 }  // namespace
 
 void sink_attention_mma(const AttentionParams& params, const SegmentRows* segments, const int32_t* row_segment,
@@ -364,10 +614,17 @@ void sink_attention_mma(const AttentionParams& params, const SegmentRows* segmen
            " bytes of shared memory: ", cudaGetErrorString(status));
     }
   }
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((params.heads + kHeads - 1) / kHeads));
+  const int splits = params.split_workspace != nullptr ? key_splits(rows, params.heads) : 1;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((params.heads + kHeads - 1) / kHeads),
+                  static_cast<unsigned>(splits));
   launch(sink_attention_mma_kernel, grid, kThreads, layout.bytes, native(stream), params, segments, row_segment, q,
-         attended);
+         attended, params.split_workspace);
   check_launch("cuda::sink_attention (tensor cores)");
+  if (splits == 1) return;
+  launch(sink_attention_combine_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(params.heads)),
+         kCombineThreads, 0, native(stream), params, static_cast<const float*>(params.split_workspace), splits,
+         attended);
+  check_launch("cuda::sink_attention (combining key splits)");
 }
 
 }  // namespace deepinfer::kernels::cuda::detail
@@ -379,6 +636,11 @@ bool sink_attention_on_tensor_cores(const AttentionParams& params) {
   const bool entries_exact = params.compressed == CompressedKeys::None || exact(params.entries.format);
   return params.tensor_cores && params.head_dim > 0 && params.head_dim % 128 == 0 &&
          params.head_dim <= detail::kMaxHeadDim && exact(params.window_format) && entries_exact;
+}
+
+int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim) {
+  const int splits = detail::key_splits(rows, heads);
+  return splits == 1 ? 0 : rows * heads * splits * (int64_t{head_dim} + 2);
 }
 
 }  // namespace deepinfer::kernels::cuda
