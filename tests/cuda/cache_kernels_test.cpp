@@ -564,8 +564,8 @@ TEST(CudaSinkAttention, V41PickedFp4EntriesAndFp8Window) {
   expect_sink_attention_matches_host(c, 3);
 }
 
-TEST(CudaSinkAttention, SixtyFourHeadsOf512) {
-  DEEPINFER_REQUIRE_CUDA_DEVICE();
+// V4.1-Flash's CSA layer: 64 heads of 512, a window of 128 FP8 rows and picked FP4 entries.
+AttentionCase v41_flash_case(int64_t block_tokens, int64_t region_offset, int32_t topk) {
   AttentionCase c;
   c.heads = 64;
   c.head_dim = 512;
@@ -574,10 +574,16 @@ TEST(CudaSinkAttention, SixtyFourHeadsOf512) {
   c.compressed = CompressedKeys::Picked;
   c.ratio = 4;
   c.entry_format = CacheFormat::Fp4E4m3x16;
-  c.block_tokens = 64;
-  c.region_offset = 4096;
-  c.topk = 32;
+  c.block_tokens = block_tokens;
+  c.region_offset = region_offset;
+  c.topk = topk;
   c.tensor_cores = true;
+  return c;
+}
+
+TEST(CudaSinkAttention, SixtyFourHeadsOf512) {
+  DEEPINFER_REQUIRE_CUDA_DEVICE();
+  AttentionCase c = v41_flash_case(/*block_tokens=*/64, /*region_offset=*/4096, /*topk=*/32);
   c.segments = {{3, 300, 173}, {2, 130, 3}};
   expect_sink_attention_matches_host(c, 4);
 }
@@ -586,18 +592,7 @@ TEST(CudaSinkAttention, SixtyFourHeadsOf512) {
 // unsplit its keys are 36 tiles of one block; split, up to 16 ranges and the combining pass.
 TEST(CudaSinkAttention, V41FlashDecodeRowsWithTheirKeysSplit) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
-  AttentionCase c;
-  c.heads = 64;
-  c.head_dim = 512;
-  c.window = 128;
-  c.window_format = CacheFormat::Fp8Ue8m0x32;
-  c.compressed = CompressedKeys::Picked;
-  c.ratio = 4;
-  c.entry_format = CacheFormat::Fp4E4m3x16;
-  c.block_tokens = 256;
-  c.region_offset = 0;
-  c.topk = 1024;
-  c.tensor_cores = true;
+  AttentionCase c = v41_flash_case(/*block_tokens=*/256, /*region_offset=*/0, /*topk=*/1024);
   c.segments = {{1, 4400, 4200}, {1, 600, 400}};  // 128 + 1,024 keys and 128 + 150
   EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim), 0);
   expect_sink_attention_matches_host(c, 9);
