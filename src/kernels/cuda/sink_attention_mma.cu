@@ -5,11 +5,14 @@
 // Layout. One thread block per (call row, 16 heads, key split): the 16 heads are one m16n8k16
 // MMA's M, so S = Q K^T and O = P V are MMAs over the block's keys, 32 at a time. The head
 // dimension is cut into 8 slices, one per warp, and a warp owns everything of its slice:
-//   0. it copies its slice of the next tile's stored rows (codes and the words of scales over
-//      them) into its own shared memory with cp.async, a tile ahead, so the loads' latency hides
-//      behind a tile of MMAs; then it decodes the staged codes to BF16 (exact: FP8 and FP4 codes
-//      under power-of-two or e4m3 scales have at most 6 significant bits; e4m3 through the
-//      hardware's e4m3x2 -> f16x2 conversion) in its own shared memory, with no block barrier;
+//   0. it copies its slice of the tile after next's stored rows (codes and the words of scales
+//      over them; lane l key l, so no lane needs another's row address) into its own shared
+//      memory with cp.async, so the loads' latency hides behind two tiles of MMAs; then lane l
+//      decodes key l's staged codes to BF16 (exact: FP8 and FP4 codes under power-of-two or e4m3
+//      scales have at most 6 significant bits; e4m3 through the hardware's e4m3x2 -> f16x2
+//      conversion) in the warp's own shared memory, with no block barrier. Each format's
+//      decode is its own code path with its block size a constant: the decode's integer
+//      arithmetic was the kernel's busiest pipe;
 //   1. its S is over its slice (a partial dot product per (head, key)), written to shared memory;
 //   2. 256 threads, one per (head, key pair), sum the 8 partials in slice order, keep the online
 //      softmax (running max from the sink logit, as the SIMT kernel) and write the weights P;
@@ -92,31 +95,33 @@ __host__ __device__ inline SharedLayout shared_layout(int head_dim) {
   return layout;
 }
 
-// Where a warp's slice of a row is, for one key format.
+// Where a warp's slice of a row is, for one key format: FP8 (a code byte a value, a scale byte
+// a 32-value block) or FP4 (a byte two values, a scale byte a 16- or 32-value block).
 struct SliceBytes {
-  RowFormat format = RowFormat::Fp8Ue8m0x32;
   int code_offset = 0;   // the slice's first code byte
   int code_bytes = 0;    // its code bytes
-  int block = 32;        // values under one scale byte
   int scale_offset = 0;  // the first scale word over the slice, in bytes from the row
   int scale_words = 0;   // 1 or 2
-  int scale_skip = 0;    // scale bytes in that word before the slice's first
 };
 
-__device__ __forceinline__ SliceBytes slice_bytes(RowFormat format, int head_dim, int dim0, int slice) {
+template <int Block, int ValuesPerByte>
+__device__ __forceinline__ SliceBytes slice_bytes_of(int head_dim, int dim0, int slice) {
   SliceBytes s;
-  s.format = format;
-  const bool fp8 = format == RowFormat::Fp8Ue8m0x32;
-  s.code_offset = fp8 ? dim0 : dim0 / 2;
-  s.code_bytes = fp8 ? slice : slice / 2;
-  s.block = cache_block(format);
-  const int first_scale = dim0 / s.block;
-  const int last_scale = (dim0 + slice - 1) / s.block;
-  const int scales = static_cast<int>(code_bytes(format, head_dim));
-  s.scale_offset = scales + 4 * (first_scale / 4);
+  s.code_offset = dim0 / ValuesPerByte;
+  s.code_bytes = slice / ValuesPerByte;
+  const int first_scale = dim0 / Block;
+  const int last_scale = (dim0 + slice - 1) / Block;
+  s.scale_offset = head_dim / ValuesPerByte + 4 * (first_scale / 4);
   s.scale_words = last_scale / 4 - first_scale / 4 + 1;
-  s.scale_skip = first_scale % 4;
   return s;
+}
+
+__device__ __forceinline__ SliceBytes slice_bytes(RowFormat format, int head_dim, int dim0, int slice) {
+  switch (format) {
+    case RowFormat::Fp8Ue8m0x32: return slice_bytes_of<32, 1>(head_dim, dim0, slice);
+    case RowFormat::Fp4E4m3x16: return slice_bytes_of<16, 2>(head_dim, dim0, slice);
+    default: return slice_bytes_of<32, 2>(head_dim, dim0, slice);
+  }
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -183,47 +188,20 @@ __device__ __forceinline__ float e2m1_shifted(uint32_t nibble) {
   return __uint_as_float(((nibble & 0x7u) << 22) | ((nibble & 0x8u) << 28));
 }
 
-// Values [first, first + 8) of a warp's slice (first a multiple of 8) from its staged codes and
-// scale words, as eight BF16 equal to stored_value's floats rounded to BF16.
-__device__ __forceinline__ uint4 decode_chunk(const SliceBytes& s, int dim0, const uint8_t* codes,
-                                              const uint8_t* scale_bytes, int first) {
-  const uint32_t scale_byte = scale_bytes[s.scale_skip + (dim0 + first) / s.block - (dim0 / s.block)];
-  uint4 out;
-  if (s.format == RowFormat::Fp8Ue8m0x32) {
-    const uint2 c = *reinterpret_cast<const uint2*>(codes + first);
-    const float scale = e8m0_value(scale_byte);
-    out.x = e4m3_pair_scaled(c.x, scale);
-    out.y = e4m3_pair_scaled(c.x >> 16, scale);
-    out.z = e4m3_pair_scaled(c.y, scale);
-    out.w = e4m3_pair_scaled(c.y >> 16, scale);
-    return out;
-  }
-  const uint32_t c = *reinterpret_cast<const uint32_t*>(codes + first / 2);
-  const bool nan_scale = s.format == RowFormat::Fp4E4m3x16 ? (scale_byte & 0x7fu) == 0x7fu : scale_byte == 255u;
-  const float scale = nan_scale ? quiet_nan()
-                      : s.format == RowFormat::Fp4E4m3x16 ? e4m3_value(scale_byte)
-                                                          : e8m0_value(scale_byte);
-  float v[kChunk];
-#pragma unroll
-  for (int i = 0; i < kChunk; ++i) v[i] = nan_scale ? scale : e2m1_shifted(c >> (4 * i)) * 0x1p126f * scale;
-  out.x = bf16x2_rn(v[0], v[1]);
-  out.y = bf16x2_rn(v[2], v[3]);
-  out.z = bf16x2_rn(v[4], v[5]);
-  out.w = bf16x2_rn(v[6], v[7]);
-  return out;
-}
-
-// A warp's staged tile: the codes of its slice for 32 keys (stride: the slice's FP8 bytes, the
-// widest), then 2 scale words a key.
+// A warp's staged tile, laid out so that lane l's 16-byte pieces of key l are side by side across
+// the lanes (cp.async's shared writes and the decode's reads go to distinct banks): byte b of key
+// k's codes at codes[(b / 16) x 512 + k x 16 + b % 16], scale word w of key k at scales[w x 32 + k].
 struct Stage {
   uint8_t* codes;
-  uint8_t* scales;
+  uint32_t* scales;
 };
 
 __device__ __forceinline__ Stage stage_at(unsigned char* warp_base, const SharedLayout& layout, int stage) {
   uint8_t* base = warp_base + layout.keys_bytes + static_cast<std::size_t>(stage) * layout.stage_bytes;
-  return {base, base + static_cast<std::size_t>(kTileKeys) * layout.slice};
+  return {base, reinterpret_cast<uint32_t*>(base + static_cast<std::size_t>(kTileKeys) * layout.slice)};
 }
+
+__device__ __forceinline__ int staged_code(int key, int byte) { return (byte / 16) * (16 * kTileKeys) + key * 16 + byte % 16; }
 
 // A warp's slice of a row for key format `format` (a tile's keys: params' window or entry format).
 struct WarpSlice {
@@ -234,12 +212,12 @@ struct WarpSlice {
 };
 
 template <int Unit>
-__device__ __forceinline__ void copy_bytes(uint8_t* to, const uint8_t* from, int bytes) {
+__device__ __forceinline__ void copy_codes(uint8_t* codes, int key, const uint8_t* from, int bytes) {
   for (int b = 0; b < bytes; b += Unit) {
     if constexpr (Unit == 1) {
-      to[b] = from[b];
+      codes[staged_code(key, b)] = from[b];
     } else {
-      copy_async<Unit>(to + b, from + b);
+      copy_async<Unit>(codes + staged_code(key, b), from + b);
     }
   }
 }
@@ -252,24 +230,84 @@ __device__ __forceinline__ void stage_tile(const Stage& stage, const WarpSlice& 
                                            RowFormat window, RowFormat entries, int lane) {
   if (row == nullptr) return;
   const SliceBytes s = ws.of(entry ? entries : window);
-  uint8_t* codes = stage.codes + lane * ws.slice;
   const uint8_t* from = row + s.code_offset;
   const auto misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(from) | s.code_bytes) & 15u;
   if (misaligned == 0) {
-    copy_bytes<16>(codes, from, s.code_bytes);
+    copy_codes<16>(stage.codes, lane, from, s.code_bytes);
   } else if ((misaligned & 7u) == 0) {
-    copy_bytes<8>(codes, from, s.code_bytes);
+    copy_codes<8>(stage.codes, lane, from, s.code_bytes);
   } else if ((misaligned & 3u) == 0) {
-    copy_bytes<4>(codes, from, s.code_bytes);
+    copy_codes<4>(stage.codes, lane, from, s.code_bytes);
   } else {
-    copy_bytes<1>(codes, from, s.code_bytes);
+    copy_codes<1>(stage.codes, lane, from, s.code_bytes);
   }
   // The scales start code_bytes(head_dim) (a multiple of 64) into the row.
-  uint8_t* scales = stage.scales + 4 * kScaleWords * lane;
-  if ((reinterpret_cast<uintptr_t>(row) & 3u) == 0) {
-    copy_bytes<4>(scales, row + s.scale_offset, 4 * s.scale_words);
+  for (int w = 0; w < s.scale_words; ++w) {
+    const uint8_t* at = row + s.scale_offset + 4 * w;
+    uint32_t* to = stage.scales + w * kTileKeys + lane;
+    if ((reinterpret_cast<uintptr_t>(row) & 3u) == 0) copy_async<4>(to, at);
+    else *to = load_u32_bytes(at);
+  }
+}
+
+// Code bytes [byte, byte + 4 N) of a staged key (N words), decoded to BF16 values of the slice
+// into `out` (the key's decoded row): e4m3 codes through the hardware's exact e4m3x2 -> f16x2
+// conversion, e2m1 codes placed under the f32 exponent; either times its block's scale in f32 and
+// rounded once to BF16, as stored_value's floats rounded to BF16. A NaN code or scale gives a NaN.
+// `scales`: the slice's scale bytes (little-endian), the first at byte `skip`.
+template <int Block, int ValuesPerByte, int N>
+__device__ __forceinline__ void decode_words(const uint32_t (&code)[N], int byte, int dim0, uint64_t scales, int skip,
+                                             uint16_t* out) {
+  constexpr int kValues = 4 * N * ValuesPerByte;
+  static_assert(kValues <= Block, "a piece lies in one scale block");
+  const int first = byte * ValuesPerByte;  // the piece's first value in the slice
+  const auto scale_byte =
+      static_cast<uint32_t>(scales >> (8 * (skip + (dim0 + first) / Block - dim0 / Block))) & 0xffu;
+  uint32_t pairs[kValues / 2];
+  if constexpr (ValuesPerByte == 1) {
+    const float scale = e8m0_value(scale_byte);
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) pairs[i] = e4m3_pair_scaled(code[i / 2] >> (16 * (i % 2)), scale);
   } else {
-    copy_bytes<1>(scales, row + s.scale_offset, 4 * s.scale_words);
+    const bool nan_scale = Block == 16 ? (scale_byte & 0x7fu) == 0x7fu : scale_byte == 255u;
+    const float scale = nan_scale ? quiet_nan() : Block == 16 ? e4m3_value(scale_byte) : e8m0_value(scale_byte);
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) {
+      const uint32_t nibbles = code[i / 4] >> (8 * (i % 4));
+      const float low = nan_scale ? scale : e2m1_shifted(nibbles) * 0x1p126f * scale;
+      const float high = nan_scale ? scale : e2m1_shifted(nibbles >> 4) * 0x1p126f * scale;
+      pairs[i] = bf16x2_rn(low, high);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kValues / 8; ++i)
+    *reinterpret_cast<uint4*>(out + first + 8 * i) =
+        make_uint4(pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2], pairs[4 * i + 3]);
+}
+
+// Lane l's key of a staged tile into its decoded row (zeros for a key past the tile: their
+// weight is 0, and 0 x NaN would not be), 16 code bytes at a time.
+template <int Block, int ValuesPerByte>
+__device__ __forceinline__ void decode_key(const Stage& stage, const SliceBytes& s, int dim0, int lane, uint16_t* out) {
+  const uint64_t scales = stage.scales[lane] | (s.scale_words > 1 ? uint64_t{stage.scales[kTileKeys + lane]} << 32 : 0);
+  const int skip = (dim0 / Block) % 4;
+  int byte = 0;
+  for (; byte + 16 <= s.code_bytes; byte += 16) {
+    const uint4 c = *reinterpret_cast<const uint4*>(stage.codes + staged_code(lane, byte));
+    const uint32_t code[4] = {c.x, c.y, c.z, c.w};
+    if constexpr (ValuesPerByte == 1) {
+      decode_words<Block, ValuesPerByte, 4>(code, byte, dim0, scales, skip, out);
+    } else {  // 32 FP4 values: two pieces of 16, each in one block (a slice starts on 16 values)
+      const uint32_t low[2] = {c.x, c.y};
+      const uint32_t high[2] = {c.z, c.w};
+      decode_words<Block, ValuesPerByte, 2>(low, byte, dim0, scales, skip, out);
+      decode_words<Block, ValuesPerByte, 2>(high, byte + 8, dim0, scales, skip, out);
+    }
+  }
+  if (byte < s.code_bytes) {  // an 8-byte tail: FP4 slices of 16 or 48 values
+    const uint2 c = *reinterpret_cast<const uint2*>(stage.codes + staged_code(lane, byte));
+    const uint32_t code[2] = {c.x, c.y};
+    decode_words<Block, ValuesPerByte, 2>(code, byte, dim0, scales, skip, out);
   }
 }
 
@@ -382,7 +420,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
 
-  const int chunks = slice / kChunk;  // per key
   int stage_index = 0;
   for (int32_t tile_first = range.begin; tile_first < range.end; tile_first += kTileKeys) {
     const int32_t remaining = range.end - tile_first;
@@ -393,15 +430,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     await_copies<1>();
     __syncwarp();
     const Stage stage = stage_at(warp_base, layout, stage_index);
-    for (int item = lane; item < kTileKeys * chunks; item += kWarp) {
-      const int key = item / chunks;
-      const int first = (item - key * chunks) * kChunk;
-      uint4 values = make_uint4(0u, 0u, 0u, 0u);
-      if (key < tile_size) {
-        const SliceBytes s = ws.of(tile_first + key >= keys.window_keys ? entry_format : window_format);
-        values = decode_chunk(s, dim0, stage.codes + key * slice, stage.scales + 4 * kScaleWords * key, first);
+    {
+      uint16_t* key_out = keys_bf16 + lane * layout.key_stride;
+      if (lane < tile_size) {
+        const RowFormat format = tile_first + lane >= keys.window_keys ? entry_format : window_format;
+        const SliceBytes s = ws.of(format);
+        if (format == RowFormat::Fp8Ue8m0x32) decode_key<32, 1>(stage, s, dim0, lane, key_out);
+        else if (format == RowFormat::Fp4E4m3x16) decode_key<16, 2>(stage, s, dim0, lane, key_out);
+        else decode_key<32, 2>(stage, s, dim0, lane, key_out);
+      } else {
+        for (int first = 0; first < slice; first += kChunk)
+          *reinterpret_cast<uint4*>(key_out + first) = make_uint4(0u, 0u, 0u, 0u);
       }
-      *reinterpret_cast<uint4*>(keys_bf16 + key * layout.key_stride + first) = values;
     }
     __syncwarp();
     // The stage is free: the tile two ahead goes into it.
@@ -569,17 +609,27 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int head_dim = params.head_dim;
   const int64_t pair = t * heads + head;
   const float* stats = split_parts + static_cast<int64_t>(gridDim.x) * heads * splits * head_dim + pair * splits * 2;
+  // Every range's max and sum loaded at once (one load latency, not one a range).
+  float range_max[kMaxSplits];
+  float range_sum[kMaxSplits];
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    range_max[s] = s < splits ? stats[2 * s] : -INFINITY;
+    range_sum[s] = s < splits ? stats[2 * s + 1] : 0.0f;
+  }
   float largest = -INFINITY;
-  for (int s = 0; s < splits; ++s) largest = fmaxf(largest, stats[2 * s]);
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) largest = fmaxf(largest, range_max[s]);
   float factor[kMaxSplits];
   float d = 0.0f;
 #pragma unroll
   for (int s = 0; s < kMaxSplits; ++s) {
-    factor[s] = s < splits ? expf(stats[2 * s] - largest) : 0.0f;
-    if (s < splits) d += stats[2 * s + 1] * factor[s];
+    factor[s] = s < splits ? expf(range_max[s] - largest) : 0.0f;
+    if (s < splits) d += range_sum[s] * factor[s];
   }
   d += expf(params.sink[head] - largest);
   const float* parts = split_parts + pair * splits * head_dim;
+#pragma unroll 4
   for (int e = static_cast<int>(threadIdx.x); e < head_dim; e += kCombineThreads) {
     float sum = 0.0f;
 #pragma unroll
