@@ -488,7 +488,7 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
   for (const Variant variant : {Variant::kTensorCores, Variant::kSplitKeys, Variant::kSimt}) {
     const bool tensor_cores = variant != Variant::kSimt;
     if (tensor_cores && !c.tensor_cores) continue;
-    const int64_t split_floats = sink_attention_split_floats(total_rows, c.heads, c.head_dim);
+    const int64_t split_floats = sink_attention_split_floats(total_rows, c.heads, c.head_dim, /*max_row_keys=*/0);
     if (variant == Variant::kSplitKeys && split_floats == 0) continue;
     SCOPED_TRACE(variant == Variant::kTensorCores ? "tensor cores" : variant == Variant::kSplitKeys ? "split keys" : "SIMT");
     params.tensor_cores = tensor_cores;
@@ -594,7 +594,7 @@ TEST(CudaSinkAttention, V41FlashDecodeRowsWithTheirKeysSplit) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   AttentionCase c = v41_flash_case(/*block_tokens=*/256, /*region_offset=*/0, /*topk=*/1024);
   c.segments = {{1, 4400, 4200}, {1, 600, 400}};  // 128 + 1,024 keys and 128 + 150
-  EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim), 0);
+  EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim, /*max_row_keys=*/0), 0);
   expect_sink_attention_matches_host(c, 9);
 }
 

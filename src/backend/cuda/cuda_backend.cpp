@@ -1361,7 +1361,8 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
     for (const model::LayerWeights& layer : model.layers())
       for (int64_t call_rows = 1; call_rows <= rows; ++call_rows) {
         const int64_t floats = k::sink_attention_split_floats(call_rows, static_cast<int32_t>(layer.attention.heads),
-                                                              static_cast<int32_t>(layer.attention.head_dim));
+                                                              static_cast<int32_t>(layer.attention.head_dim),
+                                                              /*max_row_keys=*/0);
         if (floats == 0) break;  // and none for larger calls
         split_floats = std::max(split_floats, floats);
       }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/arena_slots.h"
@@ -42,6 +45,23 @@ void pad_entries(int64_t slots, std::vector<int32_t>& segment, std::vector<int32
   index.resize(size, 0);
   position.resize(size, 0);
   destinations.resize(size, nullptr);
+}
+
+// No row of the call sees more keys: its window (up to the last position a row can have: the
+// graph's context bound, which its replays keep to, or the call's own) and its entries (those
+// visible at that position, and no more than the picks' stride where it picks).
+int32_t max_row_keys(const k::AttentionParams& params, std::span<const model::AttentionSegment> segments,
+                     int64_t context_bound) {
+  int64_t last_position = context_bound > 0 ? context_bound - 1 : 0;
+  for (const model::AttentionSegment& segment : segments)
+    last_position = std::max(last_position, segment.first_position + segment.rows - 1);
+  int64_t keys = std::min<int64_t>(params.window, last_position + 1);
+  if (params.compressed == k::CompressedKeys::Visible && params.ratio > 0) keys += (last_position + 1) / params.ratio;
+  if (params.compressed == k::CompressedKeys::Picked) {
+    const int64_t ratio = params.entries.ratio;  // of the entries picked from
+    keys += ratio > 0 ? std::min<int64_t>(params.pick_stride, (last_position + 1) / ratio) : params.pick_stride;
+  }
+  return static_cast<int32_t>(std::min<int64_t>(keys, std::numeric_limits<int32_t>::max()));
 }
 
 k::PagedRegion region_of(const model::CachePages& pages, const model::PagedRows& rows) {
@@ -502,8 +522,11 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   }
   {
     const OpProfile::Section timed(profile_, "attention.core: sink", stream_);
-    const int64_t split_floats =
-        split_keys_ && k::sink_attention_on_tensor_cores(params) ? k::sink_attention_split_floats(rows, params.heads, params.head_dim) : 0;
+    params.max_row_keys = max_row_keys(params, segments, context_bound_);
+    const int64_t split_floats = split_keys_ && k::sink_attention_on_tensor_cores(params)
+                                     ? k::sink_attention_split_floats(rows, params.heads, params.head_dim,
+                                                                      params.max_row_keys)
+                                     : 0;
     if (split_floats > 0) params.split_workspace = arena_.get<float>(kSinkSplits, static_cast<std::size_t>(split_floats));
     k::sink_attention(params, layer.rows, layer.row_segment, rows, in.q, attended, stream_);
   }

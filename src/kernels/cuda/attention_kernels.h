@@ -195,13 +195,17 @@ struct AttentionParams {
   // Not null: where a call's blocks would leave SMs idle (a few decode rows), the tensor-core
   // kernel splits each row's keys over several blocks and combines them in a second pass, in
   // another order of sums than one block's; null (--batch-invariant) splits nothing, so a row's
-  // bits never depend on the call. sink_attention_split_floats(rows, heads, head_dim) floats.
+  // bits never depend on the call. sink_attention_split_floats(rows, heads, head_dim,
+  // max_row_keys) floats.
   float* split_workspace = nullptr;
+  // No row of the call has more keys (0: no bound known). It caps the splits at one a 64 keys,
+  // so a call of short rows launches no empty ranges; each row's keys are covered whatever it is.
+  int32_t max_row_keys = 0;
 };
 
 // The floats of split_workspace a call of `rows` rows uses on the current device (0: it splits
-// nothing).
-int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim);
+// nothing); max_row_keys as AttentionParams', 0 for the most any call of `rows` rows can use.
+int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim, int32_t max_row_keys);
 
 // Whether sink_attention runs on the tensor cores for these parameters: every key format stores
 // BF16-exact values (FP8 or FP4 codes under a block scale, as V4.1's window and entries; not F32)

@@ -640,13 +640,18 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 // Key splits for a call: where its blocks fill at most one an SM, as many as fill two an SM
-// (the kernel's residency), up to kMaxSplits.
-int key_splits(int64_t rows, int32_t heads) {
+// (the kernel's residency), up to kMaxSplits and to one a kMinSplitKeys of the longest row's keys
+// where a bound is known.
+int key_splits(int64_t rows, int32_t heads, int32_t max_row_keys) {
   const int64_t blocks = rows * ((heads + kHeads - 1) / kHeads);
   const int64_t slots = 2 * int64_t{current_device_sm_count()};
   if (blocks <= 0 || 2 * blocks > slots) return 1;
-  const int64_t splits = slots / blocks;
-  return static_cast<int>(splits < kMaxSplits ? splits : kMaxSplits);
+  int64_t splits = slots / blocks < kMaxSplits ? slots / blocks : kMaxSplits;
+  if (max_row_keys > 0) {
+    const int64_t useful = (int64_t{max_row_keys} + kMinSplitKeys - 1) / kMinSplitKeys;
+    if (useful < splits) splits = useful;
+  }
+  return static_cast<int>(splits);
 }
 
 }  // namespace
@@ -664,7 +669,7 @@ void sink_attention_mma(const AttentionParams& params, const SegmentRows* segmen
            " bytes of shared memory: ", cudaGetErrorString(status));
     }
   }
-  const int splits = params.split_workspace != nullptr ? key_splits(rows, params.heads) : 1;
+  const int splits = params.split_workspace != nullptr ? key_splits(rows, params.heads, params.max_row_keys) : 1;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((params.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(splits));
   launch(sink_attention_mma_kernel, grid, kThreads, layout.bytes, native(stream), params, segments, row_segment, q,
@@ -688,8 +693,8 @@ bool sink_attention_on_tensor_cores(const AttentionParams& params) {
          params.head_dim <= detail::kMaxHeadDim && exact(params.window_format) && entries_exact;
 }
 
-int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim) {
-  const int splits = detail::key_splits(rows, heads);
+int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim, int32_t max_row_keys) {
+  const int splits = detail::key_splits(rows, heads, max_row_keys);
   return splits == 1 ? 0 : rows * heads * splits * (int64_t{head_dim} + 2);
 }
 
