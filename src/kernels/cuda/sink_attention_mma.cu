@@ -22,7 +22,8 @@
 //
 // Key splits. Where a call's (row, 16 heads) blocks would leave SMs idle (a few decode rows) and
 // the caller gives a workspace, each row's keys are cut into up to kMaxSplits ranges of at
-// least kMinSplitKeys, one block each; a block writes its unnormalised output, running max and
+// least kMinSplitKeys (no more than the longest row can fill: AttentionParams::max_row_keys),
+// one block each; a block writes its unnormalised output, running max and
 // weight sum, and sink_attention_combine_kernel rescales them to the largest max and divides by
 // the whole denominator. A row whose keys fit one range keeps the unsplit bits (the other
 // ranges are empty: weight 1 for its own, 0 sums for theirs). Without a workspace
