@@ -67,7 +67,7 @@ constexpr int kMaxScoreSteps = kMaxSliceDims / 16;  // S's k steps in a warp's s
 constexpr int kMaxOutputTiles = kMaxSliceDims / 8;  // O's n tiles in a warp's slice
 constexpr int kScoreStride = kTileKeys + 8;         // floats per (head) row of scores or weights
 constexpr int kKeyPad = 8;                          // BF16 past each decoded key row
-constexpr int kChunk = 8;                           // values decoded per 16-byte store
+constexpr int kChunk = 8;                           // BF16 values a 16-byte store holds
 constexpr int kStages = 2;                          // staged tiles: the one decoded, the one in flight
 constexpr int kScaleWords = 2;                      // 4-byte words of scales over a slice, at most
 constexpr int kMaxSplits = 16;
@@ -286,8 +286,8 @@ __device__ __forceinline__ void decode_words(const uint32_t (&code)[N], int byte
         make_uint4(pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2], pairs[4 * i + 3]);
 }
 
-// Lane l's key of a staged tile into its decoded row (zeros for a key past the tile: their
-// weight is 0, and 0 x NaN would not be), 16 code bytes at a time.
+// Lane l's key of a staged tile into its decoded row, 16 code bytes at a time (the kernel writes
+// zeros for a key past the tile).
 template <int Block, int ValuesPerByte>
 __device__ __forceinline__ void decode_key(const Stage& stage, const SliceBytes& s, int dim0, int lane, uint16_t* out) {
   const uint64_t scales = stage.scales[lane] | (s.scale_words > 1 ? uint64_t{stage.scales[kTileKeys + lane]} << 32 : 0);
