@@ -18,8 +18,6 @@
 
 #include <cub/block/block_scan.cuh>
 
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
