@@ -464,6 +464,7 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
 
   // The host: attention_core's key order, then attend_head.
   std::vector<float> expected(q.size());
+  int32_t max_row_keys = 0;
   for (int64_t t = 0; t < total_rows; ++t) {
     const SegmentSpec& spec = c.segments[row_segment[t]];
     const SegmentCache& cache = caches[row_segment[t]];
@@ -478,23 +479,41 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
       for (int64_t w = 0; w < (p + 1) / c.ratio; ++w) keys.push_back(cache.entry_keys[w].data());
     if (c.compressed == CompressedKeys::Picked)
       for (int32_t i = 0; i < pick_count[t]; ++i) keys.push_back(cache.entry_keys[picks[t * pick_stride + i]].data());
+    max_row_keys = std::max(max_row_keys, static_cast<int32_t>(keys.size()));
     for (int64_t h = 0; h < heads; ++h)
       host_attend_head(q.data() + (t * heads + h) * d, keys, d, params.scale, sink[h],
                        expected.data() + (t * heads + h) * d);
   }
   // Both kernels where the tensor-core one applies (the SIMT one is DEEPINFER_CUDA_SIMT=1's), the
-  // tensor-core one also with its keys split over blocks where this call is small enough.
-  enum class Variant { kTensorCores, kSplitKeys, kSimt };
-  for (const Variant variant : {Variant::kTensorCores, Variant::kSplitKeys, Variant::kSimt}) {
-    const bool tensor_cores = variant != Variant::kSimt;
-    if (tensor_cores && !c.tensor_cores) continue;
-    const int64_t split_floats = sink_attention_split_floats(total_rows, c.heads, c.head_dim, /*max_row_keys=*/0);
-    if (variant == Variant::kSplitKeys && split_floats == 0) continue;
-    SCOPED_TRACE(variant == Variant::kTensorCores ? "tensor cores" : variant == Variant::kSplitKeys ? "split keys" : "SIMT");
-    params.tensor_cores = tensor_cores;
+  // tensor-core one also with its keys split over blocks where this call is small enough, and
+  // with fixed key ranges (--batch-invariant's), walked by one block and, where the call is small
+  // enough, on blocks of their own: those two must give the same bits.
+  struct Variant {
+    const char* name;
+    bool tensor_cores;
+    bool split;
+    int32_t range_keys;
+  };
+  const Variant variants[] = {{"tensor cores", true, false, 0},
+                              {"split keys", true, true, 0},
+                              {"32-key ranges walked", true, false, 32},
+                              {"32-key ranges split", true, true, 32},
+                              {"invariant ranges walked", true, false, kInvariantRangeKeys},
+                              {"invariant ranges split", true, true, kInvariantRangeKeys},
+                              {"SIMT", false, false, 0}};
+  std::vector<float> walked;  // the last walked variant's output
+  for (const Variant& variant : variants) {
+    if (variant.tensor_cores && !c.tensor_cores) continue;
+    const int64_t split_floats =
+        sink_attention_split_floats(total_rows, c.heads, c.head_dim, max_row_keys, variant.range_keys);
+    if (variant.split && split_floats == 0) continue;
+    SCOPED_TRACE(variant.name);
+    params.tensor_cores = variant.tensor_cores;
+    params.range_keys = variant.range_keys;
+    params.max_row_keys = max_row_keys;
     DeviceBytes workspace = to_device(std::vector<float>(static_cast<std::size_t>(std::max<int64_t>(split_floats, 1)),
                                                          std::numeric_limits<float>::quiet_NaN()));
-    params.split_workspace = variant == Variant::kSplitKeys ? workspace.at<float>() : nullptr;
+    params.split_workspace = variant.split ? workspace.at<float>() : nullptr;
     DeviceBytes out = to_device(std::vector<float>(q.size(), std::numeric_limits<float>::quiet_NaN()));
     sink_attention(params, device_segments.at<SegmentRows>(), device_row_segment.at<int32_t>(), total_rows,
                    device_q.at<float>(), out.at<float>(), kDefaultStream);
@@ -510,7 +529,16 @@ void expect_sink_attention_matches_host(const AttentionCase& c, uint32_t seed) {
       }
     }
     EXPECT_EQ(failures, 0);
+    if (variant.range_keys > 0 && !variant.split) walked = got;
+    if (variant.range_keys > 0 && variant.split) {
+      int differences = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        if (std::memcmp(&got[i], &walked[i], sizeof(float)) != 0 && differences++ < 5)
+          ADD_FAILURE() << "element " << i << ": split " << got[i] << ", walked " << walked[i];
+      EXPECT_EQ(differences, 0) << "fixed ranges on blocks of their own must give the walked bits";
+    }
   }
+  params.range_keys = 0;
 }
 
 TEST(CudaSinkAttention, WindowOnlyReadsTheRingAndTheCallRows) {
@@ -594,7 +622,8 @@ TEST(CudaSinkAttention, V41FlashDecodeRowsWithTheirKeysSplit) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   AttentionCase c = v41_flash_case(/*block_tokens=*/256, /*region_offset=*/0, /*topk=*/1024);
   c.segments = {{1, 4400, 4200}, {1, 600, 400}};  // 128 + 1,024 keys and 128 + 150
-  EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim, /*max_row_keys=*/0), 0);
+  EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim, /*max_row_keys=*/0, /*range_keys=*/0), 0);
+  EXPECT_GT(sink_attention_split_floats(2, c.heads, c.head_dim, /*max_row_keys=*/1152, kInvariantRangeKeys), 0);
   expect_sink_attention_matches_host(c, 9);
 }
 
@@ -677,6 +706,9 @@ TEST(CudaSinkAttention, ChecksItsArguments) {
   too_wide.head_dim = 1024;
   too_wide.window_row_bytes = 1024 * 4;
   EXPECT_THROW(sink_attention(too_wide, nullptr, nullptr, 1, nullptr, nullptr, kDefaultStream), Error);
+  AttentionParams odd_ranges = params;
+  odd_ranges.range_keys = 48;  // not whole 32-key tiles
+  EXPECT_THROW(sink_attention(odd_ranges, nullptr, nullptr, 1, nullptr, nullptr, kDefaultStream), Error);
   AttentionParams short_rows = params;
   short_rows.window_row_bytes = 64 * 4 - 1;
   EXPECT_THROW(sink_attention(short_rows, nullptr, nullptr, 1, nullptr, nullptr, kDefaultStream), Error);

@@ -37,11 +37,16 @@ using namespace cuda_testing_weights;
 
 
 // GPU linear of `x` ([tokens, cols]), with x placed `x_offset` floats into its allocation.
+// split: a kLinearSplitFloats workspace, so that calls of few blocks run column ranges on blocks
+// of their own (without one, each block walks its ranges).
 std::vector<float> gpu_linear(const std::vector<float>& x, int64_t tokens, const WeightMatrix& device_weight,
-                              std::size_t x_offset = 0) {
+                              std::size_t x_offset = 0, bool split = false) {
   const DeviceBytes dx = to_device(x, x_offset * sizeof(float));
   DeviceBytes dy(static_cast<std::size_t>(tokens * device_weight.rows) * sizeof(float) + 4);
-  linear(dx.at<float>(x_offset * sizeof(float)), tokens, device_weight, dy.at<float>(), kDefaultStream);
+  DeviceBytes workspace(split ? static_cast<std::size_t>(kLinearSplitFloats) * sizeof(float) : 4);
+  LinearWorkspace ws;
+  if (split) ws.split = workspace.at<float>();
+  linear(dx.at<float>(x_offset * sizeof(float)), tokens, device_weight, dy.at<float>(), kDefaultStream, ws);
   synchronize();
   return from_device(dy.at<float>(), static_cast<std::size_t>(tokens * device_weight.rows));
 }
@@ -172,8 +177,9 @@ TEST(CudaLinear, RefusesBadDescriptors) {
   EXPECT_THROW(linear(nullptr, -1, d.matrix, nullptr, kDefaultStream), Error);
 }
 
-// A row's result has the same bits alone (tokens = 1) or at any position of a 37-token batch,
-// whether the loads were vectorised or not (misaligned x or weights).
+// A row's result has the same bits alone (tokens = 1) or at any position of a 70-token batch,
+// whether the loads were vectorised or not (misaligned x or weights), and whether a weight's
+// column ranges ran on blocks of their own (a split workspace, small calls) or were walked.
 TEST(CudaLinear, BatchInvariantBitForBit) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(7);
@@ -197,16 +203,22 @@ TEST(CudaLinear, BatchInvariantBitForBit) {
     const std::vector<float> batch = gpu_linear(x, kTokens, d.matrix);
     for (int64_t t = 0; t < kTokens; ++t) {
       const std::vector<float> one_x(x.begin() + t * cols, x.begin() + (t + 1) * cols);
-      const std::vector<float> alone = gpu_linear(one_x, 1, d.matrix);
       const std::vector<float> in_batch(batch.begin() + t * rows, batch.begin() + (t + 1) * rows);
-      EXPECT_TRUE(same_bits(alone, in_batch)) << describe(w.matrix, kTokens, 0) << ": token " << t;
+      EXPECT_TRUE(same_bits(gpu_linear(one_x, 1, d.matrix), in_batch))
+          << describe(w.matrix, kTokens, 0) << ": token " << t;
+      if (t % 7 == 0)
+        EXPECT_TRUE(same_bits(gpu_linear(one_x, 1, d.matrix, 0, /*split=*/true), in_batch))
+            << describe(w.matrix, 1, 0) << ", ranges on blocks of their own: token " << t;
     }
+    EXPECT_TRUE(same_bits(gpu_linear(x, kTokens, d.matrix, 0, /*split=*/true), batch))
+        << describe(w.matrix, kTokens, 0) << " with a split workspace";
     // Other batch sizes, the scalar x path, and the byte-wise weight path: the same bits.
     for (int64_t tokens : {int64_t{2}, int64_t{9}, int64_t{16}}) {
       const std::vector<float> prefix(x.begin(), x.begin() + tokens * cols);
-      const std::vector<float> got = gpu_linear(prefix, tokens, d.matrix);
-      EXPECT_TRUE(same_bits(got, std::vector<float>(batch.begin(), batch.begin() + tokens * rows)))
-          << describe(w.matrix, tokens, 0);
+      const std::vector<float> expected(batch.begin(), batch.begin() + tokens * rows);
+      EXPECT_TRUE(same_bits(gpu_linear(prefix, tokens, d.matrix), expected)) << describe(w.matrix, tokens, 0);
+      EXPECT_TRUE(same_bits(gpu_linear(prefix, tokens, d.matrix, 0, /*split=*/true), expected))
+          << describe(w.matrix, tokens, 0) << " with a split workspace";
     }
     EXPECT_TRUE(same_bits(gpu_linear(x, kTokens, d.matrix, 1), batch)) << describe(w.matrix, kTokens, 0) << " x+1";
     const DeviceWeight misaligned = upload(w, 3);

@@ -68,7 +68,7 @@ enum Slot : int {
   kPickCount,
   kCandidateMask,
   kLatentKeys,
-  kSinkSplits,  // the sink attention's key splits (sink_attention_split_floats; not under --batch-invariant)
+  kSinkSplits,  // the sink attention's key ranges on blocks of their own (sink_attention_split_floats)
   kEngramKv,
   // DSpark: the call's taps; the greedy draft head.
   kTaps,

@@ -407,13 +407,12 @@ class CudaBackend final : public model::Backend {
     for (const int slot : {kMmaPartials, kSideMmaPartials})
       arena_.get<float>(slot, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
   }
-  // How the pass runs linear: the SIMT kernel's split columns unless --batch-invariant, the
-  // tensor cores unless DEEPINFER_CUDA_SIMT=1. side: the side branch's runner, on its stream with
-  // buffers and tile counters of its own.
+  // How the pass runs linear: the SIMT kernel's column ranges on blocks of their own where a call
+  // is small (the same bits either way), the tensor cores unless DEEPINFER_CUDA_SIMT=1. side: the
+  // side branch's runner, on its stream with buffers and tile counters of its own.
   LinearRunner linear_runner(bool side = false) {
-    float* split = options_.batch_invariant ? nullptr
-                                            : arena_.get<float>(side ? kSideLinearSplit : kLinearSplit,
-                                                                static_cast<std::size_t>(k::kLinearSplitFloats));
+    float* split = arena_.get<float>(side ? kSideLinearSplit : kLinearSplit,
+                                     static_cast<std::size_t>(k::kLinearSplitFloats));
     if (!side) return LinearRunner(arena_, stream_, split, !simt_, static_cast<uint32_t*>(tile_counters_.data()));
     return LinearRunner(arena_, side_stream_, split, !simt_, static_cast<uint32_t*>(side_tile_counters_.data()),
                         {kSideSplitInput, kSideMmaPartials});
@@ -543,7 +542,8 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       side_linear_(backend.linear_runner(/*side=*/true)),
       attention_(backend.weights(), backend.arena(), bank_.staging, backend.stream(), backend.setup_stream(),
                  rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, side_lane(), backend.profile(),
-                 backend.tensor_cores(), /*split_keys=*/!backend.batch_invariant()) {
+                 backend.tensor_cores(),
+                 /*range_keys=*/backend.batch_invariant() ? k::kInvariantRangeKeys : 0) {
   check(cudaSetDevice(backend_.device()), "cudaSetDevice");
   arena_generation_ = backend_.arena().generation();
   // A capture's puts reach the device through one copy at its graph's start (finish_graph).
@@ -1355,14 +1355,15 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
     pairs = std::max(pairs, r * groups);
     if (groups > 0) low_rank = std::max(low_rank, groups * static_cast<std::size_t>(a.wo_a_groups.front().rows));
   }
-  if (!options_.batch_invariant && !simt_) {
+  if (!simt_) {
     // Calls of a few rows split their keys; the most splits' floats of any row count up to `rows`.
+    const int32_t range_keys = options_.batch_invariant ? k::kInvariantRangeKeys : 0;
     int64_t split_floats = 0;
     for (const model::LayerWeights& layer : model.layers())
       for (int64_t call_rows = 1; call_rows <= rows; ++call_rows) {
         const int64_t floats = k::sink_attention_split_floats(call_rows, static_cast<int32_t>(layer.attention.heads),
                                                               static_cast<int32_t>(layer.attention.head_dim),
-                                                              /*max_row_keys=*/0);
+                                                              /*max_row_keys=*/0, range_keys);
         if (floats == 0) break;  // and none for larger calls
         split_floats = std::max(split_floats, floats);
       }

@@ -30,10 +30,10 @@ struct Options {
   // Decode steps replay CUDA graphs captured per (batch, context bound) (step_graphs.h); off:
   // every pass launches its kernels one by one (`--enforce-eager`).
   bool cuda_graphs = true;
-  // Every kernel reduces in an order fixed by the weights' shapes alone, so a row's logits have
-  // the same bits alone or in any batch and chunking (`--batch-invariant`); off, the dense
-  // projections of small calls split their columns over more blocks, in an order that follows
-  // the call's row count.
+  // Every kernel reduces in an order fixed by the weights' shapes and a row's own keys, so a
+  // row's logits have the same bits alone or in any batch and chunking (`--batch-invariant`):
+  // the sink attention cuts every row's keys into ranges of kInvariantRangeKeys; off, the ranges
+  // of a small call follow its row count.
   bool batch_invariant = false;
 };
 

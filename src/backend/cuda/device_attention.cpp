@@ -523,9 +523,10 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
   {
     const OpProfile::Section timed(profile_, "attention.core: sink", stream_);
     params.max_row_keys = max_row_keys(params, segments, context_bound_);
-    const int64_t split_floats = split_keys_ && k::sink_attention_on_tensor_cores(params)
+    params.range_keys = range_keys_;
+    const int64_t split_floats = k::sink_attention_on_tensor_cores(params)
                                      ? k::sink_attention_split_floats(rows, params.heads, params.head_dim,
-                                                                      params.max_row_keys)
+                                                                      params.max_row_keys, params.range_keys)
                                      : 0;
     if (split_floats > 0) params.split_workspace = arena_.get<float>(kSinkSplits, static_cast<std::size_t>(split_floats));
     k::sink_attention(params, layer.rows, layer.row_segment, rows, in.q, attended, stream_);

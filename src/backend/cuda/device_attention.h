@@ -46,11 +46,11 @@ class DeviceAttention {
  public:
   // linear: how the pass runs linear (linear_runner.h); side: the pass's side branch
   // (side_branch.h); profile: times the middle's parts (DEEPINFER_CUDA_PROFILE=1); tensor_cores
-  // false keeps the sink attention on its SIMT kernel (DEEPINFER_CUDA_SIMT=1); split_keys false
-  // (--batch-invariant) keeps each row's keys in one block of the sink attention.
+  // false keeps the sink attention on its SIMT kernel (DEEPINFER_CUDA_SIMT=1); range_keys is its key
+  // ranges (AttentionParams::range_keys: 0, or kInvariantRangeKeys under --batch-invariant).
   DeviceAttention(WeightStore& weights, Arena& arena, Staging& staging, cudaStream_t stream,
                   cudaStream_t setup_stream, int64_t call_rows, int64_t context_bound, const LinearRunner& linear,
-                  const SideLane& side, OpProfile& profile, bool tensor_cores, bool split_keys)
+                  const SideLane& side, OpProfile& profile, bool tensor_cores, int32_t range_keys)
       : weights_(weights),
         arena_(arena),
         staging_(staging),
@@ -62,7 +62,7 @@ class DeviceAttention {
         side_(side),
         profile_(profile),
         tensor_cores_(tensor_cores),
-        split_keys_(split_keys) {}
+        range_keys_(range_keys) {}
 
   // attended [rows, heads, d], rotated back; the segments' states move past their rows.
   void run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
@@ -98,7 +98,7 @@ class DeviceAttention {
   SideLane side_;
   OpProfile& profile_;
   bool tensor_cores_;
-  bool split_keys_;
+  int32_t range_keys_;
   bool tables_ready_ = false;
   std::unordered_map<const model::CachePages*, std::byte* const*> tables_;
   int32_t* picks_ = nullptr;  // [call rows, pick_stride_], indexed by the call's original rows

@@ -192,20 +192,33 @@ struct AttentionParams {
   int32_t pick_stride = 0;
   // false: part 1's SIMT kernel even where the tensor-core one applies (DEEPINFER_CUDA_SIMT=1).
   bool tensor_cores = true;
-  // Not null: where a call's blocks would leave SMs idle (a few decode rows), the tensor-core
-  // kernel splits each row's keys over several blocks and combines them in a second pass, in
-  // another order of sums than one block's; null (--batch-invariant) splits nothing, so a row's
-  // bits never depend on the call. sink_attention_split_floats(rows, heads, head_dim,
-  // max_row_keys) floats.
+  // Key ranges (the tensor-core kernel). 0: a call whose blocks would leave SMs idle (a few
+  // decode rows) cuts each row's keys into ranges sized by the call, one block each, and folds
+  // them in a second pass, in another order of sums than one block's: a row's bits follow the
+  // call's size. kInvariantRangeKeys (--batch-invariant): every row's keys are cut into ranges of
+  // that many keys in every call, each range's softmax taken alone and the ranges folded in
+  // order, so a row's bits follow its own keys; the call's size decides only whether the ranges
+  // run on blocks of their own (and are folded by the second pass) or one block walks and folds
+  // them, with the same bits.
+  int32_t range_keys = 0;
+  // Not null: the workspace that lets ranges run on blocks of their own,
+  // sink_attention_split_floats(rows, heads, head_dim, max_row_keys, range_keys) floats; null
+  // keeps each row in one block.
   float* split_workspace = nullptr;
-  // No row of the call has more keys (0: no bound known). It caps the splits at one a 64 keys,
+  // No row of the call has more keys (0: no bound known). It caps the ranges at one a 64 keys,
   // so a call of short rows launches no empty ranges; each row's keys are covered whatever it is.
   int32_t max_row_keys = 0;
 };
 
+// The fixed key ranges of --batch-invariant (AttentionParams::range_keys): a multiple of the
+// kernel's 32-key tile; V4.1-Flash's 640 keys of a CSA row (128 window rows, 512 picks) are 5.
+constexpr int32_t kInvariantRangeKeys = 128;
+
 // The floats of split_workspace a call of `rows` rows uses on the current device (0: it splits
-// nothing); max_row_keys as AttentionParams', 0 for the most any call of `rows` rows can use.
-int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim, int32_t max_row_keys);
+// nothing); max_row_keys and range_keys as AttentionParams', max_row_keys 0 for the most any
+// call of `rows` rows can use.
+int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim, int32_t max_row_keys,
+                                    int32_t range_keys);
 
 // Whether sink_attention runs on the tensor cores for these parameters: every key format stores
 // BF16-exact values (FP8 or FP4 codes under a block scale, as V4.1's window and entries; not F32)

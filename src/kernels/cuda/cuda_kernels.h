@@ -28,17 +28,17 @@ void check_launch(const char* what);
 // With a workspace whose tensor-core buffers are set, the weights linear_mma_supports runs on the
 // tensor cores (linear_mma.cu: the f32 sum in another order, batch invariant), needing
 // linear_mma_split_words and linear_mma_partial_floats of them (an Error when they are short);
-// the rest run the SIMT kernel, whose order is the batch-invariant one above unless `split` is
-// set: device memory of kLinearSplitFloats floats, which lets a call whose blocks would leave the
-// device mostly idle split each row's columns into ranges and add the ranges' sums in order
-// (faster at small batches; the order, so the rounding, then follows the call's row count).
+// the rest run the SIMT kernel, in the batch-invariant order above: a weight of few rows cuts its
+// columns into ranges by its shape alone and adds the ranges' sums in order. `split`, device
+// memory of kLinearSplitFloats floats, lets a call of few blocks run the ranges on blocks of their
+// own (faster at small batches; the same bits); null, each block walks its rows' ranges.
 // (At most 264 blocks of 8 rows x 8 tokens split, into at most 16 ranges.)
 inline constexpr int64_t kLinearSplitFloats = 264 * 8 * 8 * 16;
 // Per token of a call, the most partial sums any linear_mma call needs (its column ranges only
 // split matrices of fewer than 264 blocks of 128 rows).
 inline constexpr int64_t kLinearMmaPartialFloatsPerToken = 2 * 264 * 128;
 struct LinearWorkspace {
-  float* split = nullptr;  // null: the SIMT kernel's batch-invariant order
+  float* split = nullptr;  // null: the SIMT kernel's blocks walk their column ranges
   uint32_t* x_split = nullptr;  // null: no tensor cores
   int64_t x_split_words = 0;
   float* partials = nullptr;

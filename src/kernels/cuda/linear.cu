@@ -13,16 +13,18 @@
 // That order is fixed by `cols` and the encoding alone: neither the number of tokens, nor the
 // tile a token falls in, nor whether the loads were vectorised (alignment) changes a single
 // operation, so every y[t, r] has the same bits alone or in any batch (the batch-invariance
-// contract of cuda_kernels.h). linear_gathered reduces in exactly the same order, so a pair's
-// row equals linear's for the same x row and weight, bit for bit.
+// contract of cuda_kernels.h).
 //
-// Split columns (linear with a workspace, the default outside --batch-invariant): a call whose
-// blocks would leave most SMs idle (decode at small batches: 1280 output rows are 160 blocks for
-// 132 SMs, each streaming 5120 columns alone) splits each row's columns into S ranges of whole
-// warp steps (32 N columns), one block per (rows, tile, range), each lane keeping its columns' order
-// inside its range; the S partial sums land in the workspace and a second kernel adds them in
-// range order. S follows the call's row count, so the rounding does too: the figures stay within
-// f32 tolerance of the one-range order, not equal to it.
+// Column ranges: a weight of few rows (V4.1's mHC projections: 24 rows of 20,480 columns, 3
+// blocks) would leave most SMs idle at a decode step's few tokens, so its columns are cut into S
+// ranges of whole warp steps (32 N columns), each lane keeping its columns' order inside a range;
+// each range's lane sums are reduced by the butterfly and the S sums added in range order. S
+// follows the weight's shape alone (ranges_of), never the call, so a row's bits do not depend on
+// the batch. Where a call's blocks are few and the caller gives a workspace, the ranges run on
+// blocks of their own, their sums land in the workspace and add_ranges_kernel adds them; else
+// each block walks its rows' ranges and adds their sums itself, in the same order: the same bits.
+// linear_gathered takes no ranges: a pair's row equals linear's for the same x row and a weight
+// of one range, bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,8 +44,9 @@ constexpr int kTileTokens = 8;                    // tokens (pairs) a warp reduc
 constexpr int kRowsPerBlock = 8;                  // one warp per output row
 constexpr int kThreads = kRowsPerBlock * kWarp;   // 256
 constexpr int64_t kMaxGridY = 65535;
-// Splitting stops once a call has this many blocks (4 per SM of an H200), and a range keeps at
-// least 2 warp steps.
+// A weight whose one-token call would have fewer blocks than half of this (4 per SM of an H200)
+// takes column ranges, of at least 2 warp steps; a call runs them on blocks of their own while its
+// own blocks are that few.
 constexpr int64_t kTargetBlocks = 528;
 constexpr int64_t kMinRangeSteps = 2;
 constexpr int64_t kMaxSplits = 16;
@@ -238,16 +241,34 @@ __device__ __forceinline__ void dot_tile(const RowView& v, int64_t cols, const f
   }
 }
 
-// Reduces the lanes' sums and stores token t's result at out[t * out_stride] (t < count).
-__device__ __forceinline__ void store_tile(float (&acc)[kTileTokens], int count, float* out, int64_t out_stride) {
+// Reduces the lanes' sums of one range (the butterfly) and adds token t's to the sum of the ranges
+// before it that lane t holds (first: the first range), in range order as add_ranges_kernel
+// adds them.
+__device__ __forceinline__ void add_range(float (&acc)[kTileTokens], int count, bool first, float& lane_sum) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
 #pragma unroll
   for (int t = 0; t < kTileTokens; ++t) {
     if (t < count) {  // warp-uniform
-      const float sum = warp_sum(acc[t]);
-      if (lane == t) out[t * out_stride] = sum;
+      const float range_sum = warp_sum(acc[t]);
+      if (lane == t) lane_sum = first ? range_sum : lane_sum + range_sum;
     }
   }
+}
+
+// Lane t stores token t's sum at out[t * out_stride] (t < count).
+__device__ __forceinline__ void store_tile(float lane_sum, int count, float* out, int64_t out_stride) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  if (lane < count) out[lane * out_stride] = lane_sum;
+}
+
+// The ranges [first, last) this block sums: its own where they run on blocks of their own
+// (gridDim.z > 1: range blockIdx.z, into the workspace), else all of them.
+struct BlockRanges {
+  int64_t first, last;
+};
+__device__ __forceinline__ BlockRanges block_ranges(int64_t ranges) {
+  if (gridDim.z > 1) return {static_cast<int64_t>(blockIdx.z), static_cast<int64_t>(blockIdx.z) + 1};
+  return {0, ranges};
 }
 
 // The activation rows of the token tile starting at t0 (count live; the rest repeat the first, whose
@@ -264,18 +285,17 @@ __device__ __forceinline__ bool vector_weights(const WeightMatrix& w) {
   return w.cols % kChunk<E> == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
 }
 
-// blockIdx.z: the column range (range_columns each; one range: the whole row, into y); with
-// several, range z's partial sums go to y + z * tokens * rows (the workspace).
+// The weight's `ranges` column ranges of range_columns each (one: the whole row); with blocks of
+// their own (gridDim.z > 1) range z's sums go to y + z * tokens * rows (the workspace).
 template <WeightEncoding E, ScaleEncoding S>
 __global__ void __launch_bounds__(kThreads)
     linear_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y, bool x_vector,
-                  int64_t range_columns) {
+                  int64_t range_columns, int64_t ranges) {
   await_previous_grid();
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= w.rows) return;  // the whole warp
-  const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_columns;
-  const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
+  const BlockRanges mine = block_ranges(ranges);
   y += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
   const RowView v = make_row<E, S>(w, row, vector_weights<E>(w));
   const int64_t tiles = (tokens + kTileTokens - 1) / kTileTokens;
@@ -284,9 +304,16 @@ __global__ void __launch_bounds__(kThreads)
     const int count = static_cast<int>(tokens - t0 < kTileTokens ? tokens - t0 : kTileTokens);
     const float* xr[kTileTokens];
     tile_rows(x, t0, count, w.cols, xr);
-    float acc[kTileTokens];
-    dot_tile<E, S>(v, end, xr, count, x_vector, acc, begin);
-    store_tile(acc, count, y + t0 * w.rows + row, w.rows);
+    float sum = 0.0f;
+#pragma unroll 1
+    for (int64_t z = mine.first; z < mine.last; ++z) {
+      const int64_t begin = z * range_columns;
+      const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
+      float acc[kTileTokens];
+      dot_tile<E, S>(v, end, xr, count, x_vector, acc, begin);
+      add_range(acc, count, z == mine.first, sum);
+    }
+    store_tile(sum, count, y + t0 * w.rows + row, w.rows);
   }
 }
 
@@ -300,7 +327,7 @@ constexpr int64_t kRowsKernelTokens = 64;  // fewer tokens: one row a warp, for 
 
 __global__ void __launch_bounds__(kThreads)
     linear_rows_kernel(const float* __restrict__ x, int64_t tokens, WeightMatrix w, float* __restrict__ y,
-                       bool x_vector, int64_t range_columns) {
+                       bool x_vector, int64_t range_columns, int64_t ranges) {
   constexpr WeightEncoding E = WeightEncoding::F32;
   constexpr ScaleEncoding S = ScaleEncoding::None;
   await_previous_grid();
@@ -308,8 +335,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp) * kRowsPerWarp;
   if (first_row >= w.rows) return;  // the whole warp
-  const int64_t begin = static_cast<int64_t>(blockIdx.z) * range_columns;
-  const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
+  const BlockRanges mine = block_ranges(ranges);
   y += static_cast<int64_t>(blockIdx.z) * tokens * w.rows;
   RowView v[kRowsPerWarp];
 #pragma unroll
@@ -321,52 +347,61 @@ __global__ void __launch_bounds__(kThreads)
     const int count = static_cast<int>(tokens - t0 < kTileTokens ? tokens - t0 : kTileTokens);
     const float* xr[kTileTokens];
     tile_rows(x, t0, count, w.cols, xr);
-    float acc[kRowsPerWarp][kTileTokens];
+    float sum[kRowsPerWarp] = {};
+#pragma unroll 1
+    for (int64_t z = mine.first; z < mine.last; ++z) {
+      const int64_t begin = z * range_columns;
+      const int64_t end = begin + range_columns < w.cols ? begin + range_columns : w.cols;
+      float acc[kRowsPerWarp][kTileTokens];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
+      for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
-      for (int t = 0; t < kTileTokens; ++t) acc[r][t] = 0.0f;
-    int64_t c0 = begin + int64_t{kChunk<E>} * lane;
-    for (; c0 + kChunk<E> <= end; c0 += kWarpStride<E>) {
-      float wv[kRowsPerWarp][kChunk<E>];
+        for (int t = 0; t < kTileTokens; ++t) acc[r][t] = 0.0f;
+      int64_t c0 = begin + int64_t{kChunk<E>} * lane;
+#pragma unroll 1
+      for (; c0 + kChunk<E> <= end; c0 += kWarpStride<E>) {
+        float wv[kRowsPerWarp][kChunk<E>];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) chunk<E, S>(v[r], c0, wv[r]);
+        for (int r = 0; r < kRowsPerWarp; ++r) chunk<E, S>(v[r], c0, wv[r]);
 #pragma unroll
-      for (int t = 0; t < kTileTokens; ++t) {
-        if (t < count) {
-          float a[4];
-          if (x_vector) {
-            const float4 q = *reinterpret_cast<const float4*>(xr[t] + c0);
-            a[0] = q.x;
-            a[1] = q.y;
-            a[2] = q.z;
-            a[3] = q.w;
-          } else {
+        for (int t = 0; t < kTileTokens; ++t) {
+          if (t < count) {
+            float a[4];
+            if (x_vector) {
+              const float4 q = *reinterpret_cast<const float4*>(xr[t] + c0);
+              a[0] = q.x;
+              a[1] = q.y;
+              a[2] = q.z;
+              a[3] = q.w;
+            } else {
 #pragma unroll
-            for (int k = 0; k < 4; ++k) a[k] = xr[t][c0 + k];
+              for (int k = 0; k < 4; ++k) a[k] = xr[t][c0 + k];
+            }
+#pragma unroll
+            for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+              for (int k = 0; k < 4; ++k) acc[r][t] = fmaf(a[k], wv[r][k], acc[r][t]);
           }
-#pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) acc[r][t] = fmaf(a[k], wv[r][k], acc[r][t]);
         }
       }
-    }
-    if (c0 < end) {  // the row's last, partial chunk (one lane at most)
-      const int remaining = static_cast<int>(end - c0);
-      for (int j = 0; j < remaining; ++j) {
+      if (c0 < end) {  // the row's last, partial chunk (one lane at most)
+        const int remaining = static_cast<int>(end - c0);
+        for (int j = 0; j < remaining; ++j) {
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float wj = element<E, S>(v[r], c0 + j);
+          for (int r = 0; r < kRowsPerWarp; ++r) {
+            const float wj = element<E, S>(v[r], c0 + j);
 #pragma unroll
-          for (int t = 0; t < kTileTokens; ++t)
-            if (t < count) acc[r][t] = fmaf(xr[t][c0 + j], wj, acc[r][t]);
+            for (int t = 0; t < kTileTokens; ++t)
+              if (t < count) acc[r][t] = fmaf(xr[t][c0 + j], wj, acc[r][t]);
+          }
         }
       }
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) add_range(acc[r], count, z == mine.first, sum[r]);
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
-      if (first_row + r < w.rows) store_tile(acc[r], count, y + t0 * w.rows + first_row + r, w.rows);
+      if (first_row + r < w.rows) store_tile(sum[r], count, y + t0 * w.rows + first_row + r, w.rows);
   }
 }
 
@@ -439,7 +474,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int t = 0; t < kTileTokens; ++t) xr[t] = x + static_cast<int64_t>(x_row[p0 + i + (t < run ? t : 0)]) * cols;
         float acc[kTileTokens];
         dot_any(w, row, cols, xr, run, x_vector, acc);
-        store_tile(acc, run, out, rows);
+        float sum = 0.0f;
+        add_range(acc, run, /*first=*/true, sum);
+        store_tile(sum, run, out, rows);
       }
       i += run;
     }
@@ -463,19 +500,18 @@ bool vector_activations(const float* x, int64_t cols) {
   return cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;  // float4 loads
 }
 
-// The column ranges of a call (1: no split), and the columns of each (a multiple of the warp
-// step `stride`).
+// A weight's column ranges (1: the whole row), and the columns of each (a multiple of the warp
+// step `stride`): by its shape alone, as a one-token call's blocks would fill the device.
 struct Ranges {
   int64_t count = 1;
   int64_t columns = 0;
 };
 
-Ranges ranges_of(int64_t tokens, const WeightMatrix& w, int64_t stride, bool may_split) {
-  const dim3 grid = grid_of(w.rows, tokens);
-  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y;
+Ranges ranges_of(const WeightMatrix& w, int64_t stride) {
+  const int64_t blocks = grid_of(w.rows, 1).x;
   const int64_t steps = (w.cols + stride - 1) / stride;
   Ranges ranges{1, steps * stride};
-  if (!may_split || blocks * 2 > kTargetBlocks) return ranges;
+  if (blocks * 2 > kTargetBlocks) return ranges;
   const int64_t wanted = std::min((kTargetBlocks + blocks - 1) / blocks, kMaxSplits);
   const int64_t possible = std::max<int64_t>(1, steps / kMinRangeSteps);
   ranges.count = std::min(wanted, possible);
@@ -488,19 +524,23 @@ Ranges ranges_of(int64_t tokens, const WeightMatrix& w, int64_t stride, bool may
 template <WeightEncoding E, ScaleEncoding S>
 void launch_linear(const float* x, int64_t tokens, const WeightMatrix& w, float* y, float* workspace,
                    cudaStream_t stream) {
-  const Ranges ranges = ranges_of(tokens, w, kWarpStride<E>, workspace != nullptr);
+  const Ranges ranges = ranges_of(w, kWarpStride<E>);
   dim3 grid = grid_of(w.rows, tokens);
-  grid.z = static_cast<unsigned>(ranges.count);
-  float* out = ranges.count > 1 ? workspace : y;
+  // Ranges on blocks of their own while the call's blocks are few (their partial sums then fit
+  // kLinearSplitFloats), else each block walks its ranges: the same bits.
+  const bool own_blocks = ranges.count > 1 && workspace != nullptr &&
+                          int64_t{grid.x} * grid.y * 2 <= kTargetBlocks;
+  grid.z = own_blocks ? static_cast<unsigned>(ranges.count) : 1;
+  float* out = own_blocks ? workspace : y;
   if (E == WeightEncoding::F32 && tokens >= kRowsKernelTokens) {
     grid.x = static_cast<unsigned>((w.rows + kRowsPerBlock * kRowsPerWarp - 1) / (kRowsPerBlock * kRowsPerWarp));
     launch(linear_rows_kernel, grid, kThreads, 0, stream, x, tokens, w, out, vector_activations(x, w.cols),
-           ranges.columns);
+           ranges.columns, ranges.count);
   } else {
     launch(linear_kernel<E, S>, grid, kThreads, 0, stream, x, tokens, w, out, vector_activations(x, w.cols),
-           ranges.columns);
+           ranges.columns, ranges.count);
   }
-  if (ranges.count > 1) {
+  if (own_blocks) {
     const int64_t count = tokens * w.rows;
     launch(add_ranges_kernel, grid_for(count, kThreads), kThreads, 0, stream, workspace, count, ranges.count, y);
   }

@@ -196,6 +196,8 @@ void check_params(const AttentionParams& params) {
          ", ratio ", params.ratio, ", pick_stride ", params.pick_stride, ")");
   if (params.head_dim > kMaxHeadDim)
     fail("cuda::sink_attention: head_dim ", params.head_dim, " over the kernel's ", kMaxHeadDim);
+  if (params.range_keys < 0 || params.range_keys % 32 != 0)
+    fail("cuda::sink_attention: key ranges of ", params.range_keys, " keys (a multiple of 32 expected, or 0)");
   const int64_t window_stored = stored_row_bytes(params.window_format, params.head_dim);
   if (params.window_row_bytes < window_stored)
     fail("cuda::sink_attention: window rows of ", params.window_row_bytes, " bytes cannot hold a stored row of ",

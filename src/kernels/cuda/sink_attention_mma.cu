@@ -20,14 +20,17 @@
 // Two block barriers a tile (before 2 and before 3); no warp computes S twice, and a warp's
 // accumulators are 16 heads x 64 dimensions (32 registers a lane) however wide the head.
 //
-// Key splits. Where a call's (row, 16 heads) blocks would leave SMs idle (a few decode rows) and
-// the caller gives a workspace, each row's keys are cut into up to kMaxSplits ranges of at
-// least kMinSplitKeys (no more than the longest row can fill: AttentionParams::max_row_keys),
-// one block each; a block writes its unnormalised output, running max and
-// weight sum, and sink_attention_combine_kernel rescales them to the largest max and divides by
-// the whole denominator. A row whose keys fit one range keeps the unsplit bits (the other
-// ranges are empty: weight 1 for its own, 0 sums for theirs). Without a workspace
-// (--batch-invariant) nothing is split, so a row's bits never depend on the call's size.
+// Key ranges. Where a call's (row, 16 heads) blocks would leave SMs idle (a few decode rows) and
+// the caller gives a workspace, each row's keys are cut into up to kMaxSplits ranges, one block
+// each; a block writes its range's unnormalised output, running max (from the sink logit) and
+// weight sum, and sink_attention_combine_kernel folds the row's ranges in order (fold_ranges)
+// and divides by the whole denominator. The ranges' size follows the call (at least
+// kMinSplitKeys, each row's keys cut evenly, no more ranges than the longest row can fill:
+// AttentionParams::max_row_keys), so a row's bits do too; a row whose keys fit one range keeps
+// the unsplit bits. Under --batch-invariant the ranges are AttentionParams::range_keys keys in
+// every call: a call that runs them on blocks of their own folds them in the second pass, any
+// other call's block walks its row's ranges and folds each into the output as it ends, with the
+// same operations in the same order, so a row's bits follow its own keys alone.
 //
 // Numerics (mma_common.cuh): q and the weights P are f32, split into three BF16 terms (24 bits);
 // the keys are exact in BF16; every MMA sums its 16 exact products from zero and an f32 add
@@ -75,6 +78,8 @@ constexpr int kMinSplitKeys = 2 * kTileKeys;
 
 static_assert(kThreads == kHeads * kTileKeys / 2, "step 2 takes two keys of one head per thread");
 static_assert(kTileKeys == kWarp, "a lane holds one key's row address");
+static_assert(kInvariantRangeKeys % kTileKeys == 0 && 32 % kTileKeys == 0,
+              "ranges are whole tiles (sink_attention checks AttentionParams::range_keys is a multiple of 32)");
 
 struct SharedLayout {
   int slice = 0;       // dimensions a warp owns
@@ -318,14 +323,26 @@ struct KeyRange {
   int32_t end = 0;
 };
 
-__device__ __forceinline__ KeyRange split_range(int32_t key_count, int split, int splits) {
-  if (splits == 1) return {0, key_count};
+// The keys of a range of a row of key_count keys: range_keys where fixed (--batch-invariant),
+// else the row's keys cut evenly over a call's `splits` blocks (whole tiles, at least
+// kMinSplitKeys), or all of them in one.
+__device__ __forceinline__ int32_t keys_a_range(int32_t key_count, int splits, int32_t range_keys) {
+  if (range_keys > 0) return range_keys;
+  if (splits == 1) return key_count > 0 ? key_count : 1;
   int32_t per = (key_count + splits - 1) / splits;
   per = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
-  if (per < kMinSplitKeys) per = kMinSplitKeys;
-  const int32_t begin = split * per < key_count ? split * per : key_count;
-  const int32_t end = key_count - begin > per ? begin + per : key_count;
-  return {begin, end};
+  return per < kMinSplitKeys ? kMinSplitKeys : per;
+}
+
+// A row's ranges (one, empty, for a row of no keys).
+__device__ __forceinline__ int32_t ranges_of(int32_t key_count, int32_t per) {
+  return key_count > 0 ? (key_count + per - 1) / per : 1;
+}
+
+// One step of the ordered fold of ranges: x a + y b, rounded as written (no contraction), so the
+// block that walks its ranges and the pass that combines split ones give the same bits.
+__device__ __forceinline__ float fold_ranges(float x, float a, float y, float b) {
+  return __fadd_rn(__fmul_rn(x, a), __fmul_rn(y, b));
 }
 
 // Lane l's row address for key (first + l) of [.., end): null past the end.
@@ -335,6 +352,9 @@ __device__ __forceinline__ const uint8_t* lane_row(const AttentionParams& params
   return j < end ? key_row(params, keys, j) : nullptr;
 }
 
+// Walk: the block may walk several fixed ranges of its row (a call of fixed ranges that does not
+// split them over blocks); its own instance, so that the fold's registers cost no other call.
+template <bool Walk>
 __global__ void __launch_bounds__(kThreads, 2)
     sink_attention_mma_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
                               const int32_t* row_segment, const float* q, float* attended, float* split_parts) {
@@ -342,6 +362,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char shared[];
   __shared__ float rescale[kHeads];
   __shared__ float denominator[kHeads];
+  __shared__ float fold_old[kHeads];  // a walked range's fold: the total's factor and the range's
+  __shared__ float fold_new[kHeads];
+  __shared__ float total_max[kHeads];  // a walking block's ranges folded so far (shared: registers
+  __shared__ float total_sum[kHeads];  // are the kernel's limit)
   const int head_dim = params.head_dim;
   const SharedLayout layout = shared_layout(head_dim);
   const int64_t t = blockIdx.x;
@@ -363,7 +387,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* weights = partial + kWarps * kHeads * kScoreStride;                       // [kHeads][kScoreStride]
 
   const RowKeys keys = row_keys(params, segments, row_segment, t);
-  const KeyRange range = split_range(keys.window_keys + keys.entry_keys, split, splits);
+  const int32_t key_count = keys.window_keys + keys.entry_keys;
+  const int32_t per = keys_a_range(key_count, splits, params.range_keys);
+  KeyRange range{0, key_count};
+  if (splits > 1) {
+    range.begin = split * per;
+    if (split > 0 && range.begin >= key_count) return;  // the row has fewer ranges
+    range.end = key_count - range.begin > per ? range.begin + per : key_count;
+  }
+  // One block for a row of several fixed ranges (--batch-invariant): each is folded into the
+  // output rows as it ends, as the combining pass folds split ones.
+  const bool walk_ranges = Walk && splits == 1 && key_count > per;
+  int32_t walked_range_end = per;  // the key that ends the range a walking block is in
   const WarpSlice ws{head_dim, dim0, slice};
   // Keys past the window's are entries (none without compressed keys, where the entry format
   // is unused).
@@ -512,6 +547,31 @@ __global__ void __launch_bounds__(kThreads, 2)
     weights[softmax_head * kScoreStride + softmax_key] = weight0;
     weights[softmax_head * kScoreStride + softmax_key + 16] = weight1;
     if (softmax_key == 0) rescale[softmax_head] = scale_old;
+    // A walking block's range ends with this tile: its max and sum folded into the totals, the
+    // next range's softmax starting afresh from the sink logit (as a block of its own would).
+    const bool last_tile = tile_first + kTileKeys >= range.end;
+    const bool range_ends = walk_ranges && (last_tile || tile_first + kTileKeys == walked_range_end);
+    const bool first_range = walked_range_end == per;  // never the last: a walking row has several
+    if (range_ends) {
+      if (softmax_key == 0) {
+        if (first_range) {
+          total_max[softmax_head] = running_max;
+          total_sum[softmax_head] = weight_sum;
+        } else {
+          const float old_max = total_max[softmax_head];
+          const float new_total = fmaxf(old_max, running_max);
+          const float old_factor = expf(old_max - new_total);
+          const float new_factor = expf(running_max - new_total);
+          total_sum[softmax_head] = fold_ranges(total_sum[softmax_head], old_factor, weight_sum, new_factor);
+          total_max[softmax_head] = new_total;
+          fold_old[softmax_head] = old_factor;
+          fold_new[softmax_head] = new_factor;
+          if (last_tile) denominator[softmax_head] = total_sum[softmax_head] + expf(sink - new_total);
+        }
+      }
+      running_max = sink;
+      weight_sum = 0.0f;
+    }
     __syncthreads();
 
     // 3. O = O * rescale + P V over this warp's output slice: k step u is keys 16 u .. 16 u + 15.
@@ -549,6 +609,35 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
+    if (range_ends) {
+      // The range's output folded into the total the output rows hold (a lane its own elements,
+      // unnormalised until the last range, which divides by the whole denominator), and the
+      // accumulators cleared for the next.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int head = head0 + g + 8 * h;
+        if (head >= params.heads) continue;
+        const float old_factor = fold_old[g + 8 * h];
+        const float new_factor = fold_new[g + 8 * h];
+        const float d = last_tile ? denominator[g + 8 * h] : 1.0f;
+        float* out = attended + (t * params.heads + head) * head_dim + dim0 + 2 * c;
+#pragma unroll
+        for (int n = 0; n < kMaxOutputTiles; ++n) {
+          if (n >= output_tiles) break;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = acc[n][2 * h + e];
+            // (x / 1 is x: the ranges before the last are stored as folded)
+            out[8 * n + e] = first_range ? v : fold_ranges(out[8 * n + e], old_factor, v, new_factor) / d;
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kMaxOutputTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+      walked_range_end += per;
+    }
     __syncwarp();  // the warp's keys are read before the next tile's decode overwrites them
   }
   await_copies<0>();  // no copy outlives the block
@@ -577,6 +666,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     return;
   }
 
+  if (walk_ranges) return;  // the last range's fold wrote the output
+
   // No keys: weight_sum 0 and acc 0, so the output is 0 (the sink takes all the mass).
   if (softmax_key == 0) denominator[softmax_head] = weight_sum + expf(sink - running_max);
   __syncthreads();
@@ -595,58 +686,76 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// One block per (row, head): the ranges' outputs rescaled to the largest running max, summed in
-// range order and divided by the whole denominator (the ranges' sums, then the sink's term, as
-// one block sums them).
+// One block per (row, head): the row's ranges folded in order (the first as it is, then each
+// with fold_ranges' factors against the running max, as a walking block folds them) and divided
+// by the whole denominator (the folded sums, then the sink's term, as one block sums them).
+// Blocks of a row's ranges past its keys wrote nothing and are not read.
 constexpr int kCombineThreads = 128;
 
 __global__ void __launch_bounds__(kCombineThreads)
-    sink_attention_combine_kernel(const __grid_constant__ AttentionParams params, const float* split_parts,
-                                  int splits, float* attended) {
+    sink_attention_combine_kernel(const __grid_constant__ AttentionParams params, const SegmentRows* segments,
+                                  const int32_t* row_segment, const float* split_parts, int splits,
+                                  float* attended) {
   await_previous_grid();
   const int64_t t = blockIdx.x;
   const int head = static_cast<int>(blockIdx.y);
   const int64_t heads = params.heads;
   const int head_dim = params.head_dim;
   const int64_t pair = t * heads + head;
+  const RowKeys keys = row_keys(params, segments, row_segment, t);
+  const int32_t key_count = keys.window_keys + keys.entry_keys;
+  const int ranges = ranges_of(key_count, keys_a_range(key_count, splits, params.range_keys));
   const float* stats = split_parts + static_cast<int64_t>(gridDim.x) * heads * splits * head_dim + pair * splits * 2;
   // Every range's max and sum loaded at once (one load latency, not one a range).
   float range_max[kMaxSplits];
   float range_sum[kMaxSplits];
 #pragma unroll
   for (int s = 0; s < kMaxSplits; ++s) {
-    range_max[s] = s < splits ? stats[2 * s] : -INFINITY;
-    range_sum[s] = s < splits ? stats[2 * s + 1] : 0.0f;
+    range_max[s] = s < ranges ? stats[2 * s] : 0.0f;
+    range_sum[s] = s < ranges ? stats[2 * s + 1] : 0.0f;
   }
-  float largest = -INFINITY;
+  float old_factor[kMaxSplits];
+  float new_factor[kMaxSplits];
+  float total_max = range_max[0];
+  float d = range_sum[0];
 #pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) largest = fmaxf(largest, range_max[s]);
-  float factor[kMaxSplits];
-  float d = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) {
-    factor[s] = s < splits ? expf(range_max[s] - largest) : 0.0f;
-    if (s < splits) d += range_sum[s] * factor[s];
+  for (int s = 1; s < kMaxSplits; ++s) {
+    old_factor[s] = 1.0f;
+    new_factor[s] = 0.0f;
+    if (s >= ranges) continue;
+    const float new_total = fmaxf(total_max, range_max[s]);
+    old_factor[s] = expf(total_max - new_total);
+    new_factor[s] = expf(range_max[s] - new_total);
+    d = fold_ranges(d, old_factor[s], range_sum[s], new_factor[s]);
+    total_max = new_total;
   }
-  d += expf(params.sink[head] - largest);
+  d += expf(params.sink[head] - total_max);
   const float* parts = split_parts + pair * splits * head_dim;
-#pragma unroll 4
+#pragma unroll 2
   for (int e = static_cast<int>(threadIdx.x); e < head_dim; e += kCombineThreads) {
-    float sum = 0.0f;
+    float part[kMaxSplits];  // every range's value loaded at once (predicated, not one load a range)
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s)
-      if (s < splits) sum += parts[s * head_dim + e] * factor[s];
+    for (int s = 0; s < kMaxSplits; ++s) part[s] = s < ranges ? parts[s * head_dim + e] : 0.0f;
+    float sum = part[0];
+#pragma unroll
+    for (int s = 1; s < kMaxSplits; ++s)
+      if (s < ranges) sum = fold_ranges(sum, old_factor[s], part[s], new_factor[s]);
     attended[pair * head_dim + e] = sum / d;
   }
 }
 
 // Key splits for a call: where its blocks fill at most one an SM, as many as fill two an SM
 // (the kernel's residency), up to kMaxSplits and to one a kMinSplitKeys of the longest row's keys
-// where a bound is known.
-int key_splits(int64_t rows, int32_t heads, int32_t max_row_keys) {
+// where a bound is known. Fixed ranges (range_keys): every range of the longest row, where they
+// are at most kMaxSplits (else its blocks walk them: the same bits).
+int key_splits(int64_t rows, int32_t heads, int32_t max_row_keys, int32_t range_keys) {
   const int64_t blocks = rows * ((heads + kHeads - 1) / kHeads);
   const int64_t slots = 2 * int64_t{current_device_sm_count()};
   if (blocks <= 0 || 2 * blocks > slots) return 1;
+  if (range_keys > 0) {
+    const int64_t ranges = max_row_keys > 0 ? (int64_t{max_row_keys} + range_keys - 1) / range_keys : kMaxSplits;
+    return ranges <= kMaxSplits ? static_cast<int>(ranges) : 1;
+  }
   int64_t splits = slots / blocks < kMaxSplits ? slots / blocks : kMaxSplits;
   if (max_row_keys > 0) {
     const int64_t useful = (int64_t{max_row_keys} + kMinSplitKeys - 1) / kMinSplitKeys;
@@ -661,25 +770,33 @@ void sink_attention_mma(const AttentionParams& params, const SegmentRows* segmen
                         int64_t rows, const float* q, float* attended, Stream stream) {
   const SharedLayout layout = shared_layout(params.head_dim);
   if (layout.bytes > 48 * 1024) {
-    const cudaError_t status = cudaFuncSetAttribute(sink_attention_mma_kernel,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(layout.bytes));
+    cudaError_t status = cudaFuncSetAttribute(sink_attention_mma_kernel<false>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(layout.bytes));
+    if (status == cudaSuccess)
+      status = cudaFuncSetAttribute(sink_attention_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(layout.bytes));
     if (status != cudaSuccess) {
       (void)cudaGetLastError();  // do not leave the refusal for the next check
       fail("cuda::sink_attention: head_dim ", params.head_dim, " needs ", layout.bytes,
            " bytes of shared memory: ", cudaGetErrorString(status));
     }
   }
-  const int splits = params.split_workspace != nullptr ? key_splits(rows, params.heads, params.max_row_keys) : 1;
+  // Fixed ranges on blocks of their own need a bound on every row's ranges: without one the
+  // blocks walk them.
+  const bool may_split = params.split_workspace != nullptr && (params.range_keys == 0 || params.max_row_keys > 0);
+  const int splits = may_split ? key_splits(rows, params.heads, params.max_row_keys, params.range_keys) : 1;
+  const auto kernel = params.range_keys > 0 && splits == 1 ? sink_attention_mma_kernel<true>
+                                                           : sink_attention_mma_kernel<false>;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((params.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(splits));
-  launch(sink_attention_mma_kernel, grid, kThreads, layout.bytes, native(stream), params, segments, row_segment, q,
+  launch(kernel, grid, kThreads, layout.bytes, native(stream), params, segments, row_segment, q,
          attended, params.split_workspace);
   check_launch("cuda::sink_attention (tensor cores)");
   if (splits == 1) return;
   launch(sink_attention_combine_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(params.heads)),
-         kCombineThreads, 0, native(stream), params, static_cast<const float*>(params.split_workspace), splits,
-         attended);
+         kCombineThreads, 0, native(stream), params, segments, row_segment,
+         static_cast<const float*>(params.split_workspace), splits, attended);
   check_launch("cuda::sink_attention (combining key splits)");
 }
 
@@ -694,8 +811,9 @@ bool sink_attention_on_tensor_cores(const AttentionParams& params) {
          params.head_dim <= detail::kMaxHeadDim && exact(params.window_format) && entries_exact;
 }
 
-int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim, int32_t max_row_keys) {
-  const int splits = detail::key_splits(rows, heads, max_row_keys);
+int64_t sink_attention_split_floats(int64_t rows, int32_t heads, int32_t head_dim, int32_t max_row_keys,
+                                    int32_t range_keys) {
+  const int splits = detail::key_splits(rows, heads, max_row_keys, range_keys);
   return splits == 1 ? 0 : rows * heads * splits * (int64_t{head_dim} + 2);
 }
 
