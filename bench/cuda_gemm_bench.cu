@@ -269,6 +269,7 @@ struct ShapeWeights {
       m.block_rows = s.block;
       m.block_cols = s.block;
       m.no_nan_codes = no_nan_codes;
+      m.max_e8m0 = kMaxFilledE8m0;  // as the weight store finds it at upload: the folded decode
     }
     return m;
   }
