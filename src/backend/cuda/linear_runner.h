@@ -22,8 +22,8 @@ class LinearRunner {
     int split_input;
     int partials;
   };
-  // split: linear's SIMT split workspace (null under --batch-invariant); tensor_cores false keeps
-  // every weight on the SIMT kernel (DEEPINFER_CUDA_SIMT=1).
+  // split: linear's SIMT split workspace (null: blocks walk their column ranges, the same bits);
+  // tensor_cores false keeps every weight on the SIMT kernel (DEEPINFER_CUDA_SIMT=1).
   // tile_counters: linear_mma's (kLinearMmaTileCounters zeroed words, for this stream alone).
   LinearRunner(Arena& arena, cudaStream_t stream, float* split, bool tensor_cores, uint32_t* tile_counters,
                Slots slots = {kSplitInput, kMmaPartials})
