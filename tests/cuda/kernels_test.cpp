@@ -206,9 +206,10 @@ TEST(CudaLinear, BatchInvariantBitForBit) {
       const std::vector<float> in_batch(batch.begin() + t * rows, batch.begin() + (t + 1) * rows);
       EXPECT_TRUE(same_bits(gpu_linear(one_x, 1, d.matrix), in_batch))
           << describe(w.matrix, kTokens, 0) << ": token " << t;
-      if (t % 7 == 0)
+      if (t % 7 == 0) {
         EXPECT_TRUE(same_bits(gpu_linear(one_x, 1, d.matrix, 0, /*split=*/true), in_batch))
             << describe(w.matrix, 1, 0) << ", ranges on blocks of their own: token " << t;
+      }
     }
     EXPECT_TRUE(same_bits(gpu_linear(x, kTokens, d.matrix, 0, /*split=*/true), batch))
         << describe(w.matrix, kTokens, 0) << " with a split workspace";
