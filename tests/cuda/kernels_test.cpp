@@ -455,7 +455,9 @@ TEST(CudaHyperConnections, MixMatchesHyperMix) {
 // hc_enter in one launch against hc_mix, hc_collapse, copy_floats and rms_norm: the same bits
 // in pre, post, comb, the carried pre and the normed rows, with and without a carried pre, at
 // widths the fused kernel takes (more than 1024, some not a multiple of its 256 threads); and
-// it declines the widths rms_norm runs on a warp, and stream counts other than 4.
+// it declines the widths rms_norm runs on a warp, and stream counts other than 4. With a carried
+// pre, hc_collapse_norm then hc_mix into the carried pre (the backend's entry with the mix on
+// its own lane) give hc_enter's bits too, and hc_collapse_norm declines what hc_enter does.
 TEST(CudaHyperConnections, EnterGivesTheFourKernelsBits) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(16);
@@ -476,7 +478,7 @@ TEST(CudaHyperConnections, EnterGivesTheFourKernelsBits) {
             : out(static_cast<std::size_t>(kTokens * width) * sizeof(float)), carried(to_device(carried_pre)) {}
         DeviceBytes pre{kTokens * n * sizeof(float)}, post{kTokens * n * sizeof(float)},
             comb{kTokens * n * n * sizeof(float)}, out, carried;
-      } four(d, previous), one(d, previous);
+      } four(d, previous), one(d, previous), split(d, previous);
       float* four_carried = carried ? four.carried.at<float>() : nullptr;
       hc_mix(dlogits.at<float>(), kTokens, n, dbase.at<float>(), dscale.at<float>(), 1e-6f, 20, four.pre.at<float>(),
              four.post.at<float>(), four.comb.at<float>(), kDefaultStream);
@@ -488,6 +490,12 @@ TEST(CudaHyperConnections, EnterGivesTheFourKernelsBits) {
                            one.pre.at<float>(), one.post.at<float>(), one.comb.at<float>(),
                            carried ? one.carried.at<float>() : nullptr, dstreams.at<float>(), d, dnorm.at<float>(),
                            1e-6f, one.out.at<float>(), kDefaultStream));
+      if (carried) {
+        ASSERT_TRUE(hc_collapse_norm(split.carried.at<float>(), dstreams.at<float>(), kTokens, n, d, dnorm.at<float>(),
+                                     1e-6f, split.out.at<float>(), kDefaultStream));
+        hc_mix(dlogits.at<float>(), kTokens, n, dbase.at<float>(), dscale.at<float>(), 1e-6f, 20,
+               split.carried.at<float>(), split.post.at<float>(), split.comb.at<float>(), kDefaultStream);
+      }
       synchronize();
       auto same = [](const DeviceBytes& a, const DeviceBytes& b, std::size_t count) {
         const std::vector<float> x = from_device(a.at<float>(), count), y = from_device(b.at<float>(), count);
@@ -498,11 +506,19 @@ TEST(CudaHyperConnections, EnterGivesTheFourKernelsBits) {
       EXPECT_TRUE(same(four.comb, one.comb, kTokens * n * n));
       EXPECT_TRUE(same(four.carried, one.carried, kTokens * n));
       EXPECT_TRUE(same(four.out, one.out, static_cast<std::size_t>(kTokens * d)));
+      if (carried) {
+        EXPECT_TRUE(same(split.post, one.post, kTokens * n));
+        EXPECT_TRUE(same(split.comb, one.comb, kTokens * n * n));
+        EXPECT_TRUE(same(split.carried, one.carried, kTokens * n));
+        EXPECT_TRUE(same(split.out, one.out, static_cast<std::size_t>(kTokens * d)));
+      }
     }
   EXPECT_FALSE(hc_enter(nullptr, 1, 4, nullptr, nullptr, 1e-6f, 20, nullptr, nullptr, nullptr, nullptr, nullptr, 1024,
                         nullptr, 1e-6f, nullptr, kDefaultStream));
   EXPECT_FALSE(hc_enter(nullptr, 1, 3, nullptr, nullptr, 1e-6f, 20, nullptr, nullptr, nullptr, nullptr, nullptr, 4096,
                         nullptr, 1e-6f, nullptr, kDefaultStream));
+  EXPECT_FALSE(hc_collapse_norm(nullptr, nullptr, 1, 4, 1024, nullptr, 1e-6f, nullptr, kDefaultStream));
+  EXPECT_FALSE(hc_collapse_norm(nullptr, nullptr, 1, 3, 4096, nullptr, 1e-6f, nullptr, kDefaultStream));
 }
 
 // hc_post_norm against hc_post then rms_norm of the flattened streams: the same streams and the

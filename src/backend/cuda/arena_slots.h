@@ -56,6 +56,10 @@ enum Slot : int {
   kSideSplitInput,
   kSideMmaPartials,
   kSideLinearSplit,
+  // And for V4.1's mix lane (CudaForwardPass::enter_site: a site's projection beside its sublayer).
+  kMixSplitInput,
+  kMixMmaPartials,
+  kMixLinearSplit,
   // Attention's middle (device_attention.cpp).
   kCallRows,
   kCompressorKv,

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -116,10 +117,18 @@ class CudaForwardPass final : public model::ForwardPass {
   float* streams() const { return streams_ + first_ * shape_.hc.streams * shape_.hc.hidden; }
   float* carried_pre() const { return carried_pre_ + first_ * shape_.hc.streams; }
   // The site's mix from flattened, unit-RMS streams projected by fn: pre / post / comb.
-  // normed: flat already holds the streams' RMSNorm (the exit before made it).
+  // normed: flat already holds the streams' RMSNorm (the exit before made it). On `lane`'s stream.
   void mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat, float* logits,
-           bool normed = false);
+           bool normed = false, Lane lane = Lane::Main);
   SideLane side_lane() const;  // the pass's side branch (side_branch.h)
+  SideLane mix_lane() const;   // the pass's mix lane
+  // The main stream waits for the open mix branch, if any: before anything reads or writes what
+  // it writes (the streams' exits, the pre, post and comb, the flat rows) or moves the rows.
+  void join_mix() {
+    if (!mix_branch_) return;
+    mix_branch_->join();
+    mix_branch_.reset();
+  }
   void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out,
                   const LinearRunner& linear);
   // An attention sublayer's parts on the device: the projections of sublayer_in_ (the low-rank
@@ -169,6 +178,10 @@ class CudaForwardPass final : public model::ForwardPass {
   int64_t first_ = 0;  // rows dropped from the front
   LinearRunner linear_;
   LinearRunner side_linear_;
+  LinearRunner mix_linear_;
+  // V4.1's projection and mix of the open site, queued on the mix lane (enter_site) and joined
+  // before the site's exit (join_mix).
+  std::optional<SideBranch> mix_branch_;
   float* streams_ = nullptr;
   float* sublayer_in_ = nullptr;
   float* sublayer_out_ = nullptr;
@@ -232,14 +245,18 @@ class CudaBackend final : public model::Backend {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&setup_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "cudaEventCreate");
+    for (LaneResources& lane : lanes_) {
+      check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check(cudaEventCreateWithFlags(&lane.fork, cudaEventDisableTiming), "cudaEventCreate");
+      check(cudaEventCreateWithFlags(&lane.join, cudaEventDisableTiming), "cudaEventCreate");
+    }
     cache_memory_.emplace(device_, stream_, mutex_, "cuda:" + std::to_string(device_));
     tile_counters_ = DeviceBuffer(static_cast<std::size_t>(k::kLinearMmaTileCounters) * sizeof(uint32_t));
     check(cudaMemset(tile_counters_.data(), 0, tile_counters_.bytes()), "cudaMemset");
-    side_tile_counters_ = DeviceBuffer(tile_counters_.bytes());
-    check(cudaMemset(side_tile_counters_.data(), 0, side_tile_counters_.bytes()), "cudaMemset");
+    for (LaneResources& lane : lanes_) {
+      lane.tile_counters = DeviceBuffer(tile_counters_.bytes());
+      check(cudaMemset(lane.tile_counters.data(), 0, lane.tile_counters.bytes()), "cudaMemset");
+    }
     for (PassBank& bank : banks_) check(cudaEventCreateWithFlags(&bank.done, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
@@ -254,9 +271,11 @@ class CudaBackend final : public model::Backend {
     free_slots_.clear();
     for (PassBank& bank : banks_)
       if (bank.done) cudaEventDestroy(bank.done);
-    if (fork_event_) cudaEventDestroy(fork_event_);
-    if (join_event_) cudaEventDestroy(join_event_);
-    if (side_stream_) cudaStreamDestroy(side_stream_);
+    for (LaneResources& lane : lanes_) {
+      if (lane.fork) cudaEventDestroy(lane.fork);
+      if (lane.join) cudaEventDestroy(lane.join);
+      if (lane.stream) cudaStreamDestroy(lane.stream);
+    }
     if (setup_stream_) cudaStreamDestroy(setup_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -364,8 +383,8 @@ class CudaBackend final : public model::Backend {
   cudaStream_t setup_stream() const { return setup_stream_; }
   // The events a pass forks its side branch from the stream with and joins it back by (one branch
   // open at a time).
-  cudaEvent_t fork_event() const { return fork_event_; }
-  cudaEvent_t join_event() const { return join_event_; }
+  cudaEvent_t fork_event(Lane lane) const { return lanes_[lane_index(lane)].fork; }
+  cudaEvent_t join_event(Lane lane) const { return lanes_[lane_index(lane)].join; }
   WeightStore& weights() { return weights_; }
   Arena& arena() { return arena_; }
   Arena& sampler_arena() { return sampler_arena_; }
@@ -402,20 +421,25 @@ class CudaBackend final : public model::Backend {
   void reserve_linear_buffers(int64_t rows) {
     if (simt_) return;
     const auto r = static_cast<std::size_t>(rows);
-    for (const int slot : {kSplitInput, kSideSplitInput})
+    for (const int slot : {kSplitInput, kSideSplitInput, kMixSplitInput})
       arena_.get<uint32_t>(slot, static_cast<std::size_t>(k::linear_split_words(rows, widest_matrix_)));
-    for (const int slot : {kMmaPartials, kSideMmaPartials})
+    for (const int slot : {kMmaPartials, kSideMmaPartials, kMixMmaPartials})
       arena_.get<float>(slot, r * static_cast<std::size_t>(k::kLinearMmaPartialFloatsPerToken));
   }
   // How the pass runs linear: the SIMT kernel's column ranges on blocks of their own where a call
-  // is small (the same bits either way), the tensor cores unless DEEPINFER_CUDA_SIMT=1. side: the
-  // side branch's runner, on its stream with buffers and tile counters of its own.
-  LinearRunner linear_runner(bool side = false) {
-    float* split = arena_.get<float>(side ? kSideLinearSplit : kLinearSplit,
+  // is small (the same bits either way), the tensor cores unless DEEPINFER_CUDA_SIMT=1. A lane
+  // other than the main stream's runs on its own stream with buffers and tile counters of its own.
+  LinearRunner linear_runner(Lane lane = Lane::Main) {
+    if (lane == Lane::Main)
+      return LinearRunner(arena_, stream_, arena_.get<float>(kLinearSplit, static_cast<std::size_t>(k::kLinearSplitFloats)),
+                          !simt_, static_cast<uint32_t*>(tile_counters_.data()));
+    const bool side = lane == Lane::Side;
+    LaneResources& resources = lanes_[lane_index(lane)];
+    float* split = arena_.get<float>(side ? kSideLinearSplit : kMixLinearSplit,
                                      static_cast<std::size_t>(k::kLinearSplitFloats));
-    if (!side) return LinearRunner(arena_, stream_, split, !simt_, static_cast<uint32_t*>(tile_counters_.data()));
-    return LinearRunner(arena_, side_stream_, split, !simt_, static_cast<uint32_t*>(side_tile_counters_.data()),
-                        {kSideSplitInput, kSideMmaPartials});
+    return LinearRunner(arena_, resources.stream, split, !simt_, static_cast<uint32_t*>(resources.tile_counters.data()),
+                        side ? LinearRunner::Slots{kSideSplitInput, kSideMmaPartials}
+                             : LinearRunner::Slots{kMixSplitInput, kMixMmaPartials});
   }
   // The layer's routed experts all fit expert_mma.cu's kernels (decided once per layer, on the
   // device descriptors); DEEPINFER_CUDA_SIMT=1 keeps them, and every linear, on part 1's SIMT
@@ -451,15 +475,19 @@ class CudaBackend final : public model::Backend {
   Options options_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t setup_stream_ = nullptr;
-  cudaStream_t side_stream_ = nullptr;
-  cudaEvent_t fork_event_ = nullptr;
-  cudaEvent_t join_event_ = nullptr;
+  // The streams beside stream_ (side_branch.h): the side branch's and the mix lane's, each with
+  // its fork and join events and linear_mma's tile counters (passes run one at a time).
+  struct LaneResources {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t fork = nullptr;
+    cudaEvent_t join = nullptr;
+    DeviceBuffer tile_counters;
+  };
+  static std::size_t lane_index(Lane lane) { return lane == Lane::Side ? 0 : 1; }
+  std::array<LaneResources, 2> lanes_;
   WeightStore weights_;
   Arena arena_;
-  // linear_mma's tile counters: one set for stream_ and one for side_stream_, as this backend's
-  // passes run one at a time.
-  DeviceBuffer tile_counters_;
-  DeviceBuffer side_tile_counters_;
+  DeviceBuffer tile_counters_;  // linear_mma's, for stream_
   // The sampler's buffers, apart: they follow the draws of a step (forks draw more), and a graph
   // never reads them, so their growth must not move the arena the graphs hold.
   Arena sampler_arena_;
@@ -526,7 +554,11 @@ class CudaBackend final : public model::Backend {
 };
 
 SideLane CudaForwardPass::side_lane() const {
-  return {backend_.stream(), &side_linear_, backend_.fork_event(), backend_.join_event()};
+  return {backend_.stream(), &side_linear_, backend_.fork_event(Lane::Side), backend_.join_event(Lane::Side)};
+}
+
+SideLane CudaForwardPass::mix_lane() const {
+  return {backend_.stream(), &mix_linear_, backend_.fork_event(Lane::Mix), backend_.join_event(Lane::Mix)};
 }
 
 CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& shape, const model::CallShape& call)
@@ -539,7 +571,8 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
       rows_(mode_ == PassMode::Eager ? call.rows : key_.rows),
       live_rows_(call.rows),
       linear_(backend.linear_runner()),
-      side_linear_(backend.linear_runner(/*side=*/true)),
+      side_linear_(backend.linear_runner(Lane::Side)),
+      mix_linear_(backend.linear_runner(Lane::Mix)),
       attention_(backend.weights(), backend.arena(), bank_.staging, backend.stream(), backend.setup_stream(),
                  rows_, mode_ == PassMode::Eager ? 0 : key_.context_bound, linear_, side_lane(), backend.profile(),
                  backend.tensor_cores(),
@@ -581,6 +614,7 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
 
 CudaForwardPass::~CudaForwardPass() {
   skip_.reset();
+  mix_branch_.reset();  // joined inside the capture, before it ends
   if (capturing_) {
     cudaGraph_t abandoned = nullptr;
     (void)cudaStreamEndCapture(backend_.stream(), &abandoned);
@@ -660,6 +694,7 @@ cudaError_t CudaForwardPass::copy_staging_first(cudaGraph_t graph) {
 
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens,
                             std::span<const int32_t> from_draw, const model::PendingDraws* draw_source) {
+  join_mix();
   const OpProfile::Section timed(backend_.profile(), "embed", backend_.stream());
   // Every pass resolves its ids on the device, chained or not, so that a graph's kernels are the
   // same either way.
@@ -686,6 +721,7 @@ void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const 
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
+  join_mix();
   const OpProfile::Section timed(backend_.profile(), "engram", backend_.stream());
   // The table rows are gathered on the host (the tables are host memory, read only where the
   // hashes point); the projection and the gate run here.
@@ -706,10 +742,11 @@ void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<c
 }
 
 void CudaForwardPass::mix(const model::HyperConnectionWeights& hc, const float* streams, int64_t rows, float* flat,
-                          float* logits, bool normed) {
+                          float* logits, bool normed, Lane lane) {
   const int64_t width = shape_.hc.streams * shape_.hc.hidden;
-  if (!normed) k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, backend_.stream());
-  linear_(flat, rows, backend_.weights().matrix(hc.fn), logits);
+  const LinearRunner& linear = lane == Lane::Mix ? mix_linear_ : linear_;
+  if (!normed) k::rms_norm(streams, rows, width, nullptr, shape_.hc.norm_eps, flat, linear.stream());
+  linear(flat, rows, backend_.weights().matrix(hc.fn), logits);
 }
 
 void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::span<const float> norm) {
@@ -722,6 +759,20 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
   cudaStream_t stream = backend_.stream();
   float* flat = arena.get<float>(kFlat, r * static_cast<std::size_t>(n * d));
   float* logits = arena.get<float>(kMixLogits, r * static_cast<std::size_t>((2 + n) * n));
+  join_mix();
+  // V4.1 collapses with the site before's pre, so the sublayer's input does not wait for this
+  // site's projection and mix: they run on the mix lane beside the sublayer (its output is all
+  // the site's exit needs of them), forked once the collapse has read the carried pre that the
+  // mix replaces. The same kernels on the same inputs as hc_enter: the same bits.
+  if (shape_.single_pass && k::hc_collapse_norm(carried_pre(), streams(), rows_, n, d, weights.floats(norm),
+                                                shape_.norm_eps, sublayer_in_, stream)) {
+    mix_branch_.emplace(mix_lane());
+    mix(hc, streams(), rows_, flat, logits, flat_ready_, Lane::Mix);
+    flat_ready_ = false;
+    k::hc_mix(logits, rows_, n, weights.floats(hc.base), weights.floats(hc.scale), shape_.hc.hc_eps,
+              shape_.hc.sinkhorn_iters, carried_pre(), post_, comb_, mix_branch_->stream());
+    return;
+  }
   mix(hc, streams(), rows_, flat, logits, flat_ready_);
   flat_ready_ = false;
   if (k::hc_enter(logits, rows_, n, weights.floats(hc.base), weights.floats(hc.scale), shape_.hc.hc_eps,
@@ -741,6 +792,7 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
 
 void CudaForwardPass::exit_site() {
   const OpProfile::Section timed(backend_.profile(), "exit_site", backend_.stream());
+  join_mix();
   const int64_t n = shape_.hc.streams, d = shape_.hc.hidden;
   // The next site's normed streams too, where one kernel does both (an exit is followed by the
   // next site's entry but at the pass's end).
@@ -1016,6 +1068,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 }
 
 void CudaForwardPass::drop_front_rows(int64_t rows) {
+  join_mix();
   flat_ready_ = false;  // its rows no longer line up with streams()
   first_ += rows;
   rows_ -= rows;
@@ -1023,6 +1076,7 @@ void CudaForwardPass::drop_front_rows(int64_t rows) {
 }
 
 void CudaForwardPass::read_streams(std::span<float> out) {
+  join_mix();
   // A graph would replay the copy into whatever `out` was at capture (model.cpp keeps tapped
   // calls off decode graphs).
   if (mode_ != PassMode::Eager) fail("cuda: a decode-graph pass cannot read its streams back (taps, traces)");
@@ -1032,6 +1086,7 @@ void CudaForwardPass::read_streams(std::span<float> out) {
 }
 
 void CudaForwardPass::tap_streams(int64_t tap, int64_t taps, std::span<float> out) {
+  join_mix();
   if (mode_ != PassMode::Eager) fail("cuda: a decode-graph pass cannot take taps");
   const int64_t d = shape_.hc.hidden;
   if (std::cmp_not_equal(out.size(), rows_ * taps * d) || (device_taps_ && out.data() != host_taps_.data()))
@@ -1055,6 +1110,7 @@ void CudaForwardPass::finish_taps() {
 
 float* CudaForwardPass::collapsed_rows(const model::HeadWeights& weights, std::span<const int64_t> rows,
                                       int64_t* count_out) {
+  join_mix();
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();

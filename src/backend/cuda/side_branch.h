@@ -8,7 +8,7 @@
 //
 // The side's linears run on a LinearRunner of their own (their own split buffers and tile
 // counters) and its kernels on the side stream; the branch's other buffers must be ones the main
-// stream does not touch until the join. One branch is open at a time.
+// stream does not touch until the join. One branch is open at a time on a lane.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/linear_runner.h"
@@ -16,6 +16,12 @@
 #include "kernels/cuda/launch_gate.h"
 
 namespace deepinfer::backend::cuda {
+
+// The streams a pass's work runs on: the pass's own (main); the side branch's, beside a
+// sublayer's critical chain; V4.1's mix lane, where a site's projection and mix run beside the
+// sublayer they do not feed (CudaForwardPass::enter_site). Each has its own events, so a mix
+// branch and a side branch can be open together.
+enum class Lane { Main, Side, Mix };
 
 // What a pass forks with: its stream, the side's runner (on the side stream), the events.
 struct SideLane {

@@ -126,6 +126,12 @@ void hc_mix(const float* logits, int64_t tokens, int64_t n, const float* base, c
 bool hc_enter(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale, float hc_eps,
               int64_t sinkhorn_iters, float* pre, float* post, float* comb, float* carried_pre,
               const float* streams, int64_t d, const float* norm_weight, float norm_eps, float* out, Stream stream);
+// hc_collapse of `streams` with `pre` (V4.1's carried pre), then rms_norm with norm_weight into
+// out [tokens, d]: hc_enter's collapse and norm without its mix, the same bits, so that the mix
+// (the projection, then hc_mix) can run beside the sublayer it does not feed. False, launching
+// nothing, where hc_enter would be.
+bool hc_collapse_norm(const float* pre, const float* streams, int64_t tokens, int64_t n, int64_t d,
+                      const float* norm_weight, float norm_eps, float* out, Stream stream);
 // The V4 head's pre only: pre[t, i] = sigmoid(logits[t, i] * scale[0] + base[i]) + hc_eps.
 void hc_head_pre(const float* logits, int64_t tokens, int64_t n, const float* base, const float* scale,
                  float hc_eps, float* pre, Stream stream);

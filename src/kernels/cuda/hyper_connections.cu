@@ -167,6 +167,9 @@ __device__ __forceinline__ double squares_in_norm_order(const float* row, int64_
 // hc_mix4_kernel does; every thread collapses its columns as hc_collapse_kernel does, with
 // `carried` (V4.1's pre of the site before, then replaced by this site's pre) or this site's pre;
 // then the norm as above: the four kernels' bits in one launch. Shared: the collapsed row [d].
+// Without Mix (hc_collapse_norm) the block collapses with `carried` and norms, and leaves the
+// mix, its outputs and `carried` to hc_mix: logits, base, scale, pre, post and comb are unread.
+template <bool Mix>
 __global__ void __launch_bounds__(kFusedThreads)
     hc_enter_kernel(const float* __restrict__ logits, const float* __restrict__ base,
                     const float* __restrict__ scale, float hc_eps, int64_t iters, float* __restrict__ pre,
@@ -180,13 +183,13 @@ __global__ void __launch_bounds__(kFusedThreads)
   __shared__ double scratch[kWarp];
   const int64_t t = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x);
-  float* token_pre = pre + t * n;
+  float* token_pre = Mix ? pre + t * n : nullptr;
   auto mix = [&] {
-    if (tid < kLanesPerToken)
+    if (Mix && tid < kLanesPerToken)
       mix4_lane(logits + t * (2 + n) * n, tid, 0xFFFFu, base, scale, hc_eps, iters, token_pre, post + t * n,
                 comb + t * n * n);
   };
-  if (carried) {
+  if (!Mix || carried) {
     if (tid < n) weights[tid] = carried[t * n + tid];
   } else {
     mix();
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(kFusedThreads)
   __syncthreads();
   double squares = squares_in_norm_order(collapsed, d);
   squares = block_sum(squares, scratch);  // barriers: the mix's pre is written
-  if (carried && tid < n) carried[t * n + tid] = token_pre[tid];
+  if (Mix && carried && tid < n) carried[t * n + tid] = token_pre[tid];
   normalize(collapsed, d, norm_weight, norm_eps, out + t * d, squares, tid, kFusedThreads);
 }
 
@@ -380,8 +383,20 @@ bool hc_enter(const float* logits, int64_t tokens, int64_t n, const float* base,
               const float* streams, int64_t d, const float* norm_weight, float norm_eps, float* out, Stream stream) {
   const std::size_t shared = static_cast<std::size_t>(d) * sizeof(float);
   if (n != kFourStreams || d <= kWarpRowLimit || shared > kMaxFusedShared) return false;
-  launch_fused("cuda::hc_enter", hc_enter_kernel, tokens, shared, stream, logits, base, scale, hc_eps, sinkhorn_iters,
-               pre, post, comb, carried_pre, streams, d, norm_weight, norm_eps, out);
+  launch_fused("cuda::hc_enter", hc_enter_kernel<true>, tokens, shared, stream, logits, base, scale, hc_eps,
+               sinkhorn_iters, pre, post, comb, carried_pre, streams, d, norm_weight, norm_eps, out);
+  return true;
+}
+
+bool hc_collapse_norm(const float* pre, const float* streams, int64_t tokens, int64_t n, int64_t d,
+                      const float* norm_weight, float norm_eps, float* out, Stream stream) {
+  const std::size_t shared = static_cast<std::size_t>(d) * sizeof(float);
+  if (n != kFourStreams || d <= kWarpRowLimit || shared > kMaxFusedShared) return false;
+  if (!pre) fail("cuda::hc_collapse_norm: no pre");
+  // The kernel reads `carried` only; the mix's arguments are unread without Mix.
+  launch_fused("cuda::hc_collapse_norm", hc_enter_kernel<false>, tokens, shared, stream, nullptr, nullptr, nullptr,
+               0.0f, int64_t{0}, nullptr, nullptr, nullptr, const_cast<float*>(pre), streams, d, norm_weight, norm_eps,
+               out);
   return true;
 }
 
