@@ -523,7 +523,9 @@ TEST(CudaHyperConnections, EnterGivesTheFourKernelsBits) {
 
 // hc_post_norm against hc_post then rms_norm of the flattened streams: the same streams and the
 // same normed rows, bit for bit; it declines widths that are not a multiple of 256 and stream
-// counts other than 4.
+// counts other than 4. hc_post_enter (V4.1's boundary in one launch) against hc_post_norm then
+// hc_collapse_norm with a carried pre: the same streams, normed rows and sublayer input, at the
+// widths hc_collapse_norm takes (declined at 512 and at 1300, not a multiple of 256).
 TEST(CudaHyperConnections, PostNormGivesPostThenRmsNormsBits) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(17);
@@ -536,23 +538,47 @@ TEST(CudaHyperConnections, PostNormGivesPostThenRmsNormsBits) {
     const std::vector<float> output = random_floats(static_cast<std::size_t>(kTokens * d), rng, 2.0f);
     const std::vector<float> streams = random_floats(static_cast<std::size_t>(kTokens * n * d), rng, 3.0f);
     const DeviceBytes dpost = to_device(post), dcomb = to_device(comb), doutput = to_device(output);
-    DeviceBytes two = to_device(streams), one = to_device(streams);
+    const std::vector<float> carried = random_floats(static_cast<std::size_t>(kTokens * n), rng, 0.5f, 0.5f);
+    const std::vector<float> norm = random_floats(static_cast<std::size_t>(d), rng, 1.0f, 1.0f);
+    const DeviceBytes dcarried = to_device(carried), dnorm = to_device(norm);
+    DeviceBytes two = to_device(streams), one = to_device(streams), fused = to_device(streams);
     const std::size_t flat_floats = static_cast<std::size_t>(kTokens * n * d);
-    DeviceBytes two_flat(flat_floats * sizeof(float)), one_flat(flat_floats * sizeof(float));
+    DeviceBytes two_flat(flat_floats * sizeof(float)), one_flat(flat_floats * sizeof(float)),
+        fused_flat(flat_floats * sizeof(float));
+    DeviceBytes one_entry(static_cast<std::size_t>(kTokens * d) * sizeof(float)),
+        fused_entry(static_cast<std::size_t>(kTokens * d) * sizeof(float));
     hc_post(dpost.at<float>(), dcomb.at<float>(), doutput.at<float>(), kTokens, n, d, two.at<float>(), kDefaultStream);
     rms_norm(two.at<float>(), kTokens, n * d, nullptr, 1e-6f, two_flat.at<float>(), kDefaultStream);
     ASSERT_TRUE(hc_post_norm(dpost.at<float>(), dcomb.at<float>(), doutput.at<float>(), kTokens, n, d,
                              one.at<float>(), 1e-6f, one_flat.at<float>(), kDefaultStream));
+    const bool enters = d > 1024;
+    if (enters) {
+      ASSERT_TRUE(hc_collapse_norm(dcarried.at<float>(), one.at<float>(), kTokens, n, d, dnorm.at<float>(), 1e-5f,
+                                   one_entry.at<float>(), kDefaultStream));
+    }
+    EXPECT_EQ(hc_post_enter(dpost.at<float>(), dcomb.at<float>(), doutput.at<float>(), kTokens, n, d,
+                            fused.at<float>(), 1e-6f, fused_flat.at<float>(), dcarried.at<float>(), dnorm.at<float>(),
+                            1e-5f, fused_entry.at<float>(), kDefaultStream),
+              enters);
     synchronize();
-    auto same = [&](const DeviceBytes& a, const DeviceBytes& b) {
-      const std::vector<float> x = from_device(a.at<float>(), flat_floats), y = from_device(b.at<float>(), flat_floats);
-      return std::memcmp(x.data(), y.data(), flat_floats * sizeof(float)) == 0;
+    auto same = [&](const DeviceBytes& a, const DeviceBytes& b, std::size_t floats) {
+      const std::vector<float> x = from_device(a.at<float>(), floats), y = from_device(b.at<float>(), floats);
+      return std::memcmp(x.data(), y.data(), floats * sizeof(float)) == 0;
     };
-    EXPECT_TRUE(same(two, one));
-    EXPECT_TRUE(same(two_flat, one_flat));
+    EXPECT_TRUE(same(two, one, flat_floats));
+    EXPECT_TRUE(same(two_flat, one_flat, flat_floats));
+    if (enters) {
+      EXPECT_TRUE(same(fused, one, flat_floats));
+      EXPECT_TRUE(same(fused_flat, one_flat, flat_floats));
+      EXPECT_TRUE(same(fused_entry, one_entry, static_cast<std::size_t>(kTokens * d)));
+    }
   }
   EXPECT_FALSE(hc_post_norm(nullptr, nullptr, nullptr, 1, 4, 300, nullptr, 1e-6f, nullptr, kDefaultStream));
   EXPECT_FALSE(hc_post_norm(nullptr, nullptr, nullptr, 1, 3, 4096, nullptr, 1e-6f, nullptr, kDefaultStream));
+  EXPECT_FALSE(hc_post_enter(nullptr, nullptr, nullptr, 1, 4, 1300, nullptr, 1e-6f, nullptr, nullptr, nullptr, 1e-6f,
+                             nullptr, kDefaultStream));
+  EXPECT_FALSE(hc_post_enter(nullptr, nullptr, nullptr, 1, 3, 4096, nullptr, 1e-6f, nullptr, nullptr, nullptr, 1e-6f,
+                             nullptr, kDefaultStream));
 }
 
 TEST(CudaHyperConnections, HeadMatchesHyperHead) {

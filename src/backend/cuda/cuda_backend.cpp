@@ -129,6 +129,10 @@ class CudaForwardPass final : public model::ForwardPass {
     mix_branch_->join();
     mix_branch_.reset();
   }
+  // The site exit that exit_site left to the next enter_site (V4.1: one launch for the boundary),
+  // run alone: before anything else reads or writes the streams or moves the rows.
+  void settle();
+  void run_exit();
   void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out,
                   const LinearRunner& linear);
   // An attention sublayer's parts on the device: the projections of sublayer_in_ (the low-rank
@@ -182,6 +186,7 @@ class CudaForwardPass final : public model::ForwardPass {
   // V4.1's projection and mix of the open site, queued on the mix lane (enter_site) and joined
   // before the site's exit (join_mix).
   std::optional<SideBranch> mix_branch_;
+  bool exit_pending_ = false;  // V4.1: the last exit_site's work, left for the next enter_site
   float* streams_ = nullptr;
   float* sublayer_in_ = nullptr;
   float* sublayer_out_ = nullptr;
@@ -614,6 +619,12 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
 
 CudaForwardPass::~CudaForwardPass() {
   skip_.reset();
+  if (exit_pending_) {
+    try {
+      settle();  // the streams after the pass's last site (a pass that reached no head)
+    } catch (...) {  // the pass failed already: its error is raised where it happened
+    }
+  }
   mix_branch_.reset();  // joined inside the capture, before it ends
   if (capturing_) {
     cudaGraph_t abandoned = nullptr;
@@ -694,7 +705,7 @@ cudaError_t CudaForwardPass::copy_staging_first(cudaGraph_t graph) {
 
 void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const int32_t> tokens,
                             std::span<const int32_t> from_draw, const model::PendingDraws* draw_source) {
-  join_mix();
+  settle();
   const OpProfile::Section timed(backend_.profile(), "embed", backend_.stream());
   // Every pass resolves its ids on the device, chained or not, so that a graph's kernels are the
   // same either way.
@@ -721,7 +732,7 @@ void CudaForwardPass::embed(const kernels::WeightMatrix& table, std::span<const 
 }
 
 void CudaForwardPass::engram(const model::Engram& engram, int index, std::span<const int64_t> hash_ids) {
-  join_mix();
+  settle();
   const OpProfile::Section timed(backend_.profile(), "engram", backend_.stream());
   // The table rows are gathered on the host (the tables are host memory, read only where the
   // hashes point); the projection and the gate run here.
@@ -763,9 +774,22 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
   // V4.1 collapses with the site before's pre, so the sublayer's input does not wait for this
   // site's projection and mix: they run on the mix lane beside the sublayer (its output is all
   // the site's exit needs of them), forked once the collapse has read the carried pre that the
-  // mix replaces. The same kernels on the same inputs as hc_enter: the same bits.
-  if (shape_.single_pass && k::hc_collapse_norm(carried_pre(), streams(), rows_, n, d, weights.floats(norm),
-                                                shape_.norm_eps, sublayer_in_, stream)) {
+  // mix replaces. The same kernels on the same inputs as hc_enter: the same bits. The exit
+  // before, where there is one, runs in the collapse's launch (hc_post_enter, the same bits).
+  bool collapsed = false;
+  if (shape_.single_pass && exit_pending_) {
+    collapsed = k::hc_post_enter(post_, comb_, sublayer_out_, rows_, n, d, streams(), shape_.hc.norm_eps, flat,
+                                 carried_pre(), weights.floats(norm), shape_.norm_eps, sublayer_in_, stream);
+    if (collapsed) {
+      exit_pending_ = false;
+      flat_ready_ = true;
+    }
+  }
+  settle();
+  if (shape_.single_pass && !collapsed)
+    collapsed = k::hc_collapse_norm(carried_pre(), streams(), rows_, n, d, weights.floats(norm), shape_.norm_eps,
+                                    sublayer_in_, stream);
+  if (collapsed) {
     mix_branch_.emplace(mix_lane());
     mix(hc, streams(), rows_, flat, logits, flat_ready_, Lane::Mix);
     flat_ready_ = false;
@@ -791,8 +815,24 @@ void CudaForwardPass::enter_site(const model::HyperConnectionWeights& hc, std::s
 }
 
 void CudaForwardPass::exit_site() {
-  const OpProfile::Section timed(backend_.profile(), "exit_site", backend_.stream());
+  settle();
+  // V4.1: the next site's entry runs this exit in its own launch; whatever comes first settles it.
+  if (shape_.single_pass) {
+    exit_pending_ = true;
+    return;
+  }
+  run_exit();
+}
+
+void CudaForwardPass::settle() {
   join_mix();
+  if (!exit_pending_) return;
+  exit_pending_ = false;
+  run_exit();
+}
+
+void CudaForwardPass::run_exit() {
+  const OpProfile::Section timed(backend_.profile(), "exit_site", backend_.stream());
   const int64_t n = shape_.hc.streams, d = shape_.hc.hidden;
   // The next site's normed streams too, where one kernel does both (an exit is followed by the
   // next site's entry but at the pass's end).
@@ -1068,7 +1108,7 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
 }
 
 void CudaForwardPass::drop_front_rows(int64_t rows) {
-  join_mix();
+  settle();
   flat_ready_ = false;  // its rows no longer line up with streams()
   first_ += rows;
   rows_ -= rows;
@@ -1076,7 +1116,7 @@ void CudaForwardPass::drop_front_rows(int64_t rows) {
 }
 
 void CudaForwardPass::read_streams(std::span<float> out) {
-  join_mix();
+  settle();
   // A graph would replay the copy into whatever `out` was at capture (model.cpp keeps tapped
   // calls off decode graphs).
   if (mode_ != PassMode::Eager) fail("cuda: a decode-graph pass cannot read its streams back (taps, traces)");
@@ -1086,7 +1126,7 @@ void CudaForwardPass::read_streams(std::span<float> out) {
 }
 
 void CudaForwardPass::tap_streams(int64_t tap, int64_t taps, std::span<float> out) {
-  join_mix();
+  settle();
   if (mode_ != PassMode::Eager) fail("cuda: a decode-graph pass cannot take taps");
   const int64_t d = shape_.hc.hidden;
   if (std::cmp_not_equal(out.size(), rows_ * taps * d) || (device_taps_ && out.data() != host_taps_.data()))
@@ -1110,7 +1150,7 @@ void CudaForwardPass::finish_taps() {
 
 float* CudaForwardPass::collapsed_rows(const model::HeadWeights& weights, std::span<const int64_t> rows,
                                       int64_t* count_out) {
-  join_mix();
+  settle();
   WeightStore& store = backend_.weights();
   Arena& arena = backend_.arena();
   cudaStream_t stream = backend_.stream();

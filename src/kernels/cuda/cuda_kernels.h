@@ -143,6 +143,12 @@ void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t
 // multiple of 256 or n * d is narrow enough for rms_norm's warp kernel; the caller runs hc_post.
 bool hc_post_norm(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
                   float* streams, float norm_eps, float* flat, Stream stream);
+// V4.1's boundary between two sites: hc_post_norm, then hc_collapse_norm of the new streams with
+// carried_pre and norm_weight (entry_eps) into entry [tokens, d]: the two launches' bits in one.
+// False, launching nothing, where either would decline.
+bool hc_post_enter(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
+                   float* streams, float norm_eps, float* flat, const float* carried_pre, const float* norm_weight,
+                   float entry_eps, float* entry, Stream stream);
 // streams[t, k] = post[t, k] * output[t] + sum_j comb[t, j, k] * streams[t, j], in place.
 void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
              float* streams, Stream stream);

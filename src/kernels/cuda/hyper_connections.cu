@@ -1,5 +1,6 @@
 // The mHC steps of model/hyper_connections.cpp: the per-token mixing weights (sigmoids and the
 // truncated Sinkhorn), the collapse of the streams into one sublayer input, and the write-back.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kMixThreads)
             comb_out + t * n * n);
 }
 
-// The fused mHC kernels (hc_enter, hc_post_norm) run a block of kFusedThreads a token: at one
+// The fused mHC entry (hc_enter, hc_collapse_norm) runs a block of kFusedThreads a token: at one
 // token a block is all that runs, and its loads must be in flight together (a 256-thread block
 // walking a token's 4 x 5120 streams column by column waited out a memory round trip a column:
 // 21-36 us a call). Each thread computes columns c = i, i + kFusedThreads, ... into shared memory;
@@ -285,53 +286,157 @@ __global__ void hc_post_kernel(const float* post, const float* comb, const float
   }
 }
 
-// hc_post_norm: hc_post's columns (post_column's operations, four streams) by the block's threads,
-// written to the streams and to shared memory as the flattened row [n * d]; then the norm as
-// above into flat.
-__global__ void __launch_bounds__(kFusedThreads)
-    hc_post_norm_kernel(const float* __restrict__ post, const float* __restrict__ comb,
-                        const float* __restrict__ output, int64_t d, float* __restrict__ streams, float norm_eps,
-                        float* __restrict__ flat) {
+// hc_post_norm and hc_post_enter: a cluster of kBoundaryBlocks blocks a token (at one token a
+// block a token is one SM of the device: 8.5 us for hc_post_norm, most of it one block's round
+// trips). The norm's order is rms_norm_block_kernel's: thread i of 256 adds the squares of elements
+// i, i + 256, ... of the row in order, warps add their threads by warp_sum, and warp 0 adds the 8
+// warp sums (and 24 zeros) by warp_sum. Block r of the cluster plays warp r: it owns the columns
+// c with c % 256 in [32 r, 32 r + 32) (d a multiple of 256, so every stream's element k d + c falls
+// to the same thread), computes hc_post's values there (post_column's operations), keeps them in
+// shared memory and adds its 32 threads' squares; the blocks' sums meet through distributed
+// shared memory in the same warp_sum. So the bits are the one-block kernel's and rms_norm's.
+// With Enter (V4.1's boundary between two sites), each column's new streams are also collapsed
+// with `carried` as hc_enter collapses them, and that row [d] normed with norm_weight into
+// `entry` in the same way: hc_post_norm's and hc_collapse_norm's bits in one launch.
+constexpr int kBoundaryBlocks = 8;
+constexpr int kBoundaryThreads = 256;
+static_assert(kBoundaryBlocks * kWarp == kRmsNormBlockThreads);
+constexpr std::size_t kMaxBoundaryShared = 48 * 1024;
+
+template <bool Enter>
+__global__ void __cluster_dims__(kBoundaryBlocks, 1, 1) __launch_bounds__(kBoundaryThreads)
+    hc_boundary_kernel(const float* __restrict__ post, const float* __restrict__ comb,
+                       const float* __restrict__ output, int64_t d, float* __restrict__ streams, float norm_eps,
+                       float* __restrict__ flat, const float* __restrict__ carried,
+                       const float* __restrict__ norm_weight, float entry_eps, float* __restrict__ entry) {
   await_previous_grid();
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
   constexpr int n = kFourStreams;
-  extern __shared__ float row[];
-  __shared__ double scratch[kWarp];
-  const int64_t t = blockIdx.x;
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t t = blockIdx.x / kBoundaryBlocks;
   const int tid = static_cast<int>(threadIdx.x);
-  float m[n * n], gain[n];
+  const int64_t rounds = d / kRmsNormBlockThreads;  // a norm thread's columns
+  const int64_t columns = rounds * kWarp;           // the block's
+  extern __shared__ float values[];                 // [n][columns] the new streams, then [columns] collapsed
+  float* collapsed = values + n * columns;
+  __shared__ double partial[2];  // the block's warp sums: the streams' squares, the collapsed row's
+  __shared__ double total[2];
+  // The block's column j: round j / 32 of the norm, thread 32 rank + j % 32.
+  auto column_of = [&](int64_t j) { return (j / kWarp) * kRmsNormBlockThreads + rank * kWarp + j % kWarp; };
+  float m[n * n], gain[n], p[n];
 #pragma unroll
   for (int i = 0; i < n * n; ++i) m[i] = comb[t * n * n + i];
 #pragma unroll
   for (int k = 0; k < n; ++k) gain[k] = post[t * n + k];
+#pragma unroll
+  for (int k = 0; k < n; ++k) p[k] = Enter ? carried[t * n + k] : 0.0f;
   float* s = streams + t * n * d;
-  for (int64_t first = tid; first < d; first += int64_t{kFusedThreads} * kFusedColumns) {
+  for (int64_t first = tid; first < columns; first += int64_t{kBoundaryThreads} * kFusedColumns) {
     float previous[kFusedColumns][n], out[kFusedColumns];
 #pragma unroll
     for (int u = 0; u < kFusedColumns; ++u) {
-      const int64_t c = first + int64_t{u} * kFusedThreads;
+      const int64_t j = first + int64_t{u} * kBoundaryThreads;
+      const int64_t c = column_of(j);
 #pragma unroll
-      for (int j = 0; j < n; ++j) previous[u][j] = c < d ? s[j * d + c] : 0.0f;
-      out[u] = c < d ? output[t * d + c] : 0.0f;
+      for (int i = 0; i < n; ++i) previous[u][i] = j < columns ? s[i * d + c] : 0.0f;
+      out[u] = j < columns ? output[t * d + c] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kFusedColumns; ++u) {
-      const int64_t c = first + int64_t{u} * kFusedThreads;
-      if (c >= d) continue;
+      const int64_t j = first + int64_t{u} * kBoundaryThreads;
+      if (j >= columns) continue;
+      const int64_t c = column_of(j);
+      float value[n];
 #pragma unroll
       for (int k = 0; k < n; ++k) {
         float mixed = 0.0f;
 #pragma unroll
-        for (int j = 0; j < n; ++j) mixed += m[j * n + k] * previous[u][j];
-        const float value = gain[k] * out[u] + mixed;
-        s[k * d + c] = value;
-        row[k * d + c] = value;
+        for (int i = 0; i < n; ++i) mixed += m[i * n + k] * previous[u][i];
+        value[k] = gain[k] * out[u] + mixed;
+        s[k * d + c] = value[k];
+        values[k * columns + j] = value[k];
+      }
+      if (Enter) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < n; ++k) sum += p[k] * value[k];
+        collapsed[j] = sum;
       }
     }
   }
   __syncthreads();
-  double squares = squares_in_norm_order(row, n * d);
-  squares = block_sum(squares, scratch);
-  normalize(row, n * d, nullptr, norm_eps, flat + t * n * d, squares, tid, kFusedThreads);
+  if (tid < kWarp) {
+    // Norm thread 32 rank + tid: its elements k d + 256 r + 32 rank + tid in increasing order.
+    double squares = 0.0, entry_squares = 0.0;
+    for (int k = 0; k < n; ++k)
+      for (int64_t r = 0; r < rounds; ++r) {
+        const double v = values[k * columns + r * kWarp + tid];
+        squares += v * v;
+      }
+    if (Enter)
+      for (int64_t r = 0; r < rounds; ++r) {
+        const double v = collapsed[r * kWarp + tid];
+        entry_squares += v * v;
+      }
+    squares = warp_sum(squares);
+    entry_squares = warp_sum(entry_squares);
+    if (tid == 0) {
+      partial[0] = squares;
+      partial[1] = entry_squares;
+    }
+  }
+  cluster.sync();
+  if (tid < kWarp) {
+    double squares = 0.0, entry_squares = 0.0;
+    if (tid < kBoundaryBlocks) {
+      const double* remote = cluster.map_shared_rank(partial, tid);
+      squares = remote[0];
+      entry_squares = remote[1];
+    }
+    squares = warp_sum(squares);
+    entry_squares = warp_sum(entry_squares);
+    if (tid == 0) {
+      total[0] = squares;
+      total[1] = entry_squares;
+    }
+  }
+  cluster.sync();  // total is the block's, and no block leaves while another reads its partial
+  // normalize()'s operations on the block's elements.
+  const float inverse_rms = 1.0f / sqrtf(static_cast<float>(total[0] / static_cast<double>(n * d)) + norm_eps);
+  float* f = flat + t * n * d;
+  for (int64_t j = tid; j < columns; j += kBoundaryThreads) {
+    const int64_t c = column_of(j);
+#pragma unroll
+    for (int k = 0; k < n; ++k) f[k * d + c] = values[k * columns + j] * inverse_rms;
+  }
+  if (!Enter) return;
+  const float entry_inverse_rms = 1.0f / sqrtf(static_cast<float>(total[1] / static_cast<double>(d)) + entry_eps);
+  for (int64_t j = tid; j < columns; j += kBoundaryThreads) {
+    const int64_t c = column_of(j);
+    const float normalized = collapsed[j] * entry_inverse_rms;
+    entry[t * d + c] = norm_weight[c] * normalized;
+  }
+}
+
+// The boundary kernel's launch, or false where it does not apply.
+template <bool Enter>
+bool launch_boundary(const char* who, const float* post, const float* comb, const float* output, int64_t tokens,
+                     int64_t n, int64_t d, float* streams, float norm_eps, float* flat, const float* carried_pre,
+                     const float* norm_weight, float entry_eps, float* entry, Stream stream) {
+  const std::size_t shared = static_cast<std::size_t>((n + (Enter ? 1 : 0)) * (d / kBoundaryBlocks)) * sizeof(float);
+  if (n != kFourStreams || n * d <= kWarpRowLimit || d % kRmsNormBlockThreads != 0 || shared > kMaxBoundaryShared ||
+      (Enter && d <= kWarpRowLimit))
+    return false;
+  if (launches_skipped()) return true;
+  if (tokens < 0) fail(who, ": negative token count ", tokens);
+  if (tokens == 0) return true;
+  if (tokens > (int64_t{1} << 27)) fail(who, ": ", tokens, " tokens, over 2^27");
+  if (Enter && !carried_pre) fail(who, ": no carried pre");
+  launch(hc_boundary_kernel<Enter>, static_cast<unsigned>(tokens * kBoundaryBlocks), kBoundaryThreads, shared,
+         native(stream), post, comb, output, d, streams, norm_eps, flat, carried_pre, norm_weight, entry_eps, entry);
+  check_launch(who);
+  return true;
 }
 
 void check_streams(const char* what, int64_t n) {
@@ -422,12 +527,15 @@ void hc_collapse(const float* pre, const float* streams, int64_t tokens, int64_t
 
 bool hc_post_norm(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
                   float* streams, float norm_eps, float* flat, Stream stream) {
-  const std::size_t shared = static_cast<std::size_t>(n * d) * sizeof(float);
-  if (n != kFourStreams || n * d <= kWarpRowLimit || d % kRmsNormBlockThreads != 0 || shared > kMaxFusedShared)
-    return false;
-  launch_fused("cuda::hc_post_norm", hc_post_norm_kernel, tokens, shared, stream, post, comb, output, d, streams,
-               norm_eps, flat);
-  return true;
+  return launch_boundary<false>("cuda::hc_post_norm", post, comb, output, tokens, n, d, streams, norm_eps, flat,
+                                nullptr, nullptr, 0.0f, nullptr, stream);
+}
+
+bool hc_post_enter(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
+                   float* streams, float norm_eps, float* flat, const float* carried_pre, const float* norm_weight,
+                   float entry_eps, float* entry, Stream stream) {
+  return launch_boundary<true>("cuda::hc_post_enter", post, comb, output, tokens, n, d, streams, norm_eps, flat,
+                               carried_pre, norm_weight, entry_eps, entry, stream);
 }
 
 void hc_post(const float* post, const float* comb, const float* output, int64_t tokens, int64_t n, int64_t d,
