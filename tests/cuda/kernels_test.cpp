@@ -835,6 +835,8 @@ TEST(CudaSwiglu, MatchesClampedSwiglu) {
     }
 }
 
+// With row_of, slot i reads contribution row row_of[i] (a permutation, as moe_sort's position_of):
+// the same bits as the rows gathered first.
 TEST(CudaMoeCombine, SumsSlotsInOrderThenShared) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(19);
@@ -842,7 +844,14 @@ TEST(CudaMoeCombine, SumsSlotsInOrderThenShared) {
   const std::vector<float> contributions = random_floats(kTokens * kK * kD, rng);
   const std::vector<float> slot_scale = random_floats(kTokens * kK, rng, 0.3f, 0.3f);
   const std::vector<float> shared = random_floats(kTokens * kD, rng);
-  const DeviceBytes dc = to_device(contributions), ds = to_device(slot_scale), dsh = to_device(shared);
+  std::vector<int64_t> row_of(kTokens * kK);
+  std::iota(row_of.begin(), row_of.end(), int64_t{0});
+  std::shuffle(row_of.begin(), row_of.end(), rng);
+  std::vector<float> permuted(contributions.size());  // row row_of[i] of permuted = row i of contributions
+  for (int64_t i = 0; i < kTokens * kK; ++i)
+    std::copy_n(contributions.begin() + i * kD, kD, permuted.begin() + row_of[static_cast<std::size_t>(i)] * kD);
+  const DeviceBytes dc = to_device(contributions), ds = to_device(slot_scale), dsh = to_device(shared),
+                    dpermuted = to_device(permuted), drow_of = to_device(row_of);
   for (bool scaled : {false, true})
     for (bool with_shared : {false, true}) {
       std::vector<float> expected(kTokens * kD, 0.0f);
@@ -854,11 +863,16 @@ TEST(CudaMoeCombine, SumsSlotsInOrderThenShared) {
           }
       if (with_shared)
         for (std::size_t i = 0; i < expected.size(); ++i) expected[i] += shared[i];
-      DeviceBytes dout(expected.size() * sizeof(float));
-      moe_combine(dc.at<float>(), scaled ? ds.at<float>() : nullptr, kTokens, kK, kD,
+      DeviceBytes dout(expected.size() * sizeof(float)), dout_rows(expected.size() * sizeof(float));
+      moe_combine(dc.at<float>(), nullptr, scaled ? ds.at<float>() : nullptr, kTokens, kK, kD,
                   with_shared ? dsh.at<float>() : nullptr, dout.at<float>(), kDefaultStream);
+      moe_combine(dpermuted.at<float>(), drow_of.at<int64_t>(), scaled ? ds.at<float>() : nullptr, kTokens, kK, kD,
+                  with_shared ? dsh.at<float>() : nullptr, dout_rows.at<float>(), kDefaultStream);
       synchronize();
-      EXPECT_TRUE(close(from_device(dout.at<float>(), expected.size()), expected, 1e-6, 1e-6))
+      const std::vector<float> out = from_device(dout.at<float>(), expected.size());
+      EXPECT_TRUE(close(out, expected, 1e-6, 1e-6)) << "scaled " << scaled << " shared " << with_shared;
+      const std::vector<float> out_rows = from_device(dout_rows.at<float>(), expected.size());
+      EXPECT_EQ(std::memcmp(out.data(), out_rows.data(), out.size() * sizeof(float)), 0)
           << "scaled " << scaled << " shared " << with_shared;
     }
 }
@@ -925,7 +939,7 @@ TEST(CudaKernels, ZeroSizedCallsLaunchNothing) {
   EXPECT_NO_THROW(hc_collapse(nullptr, nullptr, 0, 4, 64, nullptr, kDefaultStream));
   EXPECT_NO_THROW(hc_post(nullptr, nullptr, nullptr, 0, 4, 64, nullptr, kDefaultStream));
   EXPECT_NO_THROW(swiglu(nullptr, nullptr, 0, 64, 7.0f, nullptr, kDefaultStream));
-  EXPECT_NO_THROW(moe_combine(nullptr, nullptr, 0, 8, 64, nullptr, nullptr, kDefaultStream));
+  EXPECT_NO_THROW(moe_combine(nullptr, nullptr, nullptr, 0, 8, 64, nullptr, nullptr, kDefaultStream));
   EXPECT_NO_THROW(gather_rows(nullptr, nullptr, 0, 64, nullptr, kDefaultStream));
   synchronize();
 }

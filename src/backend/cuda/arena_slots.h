@@ -22,7 +22,6 @@ enum Slot : int {
   kPairIdentity,
   kGate,
   kUp,
-  kContributions,
   kSharedGate,
   kSharedUp,
   kSharedOut,

@@ -1050,7 +1050,6 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t inner = weights.experts.front().w1.rows;
   float* gate = arena.get<float>(kGate, static_cast<std::size_t>(pairs * inner));
   float* sorted_out = arena.get<float>(kSortedOut, static_cast<std::size_t>(pairs * d));
-  float* contributions = arena.get<float>(kContributions, static_cast<std::size_t>(pairs * d));
   float* sorted_scale = nullptr;
   if (weights.weight_before_down) {
     sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
@@ -1086,10 +1085,9 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
     k::swiglu(gate, up, pairs, inner, weights.swiglu_limit, sorted_scale, stream);
     k::linear_gathered(gate, identity_device, pairs, w2_device, sorted_expert, d, inner, sorted_out, stream);
   }
-  k::gather_rows(sorted_out, position_of, pairs, d, contributions, stream);
   if (side) side->join();
-  k::moe_combine(contributions, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d, shared,
-                 sublayer_out_, stream);
+  k::moe_combine(sorted_out, position_of, weights.weight_before_down ? nullptr : route_weights, rows_, top_k, d,
+                 shared, sublayer_out_, stream);
   if (routing) {
     std::vector<int32_t> host_experts(static_cast<std::size_t>(pairs));
     std::vector<float> host_weights(static_cast<std::size_t>(pairs));
@@ -1473,7 +1471,7 @@ void CudaBackend::reserve(const model::Model& model, int64_t rows) {
       {kFlat, r * n * d},           {kMixLogits, r * (2 + n) * n}, {kPre, r * n},
       {kPost, r * n},               {kComb, r * n * n},            {kCarriedPre, r * n},
       {kRouterLogits, r * experts}, {kRouteWeights, route_pairs},  {kGate, expert_pairs * inner},
-      {kUp, expert_pairs * inner},  {kContributions, expert_pairs * d}, {kSharedGate, r * shared_inner},
+      {kUp, expert_pairs * inner},  {kSharedGate, r * shared_inner},
       {kSharedUp, r * shared_inner}, {kSharedOut, r * d},          {kHeadStreams, r * n * d},
       {kHeadPre, r * n},            {kHeadHidden, r * d},          {kHeadFlat, r * n * d},
       {kHeadMix, r * n},            {kLogits, r * vocab},          {kQResidual, r * rank},

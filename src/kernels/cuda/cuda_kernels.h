@@ -257,10 +257,12 @@ void expert_down_wgmma(const float* gate, const float* up, float limit, const fl
 void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float limit, const float* row_scale,
             Stream stream);
 
-// out[t, c] = sum_s contributions[t * k + s, c] * (slot_scale ? slot_scale[t * k + s] : 1) in
-// ascending s, then + shared[t, c] when shared is non-null. out [tokens, d].
-void moe_combine(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k, int64_t d,
-                 const float* shared, float* out, Stream stream);
+// out[t, c] = sum_s contributions[row(t * k + s), c] * (slot_scale ? slot_scale[t * k + s] : 1) in
+// ascending s, then + shared[t, c] when shared is non-null. out [tokens, d]. row(i) = row_of[i]
+// (the experts' sorted outputs read where moe_sort put each pair: its position_of), or i when
+// row_of is null.
+void moe_combine(const float* contributions, const int64_t* row_of, const float* slot_scale, int64_t tokens,
+                 int64_t k, int64_t d, const float* shared, float* out, Stream stream);
 
 // Engram's gate (model/engram.cpp Engram::apply after its projection): for each token t and
 // stream s, with key = kv[t, s] and value = kv[t, hc] ([tokens, hc + 1, hidden]), the gate

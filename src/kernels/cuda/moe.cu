@@ -169,8 +169,8 @@ __global__ void swiglu_kernel(float* gate, const float* up, int64_t rows, int64_
 
 // out[t, c]: the slots in ascending order from 0, each scaled first (no fused multiply-add, as
 // the CPU scales a slot before summing it), then the shared expert.
-__global__ void moe_combine_kernel(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k,
-                                   int64_t d, const float* shared, float* out) {
+__global__ void moe_combine_kernel(const float* contributions, const int64_t* row_of, const float* slot_scale,
+                                   int64_t tokens, int64_t k, int64_t d, const float* shared, float* out) {
   await_previous_grid();
   const int64_t total = tokens * d;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -179,7 +179,8 @@ __global__ void moe_combine_kernel(const float* contributions, const float* slot
     split_index(i, d, t, c);
     float sum = 0.0f;
     for (int64_t s = 0; s < k; ++s) {
-      float v = contributions[(t * k + s) * d + c];
+      const int64_t slot = t * k + s;
+      float v = contributions[(row_of ? row_of[slot] : slot) * d + c];
       if (slot_scale) v = __fmul_rn(v, slot_scale[t * k + s]);
       sum = __fadd_rn(sum, v);
     }
@@ -219,13 +220,13 @@ void swiglu(float* gate, const float* up, int64_t rows, int64_t inner, float lim
   check_launch("cuda::swiglu");
 }
 
-void moe_combine(const float* contributions, const float* slot_scale, int64_t tokens, int64_t k, int64_t d,
-                 const float* shared, float* out, Stream stream) {
+void moe_combine(const float* contributions, const int64_t* row_of, const float* slot_scale, int64_t tokens,
+                 int64_t k, int64_t d, const float* shared, float* out, Stream stream) {
   if (launches_skipped()) return;
   if (tokens < 0 || k < 0 || d < 0) fail("cuda::moe_combine: negative size (tokens ", tokens, ", k ", k, ", d ", d, ")");
   if (tokens * d == 0) return;
-  launch(moe_combine_kernel, grid_for(tokens * d, kThreads), kThreads, 0, native(stream), contributions, slot_scale,
-         tokens, k, d, shared, out);
+  launch(moe_combine_kernel, grid_for(tokens * d, kThreads), kThreads, 0, native(stream), contributions, row_of,
+         slot_scale, tokens, k, d, shared, out);
   check_launch("cuda::moe_combine");
 }
 
