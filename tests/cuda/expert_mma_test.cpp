@@ -244,7 +244,7 @@ TEST(CudaExpertMma, TilesCutEachExpertsRun) {
 
 // The one-launch sort and tiling of decode-sized calls gives moe_sort's and expert_tiles'
 // results: random expert ids with repeats and the negative "no expert" id, up to its 1024 pairs,
-// and it declines more.
+// and it declines more; the pairs' weights it sorts are gather_rows' by the sorted pairs.
 TEST(CudaExpertMma, SortAndTilesInOneLaunchGiveTheSameResults) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(4);
@@ -256,21 +256,25 @@ TEST(CudaExpertMma, SortAndTilesInOneLaunchGiveTheSameResults) {
       std::vector<int32_t> choice(static_cast<std::size_t>(pairs));
       for (auto& v : choice) v = pick(rng);
       const int64_t bound = expert_tile_bound(pairs, kExperts + 1, capacity);
-      const DeviceBytes dchoice = to_device(choice);
+      const std::vector<float> pair_weights = random_floats(static_cast<std::size_t>(pairs), rng);
+      const DeviceBytes dchoice = to_device(choice), dweights = to_device(pair_weights);
       DeviceBytes scratch(moe_sort_scratch_bytes(pairs));
       struct Out {
         explicit Out(int64_t n, int64_t tile_bound)
-            : expert(n * 4), token(n * 4), pair(n * 8), position(n * 8), tiles(tile_bound * 16), count(4) {}
-        DeviceBytes expert, token, pair, position, tiles, count;
+            : expert(n * 4), token(n * 4), pair(n * 8), position(n * 8), tiles(tile_bound * 16), count(4),
+              weight(n * 4) {}
+        DeviceBytes expert, token, pair, position, tiles, count, weight;
       } two(pairs, bound), one(pairs, bound);
       moe_sort(dchoice.at<int32_t>(), pairs, kTopK, scratch.get(), moe_sort_scratch_bytes(pairs),
                two.expert.at<int32_t>(), two.token.at<int32_t>(), two.pair.at<int64_t>(), two.position.at<int64_t>(),
                kDefaultStream);
       expert_tiles(two.expert.at<int32_t>(), pairs, two.tiles.at<int32_t>(), two.count.at<int32_t>(), kDefaultStream,
                    capacity);
+      gather_rows(dweights.at<float>(), two.pair.at<int64_t>(), pairs, 1, two.weight.at<float>(), kDefaultStream);
       ASSERT_TRUE(moe_sort_tiles(dchoice.at<int32_t>(), pairs, kTopK, one.expert.at<int32_t>(), one.token.at<int32_t>(),
                                  one.pair.at<int64_t>(), one.position.at<int64_t>(), one.tiles.at<int32_t>(),
-                                 one.count.at<int32_t>(), kDefaultStream, capacity));
+                                 one.count.at<int32_t>(), kDefaultStream, capacity, dweights.at<float>(),
+                                 one.weight.at<float>()));
       synchronize();
       const auto n = static_cast<std::size_t>(pairs);
       const std::string where = std::to_string(pairs) + " pairs, capacity " + std::to_string(capacity);
@@ -278,6 +282,7 @@ TEST(CudaExpertMma, SortAndTilesInOneLaunchGiveTheSameResults) {
       EXPECT_EQ(from_device(one.token.at<int32_t>(), n), from_device(two.token.at<int32_t>(), n)) << where;
       EXPECT_EQ(from_device(one.pair.at<int64_t>(), n), from_device(two.pair.at<int64_t>(), n)) << where;
       EXPECT_EQ(from_device(one.position.at<int64_t>(), n), from_device(two.position.at<int64_t>(), n)) << where;
+      EXPECT_EQ(from_device(one.weight.at<float>(), n), from_device(two.weight.at<float>(), n)) << where;
       const int32_t count = from_device(two.count.at<int32_t>(), 1)[0];
       ASSERT_EQ(from_device(one.count.at<int32_t>(), 1)[0], count) << where;
       std::vector<int32_t> got = from_device(one.tiles.at<int32_t>(), static_cast<std::size_t>(count) * 4);

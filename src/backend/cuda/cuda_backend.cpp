@@ -129,8 +129,9 @@ class CudaForwardPass final : public model::ForwardPass {
     mix_branch_->join();
     mix_branch_.reset();
   }
-  // The site exit that exit_site left to the next enter_site (V4.1: one launch for the boundary),
-  // run alone: before anything else reads or writes the streams or moves the rows.
+  // The branches still open joined (the mix lane's, the attention's window store) and the site
+  // exit that exit_site left to the next enter_site (V4.1: one launch for the boundary) run
+  // alone: before anything else reads or writes the streams or moves the rows.
   void settle();
   void run_exit();
   void expert_ffn(const model::ExpertWeights& expert, const float* x, int64_t rows, float limit, float* out,
@@ -619,13 +620,17 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
 
 CudaForwardPass::~CudaForwardPass() {
   skip_.reset();
-  if (exit_pending_) {
-    try {
-      settle();  // the streams after the pass's last site (a pass that reached no head)
-    } catch (...) {  // the pass failed already: its error is raised where it happened
-    }
+  // The branches are joined inside the capture, before it ends; the exit left for the next site
+  // runs (a pass that reached no head). A failure here is the pass's, raised where it happened.
+  try {
+    attention_.join_window_store();
+  } catch (...) {
   }
-  mix_branch_.reset();  // joined inside the capture, before it ends
+  try {
+    settle();
+  } catch (...) {
+  }
+  mix_branch_.reset();
   if (capturing_) {
     cudaGraph_t abandoned = nullptr;
     (void)cudaStreamEndCapture(backend_.stream(), &abandoned);
@@ -826,6 +831,7 @@ void CudaForwardPass::exit_site() {
 
 void CudaForwardPass::settle() {
   join_mix();
+  attention_.join_window_store();
   if (!exit_pending_) return;
   exit_pending_ = false;
   run_exit();
@@ -1028,11 +1034,16 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t bound = tensor_core_experts ? k::expert_tile_bound(pairs, experts, tile_pairs) : 0;
   int32_t* tiles = tensor_core_experts ? arena.get<int32_t>(kExpertTiles, static_cast<std::size_t>(4 * bound)) : nullptr;
   int32_t* tile_count = tensor_core_experts ? arena.get<int32_t>(kExpertTileCount, 1) : nullptr;
-  if (!tensor_core_experts || !k::moe_sort_tiles(chosen, pairs, top_k, sorted_expert, sorted_token, sorted_pair,
-                                                 position_of, tiles, tile_count, stream, tile_pairs)) {
+  // V4.1 weighs a pair before w2: its weight in sorted order, from the sort's launch where it can.
+  float* sorted_scale =
+      weights.weight_before_down ? arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs)) : nullptr;
+  if (!tensor_core_experts ||
+      !k::moe_sort_tiles(chosen, pairs, top_k, sorted_expert, sorted_token, sorted_pair, position_of, tiles, tile_count,
+                         stream, tile_pairs, sorted_scale ? route_weights : nullptr, sorted_scale)) {
     k::moe_sort(chosen, pairs, top_k, scratch, scratch_bytes, sorted_expert, sorted_token, sorted_pair, position_of,
                 stream);
     if (tensor_core_experts) k::expert_tiles(sorted_expert, pairs, tiles, tile_count, stream, tile_pairs);
+    if (sorted_scale) k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
   }
   const int32_t* identity_device = backend_.identity(pairs);
 
@@ -1050,11 +1061,6 @@ void CudaForwardPass::moe(const model::MoeWeights& weights, std::span<const int3
   const int64_t inner = weights.experts.front().w1.rows;
   float* gate = arena.get<float>(kGate, static_cast<std::size_t>(pairs * inner));
   float* sorted_out = arena.get<float>(kSortedOut, static_cast<std::size_t>(pairs * d));
-  float* sorted_scale = nullptr;
-  if (weights.weight_before_down) {
-    sorted_scale = arena.get<float>(kSortedScale, static_cast<std::size_t>(pairs));
-    k::gather_rows(route_weights, sorted_pair, pairs, 1, sorted_scale, stream);
-  }
   if (tensor_core_experts) {
     // wgmma: gate and up in f32 between the two launches, the SwiGLU taken as the second stages
     // them; expert_mma: h split, in gate's buffer, between its two kernels.

@@ -99,7 +99,14 @@ std::byte* const* DeviceAttention::block_table(const model::CachePages* pages) {
   return found->second;
 }
 
+void DeviceAttention::join_window_store() {
+  if (!window_store_) return;
+  window_store_->join();
+  window_store_.reset();
+}
+
 void DeviceAttention::restart_window(model::AttentionState& state, int64_t first_position) {
+  join_window_store();
   if (!state.backend) {  // not on the device yet: its host form is the state
     state.window.erase_front(state.window.size());
     state.window_first = first_position;
@@ -399,6 +406,7 @@ void DeviceAttention::download_picks(Layer& layer, bool picked) {
 
 void DeviceAttention::run(const model::AttentionWeights& weights, std::span<const model::AttentionSegment> segments,
                           const AttentionInputs& in, float* attended) {
+  join_window_store();
   const int64_t rows = in.rows;
   const int64_t d = weights.head_dim;
   Layer layer{weights, segments, in, {}, {}, nullptr, nullptr, nullptr, 0, 0, false};
@@ -546,8 +554,9 @@ void DeviceAttention::run(const model::AttentionWeights& weights, std::span<cons
     state.window_first = keep_from;
     state.length = end;
   }
-  k::store_rows(in.kv, rows, d, window_format, staging_.put(window_destinations, stream_),
-                stream_);
+  std::byte* const* destinations = staging_.put(window_destinations, stream_);
+  window_store_.emplace(side_);
+  k::store_rows(in.kv, rows, d, window_format, destinations, window_store_->stream());
   if (std::any_of(segments.begin(), segments.end(), [](const model::AttentionSegment& s) { return s.selected; }))
     download_picks(layer, (weights.indexer || weights.shared_compressed) && picks_available);
 }

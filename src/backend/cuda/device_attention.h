@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 
@@ -71,6 +72,11 @@ class DeviceAttention {
   // Decoder window replay: the layer's window restarts empty at first_position.
   void restart_window(model::AttentionState& state, int64_t first_position);
 
+  // run() leaves its rows' store into the window rings on the side lane, beside the output
+  // projection that follows it (nothing of the call reads those rings again): the pass joins it
+  // before the side lane's next branch or the next layer's K = V rows (its exit does).
+  void join_window_store();
+
  private:
   struct Layer;
   std::byte* const* block_table(const model::CachePages* pages);
@@ -106,6 +112,7 @@ class DeviceAttention {
   int64_t pick_stride_ = 0;
   uint8_t* candidate_mask_ = nullptr;  // [call rows, mask_stride_]
   int64_t mask_stride_ = 0;
+  std::optional<SideBranch> window_store_;
 };
 
 }  // namespace deepinfer::backend::cuda

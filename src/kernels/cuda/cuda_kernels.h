@@ -214,10 +214,12 @@ int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs = kExpe
 void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, int32_t* tile_count, Stream stream,
                   int tile_pairs = kExpertTilePairs);
 // moe_sort then expert_tiles in one launch, with the same results, for calls of at most 1024
-// pairs (decode steps); false, launching nothing, for larger ones.
+// pairs (decode steps); false, launching nothing, for larger ones. With pair_weights [pairs],
+// sorted_weight[p] = pair_weights[sorted_pair[p]] as well (gather_rows' result).
 bool moe_sort_tiles(const int32_t* experts, int64_t pairs, int64_t top_k, int32_t* sorted_expert,
                     int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of, int32_t* tiles,
-                    int32_t* tile_count, Stream stream, int tile_pairs = kExpertTilePairs);
+                    int32_t* tile_count, Stream stream, int tile_pairs = kExpertTilePairs,
+                    const float* pair_weights = nullptr, float* sorted_weight = nullptr);
 // max_e8m0: the largest scale byte of the call's matrices where known (WeightMatrix::max_e8m0);
 // at most 128 the decode takes one multiply a word instead of two (the same bits).
 // grid: a call whose grid would leave the SMs few warps (a decode step of a token or two) gives

@@ -527,11 +527,13 @@ void check_tile_pairs(const char* who, int tile_pairs) {
 // count over the pairs in shared memory, which is the stable order CUB's radix sort gives; then
 // expert_tiles_kernel's single round over those positions. One launch where there were four
 // (iota, CUB's sort, the finish, the tiles; CUB's sort also waits for its predecessor to drain).
+// With pair_weights, each position's weight too (sorted_weight: a gather of them by sorted_pair).
 __global__ void __launch_bounds__(kTileThreads)
     moe_sort_tiles_kernel(const int32_t* __restrict__ experts, int pairs, int top_k, int capacity,
                           int32_t* __restrict__ sorted_expert, int32_t* __restrict__ sorted_token,
                           int64_t* __restrict__ sorted_pair, int64_t* __restrict__ position_of, int4* __restrict__ tiles,
-                          int32_t* __restrict__ tile_count) {
+                          int32_t* __restrict__ tile_count, const float* __restrict__ pair_weights,
+                          float* __restrict__ sorted_weight) {
   await_previous_grid();
   using Scan = cub::BlockScan<int, kTileThreads>;
   __shared__ typename Scan::TempStorage temp;
@@ -552,6 +554,7 @@ __global__ void __launch_bounds__(kTileThreads)
     sorted_token[position] = i / top_k;
     sorted_pair[position] = i;
     position_of[i] = position;
+    if (pair_weights) sorted_weight[position] = pair_weights[i];
   }
   __syncthreads();
   const int total = cut_tiles<Scan>(sorted, i, pairs, capacity, tiles, temp);
@@ -595,14 +598,15 @@ void expert_tiles(const int32_t* sorted_expert, int64_t pairs, int32_t* tiles, i
 
 bool moe_sort_tiles(const int32_t* experts, int64_t pairs, int64_t top_k, int32_t* sorted_expert,
                     int32_t* sorted_token, int64_t* sorted_pair, int64_t* position_of, int32_t* tiles,
-                    int32_t* tile_count, Stream stream, int tile_pairs) {
+                    int32_t* tile_count, Stream stream, int tile_pairs, const float* pair_weights,
+                    float* sorted_weight) {
   if (pairs > kTileThreads) return false;
   if (launches_skipped()) return true;
   check_tiling("cuda::moe_sort_tiles", tile_pairs);
   if (pairs < 0 || top_k <= 0) fail("cuda::moe_sort_tiles: bad sizes (pairs ", pairs, ", top_k ", top_k, ")");
   launch(moe_sort_tiles_kernel, 1, kTileThreads, 0, native(stream), experts, static_cast<int>(pairs),
          static_cast<int>(top_k), tile_pairs, sorted_expert, sorted_token, sorted_pair, position_of,
-         reinterpret_cast<int4*>(tiles), tile_count);
+         reinterpret_cast<int4*>(tiles), tile_count, pair_weights, sorted_weight);
   check_launch("cuda::moe_sort_tiles");
   return true;
 }
