@@ -619,9 +619,9 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
 }
 
 CudaForwardPass::~CudaForwardPass() {
-  skip_.reset();
-  // The branches are joined inside the capture, before it ends; the exit left for the next site
-  // runs (a pass that reached no head). A failure here is the pass's, raised where it happened.
+  // The branches are joined inside the capture, before it ends, and the exit left for the next
+  // site runs (a pass that reached no head): as the pass's other work, skipped in a replay, whose
+  // graph holds them. A failure here is the pass's, raised where it happened.
   try {
     attention_.join_window_store();
   } catch (...) {
@@ -631,6 +631,7 @@ CudaForwardPass::~CudaForwardPass() {
   } catch (...) {
   }
   mix_branch_.reset();
+  skip_.reset();
   if (capturing_) {
     cudaGraph_t abandoned = nullptr;
     (void)cudaStreamEndCapture(backend_.stream(), &abandoned);
