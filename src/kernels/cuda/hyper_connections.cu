@@ -294,7 +294,8 @@ __global__ void hc_post_kernel(const float* post, const float* comb, const float
 // c with c % 256 in [32 r, 32 r + 32) (d a multiple of 256, so every stream's element k d + c falls
 // to the same thread), computes hc_post's values there (post_column's operations), keeps them in
 // shared memory and adds its 32 threads' squares; the blocks' sums meet through distributed
-// shared memory in the same warp_sum. So the bits are the one-block kernel's and rms_norm's.
+// shared memory in the same warp_sum. So the bits are rms_norm's (and the one-block kernel's that
+// this replaced).
 // With Enter (V4.1's boundary between two sites), each column's new streams are also collapsed
 // with `carried` as hc_enter collapses them, and that row [d] normed with norm_weight into
 // `entry` in the same way: hc_post_norm's and hc_collapse_norm's bits in one launch.
