@@ -181,7 +181,7 @@ __global__ void moe_combine_kernel(const float* contributions, const int64_t* ro
     for (int64_t s = 0; s < k; ++s) {
       const int64_t slot = t * k + s;
       float v = contributions[(row_of ? row_of[slot] : slot) * d + c];
-      if (slot_scale) v = __fmul_rn(v, slot_scale[t * k + s]);
+      if (slot_scale) v = __fmul_rn(v, slot_scale[slot]);
       sum = __fadd_rn(sum, v);
     }
     if (shared) sum = __fadd_rn(sum, shared[i]);
