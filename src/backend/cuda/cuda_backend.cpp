@@ -621,11 +621,8 @@ CudaForwardPass::CudaForwardPass(CudaBackend& backend, const model::PassShape& s
 CudaForwardPass::~CudaForwardPass() {
   // The branches are joined inside the capture, before it ends, and the exit left for the next
   // site runs (a pass that reached no head): as the pass's other work, skipped in a replay, whose
-  // graph holds them. A failure here is the pass's, raised where it happened.
-  try {
-    attention_.join_window_store();
-  } catch (...) {
-  }
+  // graph holds them. A failure here is the pass's, raised where it happened; a mix branch that
+  // settle() did not reach joins as it is dropped.
   try {
     settle();
   } catch (...) {
@@ -831,8 +828,8 @@ void CudaForwardPass::exit_site() {
 }
 
 void CudaForwardPass::settle() {
+  attention_.join_window_store();  // first: a failed mix join still leaves it joined
   join_mix();
-  attention_.join_window_store();
   if (!exit_pending_) return;
   exit_pending_ = false;
   run_exit();
