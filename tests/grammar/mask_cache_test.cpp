@@ -24,6 +24,9 @@ namespace {
 using testing::deepseek_vocabulary;
 using testing::draw;
 
+// Steps a walk: half under the sanitizers (sanitizer_scale.h), where this test took 29 s.
+constexpr int kWalkSteps = deepinfer::testing::release_or_sanitized(16, 8);
+
 TEST(MaskCache, CachedMasksEqualTheWalk) {
   const std::vector<std::string> schemas = {
       R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
@@ -47,7 +50,7 @@ TEST(MaskCache, CachedMasksEqualTheWalk) {
     for (int walk = 0; walk < 3; ++walk) {
       Matcher matcher(grammar, vocabulary);
       std::mt19937 path(static_cast<uint32_t>(walk) * 7 + 1);  // walks 1 and 2 repeat walk 0's start
-      for (int step = 0; step < 16 && !matcher.finished(); ++step) {
+      for (int step = 0; step < kWalkSteps && !matcher.finished(); ++step) {
         matcher.fill_mask(cached);
         matcher.fill_mask(walked, /*cached=*/false);
         ASSERT_EQ(cached, walked) << text << ": walk " << walk << ", step " << step;
@@ -59,7 +62,7 @@ TEST(MaskCache, CachedMasksEqualTheWalk) {
       if (walk == 2) hits += matcher.mask_cache_stats().hits;
     }
   }
-  EXPECT_GT(steps, 60);
+  EXPECT_GT(steps, 60 * kWalkSteps / 16);
   EXPECT_GT(hits, 0) << "the cache was never hit";
   // A free string: every character after the first leaves the chart as it was (left-recursive
   // characters), so its masks after the first are copies.
