@@ -61,6 +61,10 @@ pack() {
   local missing
   # Only what the bundle holds is built (the first time, build.sh configures and builds the tree).
   [ -f build/build.ninja ] || scripts/build.sh build
+  # scripts/test.sh configures build/ without bench/; the bundle carries the device benchmarks.
+  if grep -q '^DEEPINFER_BENCH:BOOL=OFF' build/CMakeCache.txt; then
+    cmake -B build -DDEEPINFER_BENCH=ON >/dev/null
+  fi
   local targets=(test_cuda test_engine deepinfer)
   local benches=(decode_step_bench cuda_gemm_bench cuda_moe_bench)
   cmake --build build --parallel "$(nproc)" --target "${targets[@]}" "${benches[@]}"
