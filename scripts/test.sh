@@ -3,14 +3,10 @@
 # again and each fuzz target for a bounded time. Fails when anything fails. FUZZ_SECONDS sets the
 # per-target time.
 #
-# The release build has the CUDA backend wherever nvcc is found (CMakeLists.txt detects it): its
-# GPU tests (ctest label gpu, tests/cuda) skip here without a device, and scripts/test-gpu.sh runs
-# them on the device machine. A tree this script configures compiles sm_90a to machine code and
-# sm_100a to PTX only (DEEPINFER_CUDA_ARCHITECTURES "90a;100a-virtual"): every kernel still goes
-# through the compiler for Blackwell, but ptxas only for the Hopper the device machine has, which
-# takes a quarter off the CUDA compile on CI's two cores (scripts/build.sh and run.sh build both to
-# machine code). The sanitizer build is CPU-only (-DDEEPINFER_CUDA=OFF): nvcc takes no sanitizer
-# or libFuzzer flags.
+# The release build has the CUDA backend wherever nvcc is found (CMakeLists.txt detects it; sm_90a
+# and sm_100a): its GPU tests (ctest label gpu, tests/cuda) skip here without a device, and
+# scripts/test-gpu.sh runs them on the device machine. The sanitizer build is CPU-only
+# (-DDEEPINFER_CUDA=OFF): nvcc takes no sanitizer or libFuzzer flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,7 +19,7 @@ stage "release build and tests (GPU tests skip without a device)"
 # Without bench/ when this configures the tree (CI's fresh clone): the benchmarks are a minute of
 # CI's two cores and no test runs them. `cmake -B build -DDEEPINFER_BENCH=ON` turns them back on
 # (scripts/test-gpu.sh pack does, for the device ones); a tree that scripts/run.sh configured has them.
-scripts/build.sh build -DDEEPINFER_BENCH=OFF "-DDEEPINFER_CUDA_ARCHITECTURES=90a;100a-virtual"
+scripts/build.sh build -DDEEPINFER_BENCH=OFF
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 # One clang build serves the sanitizer stage's two halves: the unit suites and the fuzz targets
