@@ -21,8 +21,8 @@
 //   down      expert_down alone (w2)
 //   wgmma     moe_sort, expert_tiles, expert_gate_up_wgmma, expert_down_wgmma (prefill-sized calls)
 //   wg gate_up / wg down   the two wgmma launches alone
-//             (all three on codes in expert tiles, WeightLayout::ExpertTiles, as the CUDA weight
-//             store uploads routed experts; "gate_up r" and "down r" on the same codes row-major)
+//             (all on codes in expert tiles, WeightLayout::ExpertTiles, as the CUDA weight store
+//             uploads routed experts: the only layout the expert kernels take)
 //   read rows / read tiled   gate_up's weight codes read with no arithmetic, in gate_up's order and
 //             as contiguous runs (read_codes_kernel): what the access pattern alone reaches
 // Routing: each token's top-k distinct experts drawn uniformly (seeded), the worst case for the
@@ -165,7 +165,7 @@ struct ExpertMatrices {
       m.scales = scales.bytes_at(static_cast<std::size_t>(e * rows * (cols / kScaleColumns)));
       m.block_rows = 1;
       m.block_cols = kScaleColumns;
-      if (!kc::expert_mma_supports(m)) fail("cuda_moe_bench: the expert kernels do not take a ", rows, " x ", cols, " matrix");
+      if (!kc::expert_tiles_fit(m)) fail("cuda_moe_bench: the expert kernels do not take a ", rows, " x ", cols, " matrix");
     }
     descriptors = DeviceBuffer(host.size() * sizeof(WeightMatrix), "expert descriptors");
     check(cudaMemcpy(descriptors.as<void>(), host.data(), host.size() * sizeof(WeightMatrix), cudaMemcpyHostToDevice),
@@ -378,15 +378,15 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
                        st.tile_pairs);
       kc::split_rows(st.x.as<float>(), tokens, s.hidden, s.hidden, st.x_split.as<uint32_t>(), ks);
     };
-    const auto gate_up = [&](const Layer& layer, bool tiled = true) {
+    const auto gate_up = [&](const Layer& layer) {
       kc::expert_gate_up(st.x_split.as<uint32_t>(), st.sorted_token.as<int32_t>(), st.pairs, st.tiles.as<int32_t>(),
-                         st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(tiled), layer.w3.device(tiled),
+                         st.tile_count.as<int32_t>(), st.tile_bound, layer.w1.device(true), layer.w3.device(true),
                          s.inner, s.hidden, kSwigluLimit, nullptr, st.h_split.as<uint32_t>(), ks, kMaxFilledE8m0,
                          st.tile_pairs, st.grid);
     };
-    const auto down = [&](const Layer& layer, bool tiled = true) {
+    const auto down = [&](const Layer& layer) {
       kc::expert_down(st.h_split.as<uint32_t>(), st.pairs, st.tiles.as<int32_t>(), st.tile_count.as<int32_t>(),
-                      st.tile_bound, layer.w2.device(tiled), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0,
+                      st.tile_bound, layer.w2.device(true), s.hidden, s.inner, st.y.as<float>(), ks, kMaxFilledE8m0,
                       st.tile_pairs, st.grid);
     };
     // The wgmma chain: sort, its tiles, gate / up, down (with the SwiGLU as it stages h).
@@ -444,8 +444,6 @@ bool run_model(const ExpertShape& s, const Options& o, double copy_bytes_per_sec
          }},
         {"gate_up", up_bytes, [&](int call) { gate_up(layer_of(call)); }},
         {"down", down_bytes, [&](int call) { down(layer_of(call)); }},
-        {"gate_up r", up_bytes, [&](int call) { gate_up(layer_of(call), false); }},
-        {"down r", down_bytes, [&](int call) { down(layer_of(call), false); }},
         {"read rows", up_bytes, [&](int call) { read_codes(false, layer_of(call)); }},
         {"read tiled", up_bytes, [&](int call) { read_codes(true, layer_of(call)); }},
     };

@@ -27,7 +27,9 @@ enum class WeightLayout {
   // tile each 128-column chunk of its 16 rows contiguous (16 x 64 bytes), so the CUDA expert
   // kernels read 512 contiguous bytes a load instead of 64 from each of 8 rows. Scales stay
   // row-major. Byte b of row r sits at (r / 16) * 16 * row_bytes + (b / 64) * 1024 + (r % 16) * 64
-  // + b % 64.
+  // + b % 64. Within each little-endian 32-bit word the bits are permuted: bit b of nibble n moves
+  // to bit expert_tile_bit(n, b) (kernels/cuda/expert_decode.cuh), the order the kernels decode in
+  // the fewest instructions.
   ExpertTiles,
 };
 

@@ -2,8 +2,8 @@
 // each expert's sorted run into tiles of at most kExpertTilePairs; expert_gate_up gives the
 // clamped SwiGLU of the CPU's w1 x and w3 x within the split's bound; expert_down gives the CPU's
 // w2 h of the h it was given within f32 rounding; a pair's result has the same bits whatever
-// shares its tile, and in either code layout (row-major, expert tiles: tile_expert_codes); and
-// the descriptors the kernels cannot run are told apart.
+// shares its tile; tile_expert_codes places every bit where the layout says; and the
+// descriptors the kernels cannot run are told apart.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,23 +69,20 @@ struct Experts {
   DeviceBytes w1_array, w2_array, w3_array;
 };
 
-// The device copy in the layout the CUDA weight store gives routed experts (ExpertTiles), or
-// row-major as uploaded.
-DeviceWeight upload_expert(const HostWeight& w, WeightLayout layout) {
+// The device copy in the layout the CUDA weight store gives routed experts (ExpertTiles).
+DeviceWeight upload_expert(const HostWeight& w) {
   DeviceWeight d = upload(w);
-  if (layout == WeightLayout::RowMajor) return d;
   DeviceBytes tiled(w.data.size());
   tile_expert_codes(d.data.at<uint8_t>(), tiled.at<uint8_t>(), w.matrix.rows, w.matrix.cols / 2, kDefaultStream);
   synchronize();
   d.data = std::move(tiled);
   d.matrix.data = d.data.at<uint8_t>();
-  d.matrix.layout = layout;
+  d.matrix.layout = WeightLayout::ExpertTiles;
   return d;
 }
 
 // `adjust` (when given) changes each host weight before its upload (its scales, say).
 Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng,
-                     WeightLayout layout = WeightLayout::ExpertTiles,
                      const std::function<void(HostWeight&)>& adjust = {}) {
   Experts e;
   std::vector<WeightMatrix> d1, d2, d3;
@@ -100,11 +97,11 @@ Experts make_experts(int count, int64_t inner, int64_t hidden, std::mt19937& rng
     e.w3.push_back(made(inner, hidden));
     e.w1_abs.push_back(absolute(e.w1.back()));
     e.w3_abs.push_back(absolute(e.w3.back()));
-    e.device.push_back(upload_expert(e.w1.back(), layout));
+    e.device.push_back(upload_expert(e.w1.back()));
     d1.push_back(e.device.back().matrix);
-    e.device.push_back(upload_expert(e.w2.back(), layout));
+    e.device.push_back(upload_expert(e.w2.back()));
     d2.push_back(e.device.back().matrix);
-    e.device.push_back(upload_expert(e.w3.back(), layout));
+    e.device.push_back(upload_expert(e.w3.back()));
     d3.push_back(e.device.back().matrix);
   }
   e.w1_array = to_device(d1);
@@ -188,7 +185,7 @@ TEST(CudaExpertMma, FoldedScalesGiveTheSameBits) {
   constexpr int kExperts = 4;
   constexpr int64_t kTokens = 9, kTopK = 2, kInner = 256, kHidden = 384;
   int which = 0;
-  const Experts e = make_experts(kExperts, kInner, kHidden, rng, WeightLayout::ExpertTiles, [&](HostWeight& w) {
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng, [&](HostWeight& w) {
     for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
     w.scales[0] = 0;
     w.scales[static_cast<std::size_t>(1 + which++ % 7)] = 128;
@@ -326,43 +323,40 @@ TEST(CudaExpertMma, WideTilesGiveTheSameBits) {
 
 // The narrow grid (one 16-row tile a warp: gate_up's w1 and w3 rows on a warp pair, down's 16
 // rows a warp) against the wide one, bit for bit: one token and a batch with tiles of one and two
-// MMA groups, with and without pair scales, both decodes (folded scales and two multiplies) and
-// both code layouts.
+// MMA groups, with and without pair scales, both decodes (folded scales and two multiplies).
 TEST(CudaExpertMma, NarrowGridGivesTheWideGridsBits) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(37);
   constexpr int kExperts = 6;
   constexpr int64_t kTopK = 3, kInner = 384, kHidden = 256;
-  for (const WeightLayout layout : {WeightLayout::ExpertTiles, WeightLayout::RowMajor}) {
-    const Experts e = make_experts(kExperts, kInner, kHidden, rng, layout, [](HostWeight& w) {
-      for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
-    });
-    for (const int64_t tokens : {int64_t{1}, int64_t{9}}) {
-      const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * kHidden), rng);
-      std::vector<int32_t> choice;
-      for (int64_t t = 0; t < tokens; ++t)
-        for (int64_t s = 0; s < kTopK; ++s) choice.push_back(static_cast<int32_t>((t + 2 * s) % kExperts));
-      std::vector<float> pair_scale(choice.size());
-      std::uniform_real_distribution<float> weight(0.1f, 1.5f);
-      for (auto& s : pair_scale) s = weight(rng);
-      for (const std::vector<float>* scales : {static_cast<const std::vector<float>*>(nullptr),
-                                               static_cast<const std::vector<float>*>(&pair_scale)})
-        for (const int max_e8m0 : {128, 255}) {
-          const auto run = [&](ExpertGrid grid) {
-            return run_experts(e, kExperts, x, tokens, kTopK, choice, kInner, kHidden, 7.0f, scales, max_e8m0,
-                               kExpertTilePairs, grid);
-          };
-          const ExpertRun wide = run(ExpertGrid::kWide), narrow = run(ExpertGrid::kNarrow);
-          const std::string where = "tokens " + std::to_string(tokens) + ", max_e8m0 " + std::to_string(max_e8m0) +
-                                    (scales ? ", pair scales" : "");
-          ASSERT_EQ(narrow.sorted_pair, wide.sorted_pair) << where;
-          EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0) << where;
-          EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0) << where;
-          bool nonzero = false;
-          for (const float v : narrow.y) nonzero |= v != 0.0f;
-          EXPECT_TRUE(nonzero) << where;
-        }
-    }
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng, [](HostWeight& w) {
+    for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
+  });
+  for (const int64_t tokens : {int64_t{1}, int64_t{9}}) {
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(tokens * kHidden), rng);
+    std::vector<int32_t> choice;
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t s = 0; s < kTopK; ++s) choice.push_back(static_cast<int32_t>((t + 2 * s) % kExperts));
+    std::vector<float> pair_scale(choice.size());
+    std::uniform_real_distribution<float> weight(0.1f, 1.5f);
+    for (auto& s : pair_scale) s = weight(rng);
+    for (const std::vector<float>* scales : {static_cast<const std::vector<float>*>(nullptr),
+                                             static_cast<const std::vector<float>*>(&pair_scale)})
+      for (const int max_e8m0 : {128, 255}) {
+        const auto run = [&](ExpertGrid grid) {
+          return run_experts(e, kExperts, x, tokens, kTopK, choice, kInner, kHidden, 7.0f, scales, max_e8m0,
+                             kExpertTilePairs, grid);
+        };
+        const ExpertRun wide = run(ExpertGrid::kWide), narrow = run(ExpertGrid::kNarrow);
+        const std::string where = "tokens " + std::to_string(tokens) + ", max_e8m0 " + std::to_string(max_e8m0) +
+                                  (scales ? ", pair scales" : "");
+        ASSERT_EQ(narrow.sorted_pair, wide.sorted_pair) << where;
+        EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0) << where;
+        EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0) << where;
+        bool nonzero = false;
+        for (const float v : narrow.y) nonzero |= v != 0.0f;
+        EXPECT_TRUE(nonzero) << where;
+      }
   }
 }
 
@@ -475,9 +469,13 @@ TEST(CudaExpertMma, BatchInvariantBitForBit) {
   }
 }
 
-// Byte b of row r lands at (r / 16) * 16 * row_bytes + (b / 64) * 1024 + (r % 16) * 64 + b % 64.
-TEST(CudaExpertMma, TileExpertCodesPlacesEveryByte) {
+// Byte b of row r lands at (r / 16) * 16 * row_bytes + (b / 64) * 1024 + (r % 16) * 64 + b % 64,
+// and within each 32-bit word bit k of nibble n at the bit this table gives (kernels.h; the
+// decode in kernels/cuda/expert_decode.cuh reads them back).
+TEST(CudaExpertMma, TileExpertCodesPlacesEveryBit) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
+  constexpr int kBitOf[8][4] = {{0, 1, 2, 3},     {27, 28, 29, 4},  {5, 6, 7, 14},    {8, 9, 10, 15},
+                                {16, 17, 18, 19}, {11, 12, 13, 20}, {21, 22, 23, 30}, {24, 25, 26, 31}};
   constexpr int64_t kRows = 48, kRowBytes = 192;
   std::vector<uint8_t> codes(static_cast<std::size_t>(kRows * kRowBytes));
   std::mt19937 rng(7);
@@ -487,32 +485,21 @@ TEST(CudaExpertMma, TileExpertCodesPlacesEveryByte) {
   tile_expert_codes(from.at<uint8_t>(), to.at<uint8_t>(), kRows, kRowBytes, kDefaultStream);
   synchronize();
   const std::vector<uint8_t> got = from_device(to.at<uint8_t>(), codes.size());
+  const auto word_at = [](const std::vector<uint8_t>& bytes, int64_t at) {
+    uint32_t w;
+    std::memcpy(&w, bytes.data() + at, 4);
+    return w;
+  };
   for (int64_t r = 0; r < kRows; ++r)
-    for (int64_t b = 0; b < kRowBytes; ++b) {
+    for (int64_t b = 0; b < kRowBytes; b += 4) {
       const int64_t at = (r / 16) * 16 * kRowBytes + (b / 64) * 1024 + (r % 16) * 64 + b % 64;
-      ASSERT_EQ(got[static_cast<std::size_t>(at)], codes[static_cast<std::size_t>(r * kRowBytes + b)])
-          << "row " << r << " byte " << b;
+      const uint32_t row_major = word_at(codes, r * kRowBytes + b);
+      uint32_t want = 0;
+      for (int n = 0; n < 8; ++n)
+        for (int k = 0; k < 4; ++k) want |= ((row_major >> (4 * n + k)) & 1u) << kBitOf[n][k];
+      ASSERT_EQ(word_at(got, at), want) << "row " << r << " byte " << b;
     }
   EXPECT_THROW(tile_expert_codes(from.at<uint8_t>(), to.at<uint8_t>(), 40, kRowBytes, kDefaultStream), Error);
-}
-
-// The same experts row-major and in expert tiles: h and y with the same bits (a chunk's bytes
-// are the same, only where they are read from moves).
-TEST(CudaExpertMma, ExpertTilesGiveTheRowMajorBits) {
-  DEEPINFER_REQUIRE_CUDA_DEVICE();
-  constexpr int kExperts = 5;
-  constexpr int64_t kTokens = 9, kTopK = 2, kInner = 256, kHidden = 384;
-  std::mt19937 rng_rows(13), rng_tiles(13);
-  const Experts rows = make_experts(kExperts, kInner, kHidden, rng_rows, WeightLayout::RowMajor);
-  const Experts tiles = make_experts(kExperts, kInner, kHidden, rng_tiles, WeightLayout::ExpertTiles);
-  std::mt19937 rng(17);
-  const std::vector<float> x = random_floats(static_cast<std::size_t>(kTokens * kHidden), rng);
-  std::vector<int32_t> choice;
-  for (int64_t p = 0; p < kTokens * kTopK; ++p) choice.push_back(static_cast<int32_t>((p * 7 + p / 3) % kExperts));
-  const ExpertRun a = run_experts(rows, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, nullptr);
-  const ExpertRun b = run_experts(tiles, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, nullptr);
-  EXPECT_EQ(a.h, b.h);
-  EXPECT_TRUE(same_bits(a.y, b.y));
 }
 
 TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
@@ -525,17 +512,19 @@ TEST(CudaExpertMma, SupportsOnlyTheFp4ReleaseLayout) {
   WeightMatrix aligned = fp4.matrix, misaligned = fp4.matrix;
   aligned.data = reinterpret_cast<const void*>(uintptr_t{4096});
   misaligned.data = reinterpret_cast<const void*>(uintptr_t{4096 + 8});
-  EXPECT_TRUE(expert_mma_supports(aligned));
-  EXPECT_FALSE(expert_mma_supports(misaligned));
   EXPECT_TRUE(expert_tiles_fit(fp4.matrix));
+  EXPECT_FALSE(expert_mma_supports(aligned));  // row-major: the kernels decode the tiles' bit order
   WeightMatrix tiled = aligned;
   tiled.layout = WeightLayout::ExpertTiles;
   EXPECT_TRUE(expert_mma_supports(tiled));
+  misaligned.layout = WeightLayout::ExpertTiles;
+  EXPECT_FALSE(expert_mma_supports(misaligned));
   EXPECT_FALSE(expert_tiles_fit(tiled));  // already tiled
   for (const HostWeight* w : {&fp8, &wide_groups, &narrow, &short_rows}) {
     EXPECT_FALSE(expert_tiles_fit(w->matrix));
     WeightMatrix m = w->matrix;
     m.data = aligned.data;
+    m.layout = WeightLayout::ExpertTiles;
     EXPECT_FALSE(expert_mma_supports(m)) << "encoding " << static_cast<int>(m.encoding) << " " << m.rows << " x "
                                          << m.cols << " groups of " << m.block_cols;
   }
@@ -563,7 +552,7 @@ std::vector<float> run_experts_wgmma(const Experts& e, int experts, const std::v
 
 // Many pairs an expert (a prefill's): the wgmma kernels give expert_mma's y bit for bit, with
 // tiles of 16 and 32 pairs (full and partial ones, an expert with a single pair, a skipped slot),
-// with and without pair scales, folded scales or not, in either code layout.
+// with and without pair scales, folded scales or not.
 TEST(CudaExpertWgmma, GivesExpertMmasBits) {
   DEEPINFER_REQUIRE_CUDA_DEVICE();
   if (expert_wgmma_tile_pairs(1 << 20, 1) == 0) GTEST_SKIP() << "not a Hopper (sm_90) device";
@@ -580,27 +569,25 @@ TEST(CudaExpertWgmma, GivesExpertMmasBits) {
   std::vector<float> pair_scale(choice.size());
   std::uniform_real_distribution<float> weight(0.1f, 1.5f);
   for (auto& s : pair_scale) s = weight(rng);
-  for (const WeightLayout layout : {WeightLayout::ExpertTiles, WeightLayout::RowMajor}) {
-    // Scales of at most 128, so that either decode (folded or not) is exact for them.
-    const Experts e = make_experts(kExperts, kInner, kHidden, rng, layout, [](HostWeight& w) {
-      for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
-    });
-    const std::vector<float>* const no_scales = nullptr;
-    for (const std::vector<float>* scales : {no_scales, static_cast<const std::vector<float>*>(&pair_scale)}) {
-      const ExpertRun want = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, scales);
-      for (const int tile_pairs : {16, 32}) {
-        for (const int max_e8m0 : {255, 128}) {
-          const std::vector<float> got = run_experts_wgmma(e, kExperts, x, kTopK, choice, kInner, kHidden,
-                                                           7.0f, scales, tile_pairs, max_e8m0);
-          ASSERT_EQ(got.size(), want.y.size());
-          int64_t differ = 0, first = -1;
-          for (std::size_t i = 0; i < got.size(); ++i)
-            if (std::memcmp(&got[i], &want.y[i], 4) != 0 && differ++ == 0) first = static_cast<int64_t>(i);
-          EXPECT_EQ(differ, 0) << "tiles of " << tile_pairs << ", max_e8m0 " << max_e8m0 << ", scales "
-                               << (scales != nullptr) << ", layout " << static_cast<int>(layout) << ": first at "
-                               << first << " (" << (first >= 0 ? got[static_cast<std::size_t>(first)] : 0.0f)
-                               << " vs " << (first >= 0 ? want.y[static_cast<std::size_t>(first)] : 0.0f) << ")";
-        }
+  // Scales of at most 128, so that either decode (folded or not) is exact for them.
+  const Experts e = make_experts(kExperts, kInner, kHidden, rng, [](HostWeight& w) {
+    for (auto& s : w.scales) s = static_cast<uint8_t>(std::min<int>(s, 128));
+  });
+  const std::vector<float>* const no_scales = nullptr;
+  for (const std::vector<float>* scales : {no_scales, static_cast<const std::vector<float>*>(&pair_scale)}) {
+    const ExpertRun want = run_experts(e, kExperts, x, kTokens, kTopK, choice, kInner, kHidden, 7.0f, scales);
+    for (const int tile_pairs : {16, 32}) {
+      for (const int max_e8m0 : {255, 128}) {
+        const std::vector<float> got = run_experts_wgmma(e, kExperts, x, kTopK, choice, kInner, kHidden,
+                                                         7.0f, scales, tile_pairs, max_e8m0);
+        ASSERT_EQ(got.size(), want.y.size());
+        int64_t differ = 0, first = -1;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          if (std::memcmp(&got[i], &want.y[i], 4) != 0 && differ++ == 0) first = static_cast<int64_t>(i);
+        EXPECT_EQ(differ, 0) << "tiles of " << tile_pairs << ", max_e8m0 " << max_e8m0 << ", scales "
+                             << (scales != nullptr) << ": first at "
+                             << first << " (" << (first >= 0 ? got[static_cast<std::size_t>(first)] : 0.0f)
+                             << " vs " << (first >= 0 ? want.y[static_cast<std::size_t>(first)] : 0.0f) << ")";
       }
     }
   }

@@ -206,8 +206,8 @@ bool expert_tiles_fit(const WeightMatrix& host_weight);
 // (kernels.h); device memory, not overlapping.
 void tile_expert_codes(const uint8_t* row_major, uint8_t* tiled, int64_t rows, int64_t row_bytes, Stream stream);
 // The device descriptor (device pointers) fits these kernels: FP4 e2m1 with E8M0 scales per 32
-// columns, rows a multiple of 16, columns of 128, data 16-byte aligned, codes row-major or in
-// expert tiles (the faster: a warp's loads are contiguous).
+// columns, rows a multiple of 16, columns of 128, data 16-byte aligned, codes in expert tiles
+// (tile_expert_codes: a warp's loads are contiguous, and the bit order is the decode's).
 bool expert_mma_supports(const WeightMatrix& device_weight);
 // tile_pairs: kExpertTilePairs or kExpertWideTilePairs, the same in every call of one MoE layer.
 int64_t expert_tile_bound(int64_t pairs, int64_t experts, int tile_pairs = kExpertTilePairs);

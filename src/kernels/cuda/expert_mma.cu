@@ -143,7 +143,7 @@ __device__ __forceinline__ void load_chunk(const RowTile (&tiles)[M], int64_t c,
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + c * tiles[m].chunk_bytes);
+      chunk.weights[m][h] = load_streaming(tiles[m].rows[h] + c * kTiledChunkBytes);
       chunk.scales[m][h] = __ldg(tiles[m].scales[h] + 4 * c + q);
     }
 }
@@ -476,7 +476,7 @@ bool expert_mma_supports(const WeightMatrix& device_weight) {
   const WeightMatrix& w = device_weight;
   return w.encoding == WeightEncoding::FP4_E2M1 && w.scale_encoding == ScaleEncoding::E8M0 && w.block_cols == 32 &&
          w.block_rows == 1 && w.rows % 16 == 0 && w.cols % kChunkColumns == 0 && w.data && w.scales &&
-         reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+         w.layout == WeightLayout::ExpertTiles && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
 }
 
 bool expert_tiles_fit(const WeightMatrix& w) {
@@ -485,6 +485,16 @@ bool expert_tiles_fit(const WeightMatrix& w) {
 }
 
 namespace {
+
+// A row-major code word's bits in the tiled order (expert_decode.cuh).
+__device__ uint32_t tiled_code_word(uint32_t word) {
+  uint32_t tiled = 0;
+#pragma unroll
+  for (int nibble = 0; nibble < 8; ++nibble)
+#pragma unroll
+    for (int bit = 0; bit < 4; ++bit) tiled |= ((word >> (4 * nibble + bit)) & 1u) << expert_tile_bit(nibble, bit);
+  return tiled;
+}
 
 // One thread per 16 bytes of the tiled copy.
 __global__ void tile_expert_codes_kernel(const uint8_t* __restrict__ row_major, uint8_t* __restrict__ tiled,
@@ -497,7 +507,9 @@ __global__ void tile_expert_codes_kernel(const uint8_t* __restrict__ row_major, 
     const int64_t tile = at / (16 * row_bytes), within = at % (16 * row_bytes);
     const int64_t chunk = within / 1024, row = (within % 1024) / 64, byte = within % 64;
     const int64_t from = (tile * 16 + row) * row_bytes + chunk * 64 + byte;
-    *reinterpret_cast<uint4*>(tiled + at) = *reinterpret_cast<const uint4*>(row_major + from);
+    uint4 v = *reinterpret_cast<const uint4*>(row_major + from);
+    v = make_uint4(tiled_code_word(v.x), tiled_code_word(v.y), tiled_code_word(v.z), tiled_code_word(v.w));
+    *reinterpret_cast<uint4*>(tiled + at) = v;
   }
 }
 

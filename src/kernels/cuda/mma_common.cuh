@@ -132,8 +132,8 @@ __device__ __forceinline__ uint32_t e8m0_pair(uint32_t s) {
   return bits | (bits << 16);
 }
 
-// The E8M0 scale times 2^126 (kE2m1Unit), 2^(s - 1), as a bf16x2: for s <= 128, where it is a
-// normal BF16, one multiply by it decodes an e2m1 pair to its scaled value, the same bits as
+// The E8M0 scale times 2^126 (expert_decode.cuh's kE2m1Unit), 2^(s - 1), as a bf16x2: for s <= 128,
+// where it is a normal BF16, one multiply by it decodes an e2m1 pair to its scaled value, the same bits as
 // multiplying by the unit and then by the scale (both exact).
 __device__ __forceinline__ uint32_t e2m1_unit_times_scale_pair(uint32_t s) {
   const uint32_t bits = (s + 126u) << 7;
@@ -141,17 +141,6 @@ __device__ __forceinline__ uint32_t e2m1_unit_times_scale_pair(uint32_t s) {
 }
 // The largest E8M0 byte for which e2m1_unit_times_scale_pair is exact.
 constexpr int kMaxFoldedE2m1Scale = 128;
-
-// Nibbles n and n + 4 of `word` as a bf16x2 (low half: nibble n) of value e2m1 x 2^-126: the sign
-// to bit 15, the three magnitude bits to bits 8..6, where exponent 0 makes the code 1 (0.5) a
-// BF16 subnormal of the right value. Times 2^126 (kE2m1Unit) it is the code's value.
-template <int N>
-__device__ __forceinline__ uint32_t e2m1_pair(uint32_t word) {
-  const uint32_t magnitude = N == 0 ? word << 6 : N == 1 ? word << 2 : N == 2 ? word >> 2 : word >> 6;
-  const uint32_t sign = N == 3 ? word : word << (12 - 4 * N);
-  return (magnitude & 0x01C001C0u) | (sign & 0x80008000u);
-}
-constexpr uint32_t kE2m1Unit = 0x7E807E80u;  // 2^126, twice
 
 // Bytes n of `low` and of `high` (e4m3 codes) as a bf16x2 of value e4m3 x 2^-120: the four
 // exponent bits become the low four of BF16's, so exponent 0 is a BF16 subnormal of the right

@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kWarpgroups * 4 * kWarp, 1)
   const auto load_chunk = [&](int64_t c) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      bytes[h] = load_streaming(rows.rows[h] + c * rows.chunk_bytes);
+      bytes[h] = load_streaming(rows.rows[h] + c * kTiledChunkBytes);
       scale_bytes[h] = __ldg(rows.scales[h] + 4 * c + q);
     }
   };
