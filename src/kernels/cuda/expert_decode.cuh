@@ -43,7 +43,8 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t s) {
 // one mask, pair 3 one rotation and two masks, pair 0 two of each, 11 instructions a word. No
 // four rotations of the 8-bit pattern tile a 32-bit word, and an exhaustive search over
 // rotations of its magnitude and sign parts finds 11 the least of this form (a time-bounded one
-// over funnel shifts of a word pair found nothing better). The decoded words are the same, so the bits of every result are.
+// over funnel shifts of a word pair found nothing better). The decoded words are the same, so the
+// bits of every result are.
 __host__ __device__ constexpr int magnitude_rotation(int pair) {
   return pair == 0 ? 26 : pair == 1 ? 21 : pair == 2 ? 31 : 2;
 }

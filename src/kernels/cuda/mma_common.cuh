@@ -8,8 +8,9 @@
 // columns 8 i + n and 8 i + n + 4. The MMA's k order is free as long as both operands share it,
 // so the eight MMAs of a chunk take words (2 j, 2 j + 1) of every lane: one order for every
 // encoding, chosen for FP4, whose nibbles n and n + 4 of a 32-bit word become that bf16x2 with
-// a few shifts and masks (expert_decode.cuh: the bit order expert tiles store). Activations are stored in the same order ("split rows": per 32-column
-// segment 16 words, three planes per row), so a lane's B operand is four 16-byte loads.
+// a few shifts and masks (expert_decode.cuh: the bit order expert tiles store). Activations are
+// stored in the same order ("split rows": per 32-column segment 16 words, three planes per row),
+// so a lane's B operand is four 16-byte loads.
 //
 // Exactness. Every weight code times its power-of-two scale is exact in BF16 (e2m1, e4m3 and BF16
 // itself). An f32 activation is not, so it is split into three BF16 terms, hi = bf16(x), mid =
